@@ -1,0 +1,223 @@
+"""Settings → a Dask cluster and an asynchronous client to it.
+
+Every option is validated before anything starts. A local cluster runs its
+scheduler on its own event-loop thread, and the service talks to it through an
+ordinary client, exactly as it talks to an existing cluster joined by address.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import logging
+import os
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from distributed import Client
+
+from cluster.info import ClusterInfo, worker_info
+from cluster.settings import ClusterSettings
+from jobs.errors import ClusterConfigError
+from jobs.pipeline import Backend
+
+log = logging.getLogger(__name__)
+
+GPU_EXTRA_HINT = "install the gpu extra: pip install '.[gpu]' (CUDA 13 wheels of RAPIDS 26.10)"
+
+
+def visible_gpu_count() -> int:
+    """GPUs this process can see through NVML, honouring CUDA_VISIBLE_DEVICES; 0 when none or no NVML."""
+    try:
+        import pynvml
+    except ImportError:
+        return 0
+    try:
+        pynvml.nvmlInit()
+        count = int(pynvml.nvmlDeviceGetCount())
+    except pynvml.NVMLError:
+        return 0
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return min(count, len([d for d in visible.split(",") if d.strip()]))
+    return count
+
+
+def gpu_stack_installed() -> bool:
+    """Whether cudf, dask-cudf and dask-cuda can be imported."""
+    return all(importlib.util.find_spec(name) is not None for name in ("cudf", "dask_cudf", "dask_cuda"))
+
+
+def resolve_backend(settings: ClusterSettings) -> tuple[Backend, str]:
+    """The backend to use and why.
+
+    Raises
+    ------
+    ClusterConfigError
+        If cudf is asked for but the gpu extra or a GPU is missing.
+    """
+    if settings.backend == "pandas":
+        return "pandas", "backend=pandas was set"
+    installed = gpu_stack_installed()
+    gpus = visible_gpu_count() if installed else 0
+    if settings.backend == "cudf":
+        if not installed:
+            raise ClusterConfigError(f"backend=cudf needs cudf, dask-cudf and dask-cuda: {GPU_EXTRA_HINT}", field="cluster.backend")
+        if gpus == 0 and settings.scheduler_address is None:
+            raise ClusterConfigError("backend=cudf but no GPU is visible (check nvidia-smi and CUDA_VISIBLE_DEVICES)", field="cluster.backend")
+        return "cudf", "backend=cudf was set"
+    if not installed:
+        return "pandas", "no GPU stack installed (cudf, dask-cudf, dask-cuda); running on CPU with pandas"
+    if gpus == 0:
+        return "pandas", "the GPU stack is installed but no GPU is visible; running on CPU with pandas"
+    return "cudf", f"{gpus} GPU(s) visible and the GPU stack installed"
+
+
+@dataclass
+class ClusterHandle:
+    """The service's cluster: the client it submits through and what it started (if anything).
+
+    ``client`` is asynchronous and lives on the service's event loop. ``planner`` is a
+    synchronous client for graph building in worker threads: building some graphs
+    computes eagerly (a sort's partition boundaries), and that work belongs on the
+    cluster, never on the service process.
+    """
+
+    client: Client
+    planner: Client
+    backend: Backend
+    kind: str
+    protocol: str
+    cluster: LocalClusterProcess | None = None
+    dashboard_public_url: str | None = None
+    backend_reason: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def dashboard_link(self) -> str | None:
+        if self.dashboard_public_url:
+            return self.dashboard_public_url.rstrip("/") + "/status"
+        link = self.client.dashboard_link
+        return link or None
+
+    async def info(self) -> ClusterInfo:
+        """Workers, threads and memory as the scheduler sees them now."""
+        identity = await self.client.scheduler.identity(n_workers=-1)
+        workers = [worker_info(addr, raw) for addr, raw in sorted(identity.get("workers", {}).items())]
+        limits = [w.memory_limit for w in workers]
+        return ClusterInfo(
+            backend=self.backend,
+            kind=self.kind,
+            scheduler_address=self.client.scheduler.address,
+            protocol=self.protocol,
+            dashboard_link=self.dashboard_link,
+            workers=workers,
+            total_threads=sum(w.threads for w in workers),
+            total_memory_limit=None if any(v is None for v in limits) else sum(v for v in limits if v is not None),
+        )
+
+    async def close(self) -> None:
+        """Close the client, then the cluster this handle started."""
+        await self.client.close()
+        await asyncio.to_thread(self.planner.close)
+        if self.cluster is not None:
+            await asyncio.to_thread(self.cluster.close)
+
+
+class LocalClusterProcess:
+    """A local cluster in a child process (see :mod:`cluster.local_process`)."""
+
+    def __init__(self, settings: ClusterSettings, backend: Backend) -> None:
+        self.settings = settings
+        self.backend = backend
+        self.process: subprocess.Popen[str] | None = None
+        self.scheduler_address = ""
+        self.dashboard_link: str | None = None
+
+    def start(self, timeout: float = 180.0) -> None:
+        """Start the child and wait for its scheduler address (blocking; run off the event loop).
+
+        Raises
+        ------
+        ClusterConfigError
+            If the cluster could not start; the child's reason is in the message.
+        """
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "cluster.local_process"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,  # a terminal's Ctrl-C stops the service, which then stops this
+        )
+        assert self.process.stdin is not None and self.process.stdout is not None
+        request = {"settings": self.settings.model_dump(mode="json"), "backend": self.backend}
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()
+        reply_line = _readline_with_timeout(self.process.stdout, timeout)
+        reply = json.loads(reply_line) if reply_line.strip() else {"error": "the cluster process exited; see the log above"}
+        if "error" in reply:
+            self.close()
+            raise ClusterConfigError(f"the local cluster did not start: {reply['error']}", field="cluster")
+        self.scheduler_address = reply["address"]
+        self.dashboard_link = reply.get("dashboard")
+
+    def close(self) -> None:
+        """Close the pipe, which stops the cluster; kill it if it lingers."""
+        if self.process is None:
+            return
+        if self.process.stdin and not self.process.stdin.closed:
+            self.process.stdin.close()
+        try:
+            self.process.wait(45)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def _readline_with_timeout(stream: Any, timeout: float) -> str:
+    result: list[str] = []
+    reader = threading.Thread(target=lambda: result.append(stream.readline()), daemon=True)
+    reader.start()
+    reader.join(timeout)
+    if reader.is_alive():
+        raise ClusterConfigError(f"the local cluster did not start within {timeout:.0f} s", field="cluster")
+    return result[0] if result else ""
+
+
+async def start_cluster(settings: ClusterSettings) -> ClusterHandle:
+    """Start (or join) the cluster that ``settings`` describe and connect a client.
+
+    Raises
+    ------
+    ClusterConfigError
+        For settings that cannot work, before anything is started.
+    """
+    backend, reason = resolve_backend(settings)
+    log.info("backend: %s (%s)", backend, reason)
+    if settings.scheduler_address:
+        client, planner = await _connect(settings.scheduler_address)
+        protocol = settings.scheduler_address.split("://", 1)[0] if "://" in settings.scheduler_address else "tcp"
+        return ClusterHandle(client, planner, backend, "external", protocol, None, settings.dashboard_public_url, reason)
+    if backend == "cudf":
+        from cluster.gpu import cuda_cluster_kwargs
+
+        cuda_cluster_kwargs(settings, visible_gpu_count())  # validate here, before a process starts
+        kind, protocol = "LocalCUDACluster", settings.protocol
+    else:
+        kind, protocol = "LocalCluster", "tcp"
+    cluster = LocalClusterProcess(settings, backend)
+    await asyncio.to_thread(cluster.start)
+    client, planner = await _connect(cluster.scheduler_address)
+    log.info("started %s at %s, dashboard %s", kind, cluster.scheduler_address, cluster.dashboard_link or "off")
+    return ClusterHandle(client, planner, backend, kind, protocol, cluster, settings.dashboard_public_url, reason)
+
+
+async def _connect(address: str) -> tuple[Client, Client]:
+    # Neither client becomes dask's global default: only code that asks for one uses it.
+    client = await Client(address, asynchronous=True, set_as_default=False)
+    planner = await asyncio.to_thread(Client, address, set_as_default=False)
+    return client, planner

@@ -1,0 +1,82 @@
+"""The GPU cluster: a dask-cuda ``LocalCUDACluster`` with one worker per GPU.
+
+Validated before anything starts, with messages that say how to fix the setting.
+Imported only when the backend is cudf, so CPU installs never need dask-cuda.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from typing import Any
+
+from cluster.settings import ClusterSettings, parse_memory
+from jobs.errors import ClusterConfigError
+
+UCX_HINT = "protocol=ucx needs distributed-ucxx: pip install '.[gpu]' (or set SPILLWAY_CLUSTER__PROTOCOL=tcp)"
+
+
+def _device_list(settings: ClusterSettings, visible: int) -> list[str]:
+    if settings.cuda_visible_devices is None:
+        return [str(i) for i in range(visible)]
+    devices = [d.strip() for d in settings.cuda_visible_devices.split(",") if d.strip()]
+    if not devices:
+        raise ClusterConfigError("cuda_visible_devices is empty; list GPU indices like '0,1'", field="cluster.cuda_visible_devices")
+    if len(devices) > visible:
+        raise ClusterConfigError(
+            f"cuda_visible_devices asks for {len(devices)} GPUs ({settings.cuda_visible_devices}) but {visible} are visible",
+            field="cluster.cuda_visible_devices",
+        )
+    return devices
+
+
+def cuda_cluster_kwargs(settings: ClusterSettings, visible_gpus: int) -> dict[str, Any]:
+    """LocalCUDACluster keyword arguments for ``settings``.
+
+    Raises
+    ------
+    ClusterConfigError
+        If the protocol's package is missing, more GPUs are asked for than are
+        visible, or a memory setting cannot be parsed.
+    """
+    if settings.protocol == "ucx" and importlib.util.find_spec("distributed_ucxx") is None:
+        raise ClusterConfigError(UCX_HINT, field="cluster.protocol")
+    devices = _device_list(settings, visible_gpus)
+    try:
+        device_limit = parse_memory(settings.device_memory_limit, field="device_memory_limit")
+        host_limit = parse_memory(settings.memory_limit, field="memory_limit")
+        spill_limit = parse_memory(settings.cudf_spill_device_limit or "auto", field="cudf_spill_device_limit")
+    except ValueError as exc:
+        raise ClusterConfigError(str(exc), field="cluster") from exc
+    if settings.rmm_async and settings.rmm_pool_size:
+        raise ClusterConfigError("choose rmm_pool_size or rmm_async, not both", field="cluster.rmm_async")
+    if spill_limit is not None and not settings.enable_cudf_spill:
+        raise ClusterConfigError("cudf_spill_device_limit needs enable_cudf_spill=true", field="cluster.cudf_spill_device_limit")
+    if spill_limit is not None:
+        # cuDF reads its spill threshold from the environment of each worker process.
+        os.environ["CUDF_SPILL_DEVICE_LIMIT"] = str(spill_limit)
+    kwargs: dict[str, Any] = {
+        "CUDA_VISIBLE_DEVICES": ",".join(devices),
+        "n_workers": len(devices),
+        "threads_per_worker": settings.threads_per_worker,
+        "memory_limit": host_limit if host_limit is not None else "auto",
+        "enable_cudf_spill": settings.enable_cudf_spill,
+        "cudf_spill_stats": 1 if settings.enable_cudf_spill else 0,
+        "local_directory": settings.local_directory,
+        "protocol": settings.protocol,
+        "rmm_pool_size": settings.rmm_pool_size,
+        "rmm_async": settings.rmm_async,
+        "dashboard_address": settings.dashboard_address or None,
+    }
+    if device_limit is not None:  # "auto" keeps dask-cuda's own default
+        kwargs["device_memory_limit"] = device_limit
+    return kwargs
+
+
+def local_cuda_cluster(settings: ClusterSettings) -> Any:
+    """Start a LocalCUDACluster (blocking; run it off the event loop)."""
+    from dask_cuda import LocalCUDACluster
+
+    from cluster.factory import visible_gpu_count
+
+    return LocalCUDACluster(**cuda_cluster_kwargs(settings, visible_gpu_count()))

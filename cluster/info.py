@@ -1,0 +1,68 @@
+"""What ``GET /cluster`` reports, read from the scheduler's view of its workers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class GpuInfo(BaseModel):
+    """A worker's GPU as the worker reports it (best effort: needs NVML on the worker)."""
+
+    name: str | None = None
+    index: str | None = Field(default=None, description="The CUDA_VISIBLE_DEVICES entry the worker runs on.")
+    memory_total: int | None = None
+    memory_used: int | None = None
+    device_memory_limit: int | None = None
+    spilled_to_host_bytes: int | None = Field(default=None, description="cuDF spill statistics, device → host.")
+
+
+class WorkerInfo(BaseModel):
+    """One Dask worker."""
+
+    name: str
+    address: str
+    threads: int
+    memory_limit: int | None = Field(description="Host memory limit in bytes (None: unlimited).")
+    memory_used: int = Field(description="Process memory in bytes, from the last heartbeat.")
+    spilled_to_disk_bytes: int = Field(default=0, description="Bytes the worker spilled host → disk.")
+    tasks_processing: int = 0
+    gpu: GpuInfo | None = None
+
+
+class ClusterInfo(BaseModel):
+    """The cluster the service runs jobs on."""
+
+    backend: str = Field(description="Dataframe backend jobs run on: pandas or cudf.")
+    kind: str = Field(description="LocalCluster, LocalCUDACluster, or external (joined by address).")
+    scheduler_address: str
+    protocol: str
+    dashboard_link: str | None
+    workers: list[WorkerInfo]
+    total_threads: int
+    total_memory_limit: int | None
+
+
+def worker_info(address: str, raw: dict[str, Any]) -> WorkerInfo:
+    """Turn one entry of the scheduler's ``identity()['workers']`` into a WorkerInfo."""
+    metrics = raw.get("metrics", {})
+    gpu_static = raw.get("gpu") or {}
+    gpu_metrics = metrics.get("gpu") or {}
+    gpu = None
+    if gpu_static or gpu_metrics:
+        gpu = GpuInfo(
+            name=gpu_static.get("name"),
+            memory_total=gpu_static.get("memory-total"),
+            memory_used=gpu_metrics.get("memory-used"),
+        )
+    return WorkerInfo(
+        name=str(raw.get("name", address)),
+        address=address,
+        threads=int(raw.get("nthreads", 0)),
+        memory_limit=raw.get("memory_limit") or None,
+        memory_used=int(metrics.get("memory", 0)),
+        spilled_to_disk_bytes=int((metrics.get("spilled_bytes") or {}).get("disk", 0)),
+        tasks_processing=int((metrics.get("task_counts") or {}).get("executing", 0)),
+        gpu=gpu,
+    )

@@ -1,0 +1,58 @@
+"""The embedded cluster's own process: starts a LocalCluster or LocalCUDACluster and
+keeps it until the service closes the pipe (or dies, which closes it too).
+
+Why a process of its own: the scheduler's event loop then never competes with the
+HTTP server for the GIL, and graph building in the service (which computes eagerly
+for a sort's boundaries) cannot deadlock with the scheduler materialising graphs on
+Python 3.11's class-wide ``cached_property`` lock. The service joins it by address,
+exactly as it joins an external cluster.
+
+Protocol: one line of ClusterSettings JSON on stdin; one line of JSON
+``{"address", "dashboard"}`` (or ``{"error"}``) on stdout; then EOF on stdin stops it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+
+from cluster.settings import ClusterSettings
+
+
+def _start(settings: ClusterSettings, backend: str) -> object:
+    if backend == "cudf":
+        from cluster.gpu import local_cuda_cluster
+
+        return local_cuda_cluster(settings)
+    from distributed import LocalCluster
+
+    from cluster.settings import parse_memory
+
+    return LocalCluster(
+        n_workers=settings.n_workers,
+        threads_per_worker=settings.threads_per_worker,
+        processes=True,
+        memory_limit=parse_memory(settings.memory_limit, field="memory_limit") or "auto",
+        dashboard_address=settings.dashboard_address or None,
+        local_directory=settings.local_directory,
+        host="127.0.0.1",
+    )
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    request = json.loads(sys.stdin.readline())
+    settings = ClusterSettings.model_validate(request["settings"])
+    try:
+        cluster = _start(settings, request["backend"])
+    except Exception as exc:  # noqa: BLE001 - reported to the service, which raises it
+        print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}), flush=True)
+        raise SystemExit(1) from exc
+    print(json.dumps({"address": cluster.scheduler_address, "dashboard": cluster.dashboard_link}), flush=True)
+    sys.stdin.read()  # until the service closes the pipe or dies
+    cluster.close(timeout=30)
+
+
+if __name__ == "__main__":
+    main()

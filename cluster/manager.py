@@ -1,0 +1,253 @@
+"""Runs jobs on the cluster: a FIFO queue, a concurrency limit, progress, cancel, recovery.
+
+No HTTP here. The manager owns the path PENDING → RUNNING → terminal; the store's
+conditional updates guarantee nothing leaves a terminal state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from distributed.client import FutureCancelledError, FuturesCancelledError
+
+from cluster.factory import ClusterHandle
+from cluster.plan import plan_job
+from cluster.progress import PROGRESS_TOPIC, JobProgressPlugin, plugin_name
+from jobs.errors import InvalidTransition, SpillwayError
+from jobs.sink import SinkWriter
+from jobs.status import ErrorDetail, JobProgress, JobStatus, StageProgress
+
+if TYPE_CHECKING:
+    from service.schemas import JobView
+    from service.store import JobStore
+
+log = logging.getLogger(__name__)
+
+INTERRUPTED = "interrupted"
+
+
+class JobMetrics(Protocol):
+    """What the manager reports to the metrics layer."""
+
+    def partitions_done(self, count: int) -> None: ...
+
+    def job_finished(self, state: JobStatus, seconds: float) -> None: ...
+
+
+class _NoMetrics:
+    def partitions_done(self, count: int) -> None:
+        pass
+
+    def job_finished(self, state: JobStatus, seconds: float) -> None:
+        pass
+
+
+class _JobCancelled(Exception):
+    pass
+
+
+@dataclass
+class _ActiveJob:
+    job_id: str
+    writer: SinkWriter
+    progress: JobProgress = field(default_factory=JobProgress)
+    futures: list[Any] = field(default_factory=list)
+    cancel_requested: bool = False
+    committing: bool = False
+    plugin_ended: asyncio.Event = field(default_factory=asyncio.Event)
+    finished: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class JobManager:
+    """Queues jobs in submission order and runs up to ``max_concurrent`` at once.
+
+    Parameters
+    ----------
+    store
+        Where jobs live.
+    cluster
+        The cluster handle jobs run on.
+    max_concurrent
+        Jobs running at once; the rest wait in submission order.
+    progress_interval
+        Seconds between progress writes to the store while a job runs.
+    metrics
+        Receives partition counts and job durations.
+    """
+
+    def __init__(
+        self,
+        store: JobStore,
+        cluster: ClusterHandle,
+        *,
+        max_concurrent: int = 2,
+        progress_interval: float = 0.5,
+        metrics: JobMetrics | None = None,
+    ) -> None:
+        self.store = store
+        self.cluster = cluster
+        self.max_concurrent = max_concurrent
+        self.progress_interval = progress_interval
+        self.metrics = metrics or _NoMetrics()
+        self._queue: asyncio.Queue[str] = asyncio.Queue()
+        self._active: dict[str, _ActiveJob] = {}
+        self._runners: list[asyncio.Task[None]] = []
+
+    @property
+    def running_count(self) -> int:
+        return len(self._active)
+
+    async def start(self) -> None:
+        """Recover from a previous run, then start the runners."""
+        for job_id in await asyncio.to_thread(self.store.ids_in_state, JobStatus.RUNNING):
+            job = await asyncio.to_thread(self.store.get, job_id)
+            SinkWriter(job.spec.sink, job_id).abort()
+            await self._fail(job_id, INTERRUPTED, "the service stopped while this job ran; nothing was committed", job.progress)
+            log.warning("job %s was running when the service stopped: marked FAILED (interrupted)", job_id)
+        for job_id in await asyncio.to_thread(self.store.ids_in_state, JobStatus.PENDING):
+            self._queue.put_nowait(job_id)
+        self.cluster.client.subscribe_topic(PROGRESS_TOPIC, self._on_progress)
+        self._runners = [asyncio.create_task(self._runner(), name=f"spillway-runner-{i}") for i in range(self.max_concurrent)]
+
+    async def stop(self) -> None:
+        """Stop the runners; jobs still running are failed as interrupted."""
+        for task in self._runners:
+            task.cancel()
+        await asyncio.gather(*self._runners, return_exceptions=True)
+        self._runners = []
+
+    def enqueue(self, job_id: str) -> None:
+        """Queue a PENDING job behind those already waiting."""
+        self._queue.put_nowait(job_id)
+
+    async def cancel(self, job_id: str, *, timeout: float = 30.0) -> JobView:
+        """Cancel a pending or running job; returns it once it is terminal (or after ``timeout``).
+
+        Raises
+        ------
+        JobNotFound
+            No such job.
+        InvalidTransition
+            The job already finished.
+        """
+        job = await asyncio.to_thread(self.store.get, job_id)
+        if job.state == JobStatus.PENDING and await asyncio.to_thread(self.store.transition, job_id, JobStatus.CANCELLED):
+            return await asyncio.to_thread(self.store.get, job_id)
+        active = self._active.get(job_id)
+        if active is None:
+            job = await asyncio.to_thread(self.store.get, job_id)
+            if job.state.is_terminal():
+                raise InvalidTransition(f"job {job_id} is already {job.state.value}; only PENDING or RUNNING jobs can be cancelled")
+            # RUNNING in the store but not here: its runner is gone, so cancel outright.
+            await asyncio.to_thread(self.store.finish, job_id, JobStatus.CANCELLED)
+            return await asyncio.to_thread(self.store.get, job_id)
+        if not active.committing:
+            active.cancel_requested = True
+            if active.futures:
+                await self.cluster.client.cancel(active.futures, force=True, reason="cancelled by user")
+        try:
+            await asyncio.wait_for(active.finished.wait(), timeout)
+        except TimeoutError:
+            log.warning("job %s did not stop within %.0f s of cancel", job_id, timeout)
+        return await asyncio.to_thread(self.store.get, job_id)
+
+    async def _runner(self) -> None:
+        while True:
+            job_id = await self._queue.get()
+            try:
+                await self._run(job_id)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a bug here must not kill the runner
+                log.exception("job %s: unexpected error in the runner", job_id)
+
+    async def _run(self, job_id: str) -> None:
+        job = await asyncio.to_thread(self.store.get, job_id)
+        if job.state != JobStatus.PENDING or not await asyncio.to_thread(self.store.transition, job_id, JobStatus.RUNNING):
+            return
+        log.info("job %s (%s): running on %s", job_id, job.name, self.cluster.backend)
+        active = _ActiveJob(job_id, SinkWriter(job.spec.sink, job_id))
+        self._active[job_id] = active
+        flusher = asyncio.create_task(self._flush_progress(active))
+        try:
+            await self._execute(job, active)
+        except asyncio.CancelledError:
+            active.writer.abort()
+            await asyncio.shield(self._fail(job_id, INTERRUPTED, "the service stopped while this job ran; nothing was committed", active.progress))
+            raise
+        except (_JobCancelled, FutureCancelledError, FuturesCancelledError):
+            active.writer.abort()
+            await asyncio.to_thread(self.store.finish, job_id, JobStatus.CANCELLED, progress=active.progress)
+            log.info("job %s: cancelled; nothing was committed", job_id)
+        except SpillwayError as exc:
+            active.writer.abort()
+            await self._fail(job_id, exc.code, exc.message, active.progress, field=exc.field)
+        except Exception as exc:
+            active.writer.abort()
+            log.info("job %s failed: %s: %s", job_id, type(exc).__name__, exc)
+            await self._fail(job_id, "job_failed", f"{type(exc).__name__}: {exc}", active.progress)
+        finally:
+            flusher.cancel()
+            await self._cleanup(active)
+            finished = await asyncio.to_thread(self.store.get, job_id)
+            if finished.started_at and finished.finished_at:
+                self.metrics.job_finished(finished.state, (finished.finished_at - finished.started_at).total_seconds())
+            active.finished.set()
+            self._active.pop(job_id, None)
+
+    async def _execute(self, job: JobView, active: _ActiveJob) -> None:
+        client = self.cluster.client
+        plan = await asyncio.to_thread(plan_job, job.spec, self.cluster.backend, active.writer, self.cluster.planner)
+        active.progress = plan.empty_progress()
+        await asyncio.to_thread(self.store.save_progress, job.id, active.progress)
+        await client.register_plugin(JobProgressPlugin(job.id, plan.stage_of_key, plan.result_keys))
+        if active.cancel_requested:
+            raise _JobCancelled()
+        active.futures = client.get(plan.graph, plan.result_keys, sync=False)
+        await client.gather(active.futures)
+        if active.cancel_requested:
+            raise _JobCancelled()
+        try:  # the plugin's last event carries the final counts
+            await asyncio.wait_for(active.plugin_ended.wait(), 5.0)
+        except TimeoutError:
+            log.warning("job %s: no final progress event within 5 s; keeping the last counts seen", job.id)
+        active.committing = True
+        manifest = await asyncio.to_thread(active.writer.commit)
+        await asyncio.to_thread(self.store.finish, job.id, JobStatus.SUCCEEDED, progress=active.progress, result=manifest)
+        log.info("job %s: succeeded, %d rows in %d files at %s", job.id, manifest.total_rows, len(manifest.files), manifest.location)
+
+    async def _fail(self, job_id: str, code: str, message: str, progress: JobProgress, *, field: str | None = None) -> None:
+        error = ErrorDetail(code=code, message=message, field=field)
+        await asyncio.to_thread(self.store.finish, job_id, JobStatus.FAILED, progress=progress, error=error)
+
+    async def _cleanup(self, active: _ActiveJob) -> None:
+        client = self.cluster.client
+        for future in active.futures:
+            future.release()
+        # The plugin removes itself when the job ends; this is the backstop for a
+        # job that failed before its graph reached the scheduler.
+        await client.run_on_scheduler(_drop_plugin, name=plugin_name(active.job_id))
+
+    def _on_progress(self, event: tuple[float, dict[str, Any]]) -> None:
+        _, message = event
+        active = self._active.get(message.get("job_id", ""))
+        if active is None:
+            return
+        before = active.progress.done
+        active.progress = JobProgress(stages=[StageProgress(name=n, done=d, total=t) for n, d, t in message["stages"]])
+        if active.progress.done > before:
+            self.metrics.partitions_done(active.progress.done - before)
+        if message.get("ended"):
+            active.plugin_ended.set()
+
+    async def _flush_progress(self, active: _ActiveJob) -> None:
+        while True:
+            await asyncio.sleep(self.progress_interval)
+            await asyncio.to_thread(self.store.save_progress, active.job_id, active.progress)
+
+
+def _drop_plugin(dask_scheduler: Any, name: str) -> None:
+    dask_scheduler.plugins.pop(name, None)

@@ -1,0 +1,53 @@
+"""A job's materialised task graph: its keys, their stages and the output keys."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from dask.core import toposort
+from dask.typing import Key
+from dask.utils import key_split
+from distributed import Client
+
+from jobs.pipeline import Backend, backend_config, build_frame
+from jobs.sink import SinkWriter
+from jobs.spec import JobSpec
+from jobs.status import JobProgress, StageProgress
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """Everything needed to submit a job and count its progress.
+
+    The graph is built and optimised here, on the service, so the exact keys the
+    scheduler will run are known before submission.
+    """
+
+    graph: dict[Key, Any]
+    result_keys: list[Key]
+    stage_of_key: dict[Key, str]
+
+    @property
+    def stage_totals(self) -> Counter[str]:
+        return Counter(self.stage_of_key.values())
+
+    def empty_progress(self) -> JobProgress:
+        """Zero done out of each stage's partition count, in graph order."""
+        totals = self.stage_totals
+        return JobProgress(stages=[StageProgress(name=s, done=0, total=totals[s]) for s in dict.fromkeys(self.stage_of_key.values())])
+
+
+def plan_job(spec: JobSpec, backend: Backend, writer: SinkWriter, planner: Client) -> JobPlan:
+    """Build, optimise and materialise the graph that runs ``spec`` into ``writer``'s staging directory.
+
+    Runs in a worker thread; whatever dask computes eagerly while building (a
+    sort's partition boundaries) runs on the cluster through ``planner``.
+    """
+    with planner.as_current(), backend_config(backend):
+        write = writer.write_graph(build_frame(spec)).optimize()
+        graph = dict(write.__dask_graph__())
+    result_keys = list(write.__dask_keys__())
+    # Topological order, so stages are listed the way data flows (read first, write last).
+    return JobPlan(graph=graph, result_keys=result_keys, stage_of_key={key: key_split(key) for key in toposort(graph)})

@@ -1,0 +1,110 @@
+"""Per-job progress from scheduler transitions, grouped by Dask key prefix.
+
+In the spirit of ``distributed.diagnostics.progress.MultiProgress``: the plugin knows
+its job's keys from the start (the graph is registered before it is submitted),
+counts keys reaching memory, takes them back if they are lost and recomputed, and
+publishes counts on a scheduler event topic. It removes itself when the job ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter, defaultdict
+from typing import Any
+
+from dask.typing import Key
+from distributed.diagnostics.plugin import SchedulerPlugin
+
+PROGRESS_TOPIC = "spillway-progress"
+_RECOMPUTE_STATES = frozenset({"released", "waiting", "processing", "queued", "no-worker"})
+
+
+def plugin_name(job_id: str) -> str:
+    """The scheduler-plugin name of a job's progress plugin."""
+    return f"spillway-progress-{job_id}"
+
+
+class JobProgressPlugin(SchedulerPlugin):
+    """Counts one job's finished tasks per stage and publishes them as events.
+
+    Parameters
+    ----------
+    job_id
+        The job these keys belong to; events carry it.
+    stage_of_key
+        Every key of the job's graph mapped to its stage (its key prefix).
+    result_keys
+        The keys whose completion, failure or release ends the job.
+    interval
+        Seconds between published updates while counts change.
+    """
+
+    idempotent = False
+
+    def __init__(self, job_id: str, stage_of_key: dict[Key, str], result_keys: list[Key], interval: float = 0.25) -> None:
+        self.job_id = job_id
+        self.name = plugin_name(job_id)
+        self.stage_of_key = stage_of_key
+        self.result_keys = set(result_keys)
+        self.interval = interval
+        self.stages = list(dict.fromkeys(stage_of_key.values()))
+        self.totals = Counter(stage_of_key.values())
+        self.done: dict[str, set[Key]] = defaultdict(set)
+        self.erred: Key | None = None
+        self.ended = False
+        self._dirty = True
+        self._scheduler: Any = None
+        self._loop_task: asyncio.Task[None] | None = None
+
+    async def start(self, scheduler: Any) -> None:
+        self._scheduler = scheduler
+        # Tasks another job already computed (same keys) count as done now.
+        for key in self.stage_of_key:
+            ts = scheduler.tasks.get(key)
+            if ts is not None and ts.state == "memory":
+                self.done[self.stage_of_key[key]].add(key)
+        self._loop_task = asyncio.create_task(self._publish_loop())
+
+    def transition(self, key: Key, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
+        stage = self.stage_of_key.get(key)
+        if stage is None:
+            return
+        if finish == "memory":
+            self.done[stage].add(key)
+        elif start == "memory" and finish in _RECOMPUTE_STATES and key in self.result_keys:
+            # A result released by its client: the job is over (cancelled or collected).
+            self.ended = True
+        elif finish in ("waiting", "processing", "queued", "no-worker"):
+            self.done[stage].discard(key)  # lost with a worker, recomputed
+        elif finish == "erred":
+            self.erred = key
+            self.ended = True
+        elif finish == "forgotten" and key in self.result_keys:
+            self.ended = True
+        if key in self.result_keys and all(k in self.done[self.stage_of_key[k]] for k in self.result_keys):
+            self.ended = True
+        self._dirty = True
+
+    def snapshot(self) -> dict[str, Any]:
+        """Counts per stage in graph order, as published on the topic."""
+        return {
+            "job_id": self.job_id,
+            "time": time.time(),
+            "stages": [[stage, len(self.done[stage]), self.totals[stage]] for stage in self.stages],
+            "ended": self.ended,
+        }
+
+    async def _publish_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            if self._dirty:
+                self._dirty = False
+                self._scheduler.log_event(PROGRESS_TOPIC, self.snapshot())
+            if self.ended:
+                self._scheduler.plugins.pop(self.name, None)
+                return
+
+    async def close(self) -> None:
+        if self._loop_task is not None:
+            self._loop_task.cancel()

@@ -1,0 +1,69 @@
+"""Domain errors. Each carries a stable ``code``, a human ``message`` and, where
+known, the spec ``field`` it is about; the service maps them to HTTP in one place."""
+
+from __future__ import annotations
+
+
+class SpillwayError(Exception):
+    """Base of every error Spillway reports to a user."""
+
+    code = "spillway_error"
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+    def to_dict(self) -> dict[str, str]:
+        body = {"code": self.code, "message": self.message}
+        if self.field is not None:
+            body["field"] = self.field
+        return body
+
+
+class SpecError(SpillwayError):
+    """The job spec is well-formed JSON but cannot run as written."""
+
+    code = "invalid_spec"
+
+
+class ExpressionError(SpecError):
+    """An expression uses syntax or names outside the whitelisted language."""
+
+    code = "invalid_expression"
+
+
+class UnknownColumn(SpecError):
+    """A step refers to a column its input does not have."""
+
+    code = "unknown_column"
+
+
+class SourceNotFound(SpecError):
+    """A source path or glob matches no file."""
+
+    code = "source_not_found"
+
+
+class SinkExists(SpillwayError):
+    """The sink path already holds data; Spillway never overwrites output."""
+
+    code = "sink_exists"
+
+
+class JobNotFound(SpillwayError):
+    """No job has the given id."""
+
+    code = "job_not_found"
+
+
+class InvalidTransition(SpillwayError):
+    """A state change that the job lifecycle forbids (e.g. cancelling a finished job)."""
+
+    code = "invalid_transition"
+
+
+class ClusterConfigError(SpillwayError):
+    """Cluster settings that cannot work; the message says how to fix them."""
+
+    code = "invalid_cluster_config"

@@ -1,0 +1,104 @@
+"""Job lifecycle state, progress and result-manifest models shared by every layer."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class JobStatus(str, Enum):
+    """Where a job is in its lifecycle: PENDING → RUNNING → SUCCEEDED | FAILED | CANCELLED."""
+
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+    def is_terminal(self) -> bool:
+        """A terminal state is final: nothing ever leaves it."""
+        return self in TERMINAL_STATES
+
+
+TERMINAL_STATES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
+
+#: The states each state may move to; the store enforces this in its UPDATE statements.
+ALLOWED_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
+    JobStatus.PENDING: frozenset({JobStatus.RUNNING, JobStatus.FAILED, JobStatus.CANCELLED}),
+    JobStatus.RUNNING: TERMINAL_STATES,
+    JobStatus.SUCCEEDED: frozenset(),
+    JobStatus.FAILED: frozenset(),
+    JobStatus.CANCELLED: frozenset(),
+}
+
+
+class ErrorDetail(BaseModel):
+    """The stable error shape: a code to branch on, a message to read, the field at fault."""
+
+    code: str
+    message: str
+    field: str | None = None
+
+
+class StageProgress(BaseModel):
+    """Partitions (tasks) done out of the total for one stage of a job's graph.
+
+    A stage is a Dask key prefix such as ``read_parquet-fused``: the same grouping
+    the Dask dashboard's progress page uses, so the two can be read side by side.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    done: int = Field(ge=0)
+    total: int = Field(ge=0)
+
+
+class JobProgress(BaseModel):
+    """Progress of a whole job, stage by stage, in graph order."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    stages: list[StageProgress] = Field(default_factory=list)
+
+    @property
+    def done(self) -> int:
+        return sum(s.done for s in self.stages)
+
+    @property
+    def total(self) -> int:
+        return sum(s.total for s in self.stages)
+
+
+class ResultFile(BaseModel):
+    """One committed output file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(description="Path relative to the sink directory.")
+    size_bytes: int
+    rows: int
+
+
+class ColumnSchema(BaseModel):
+    """One output column: its name and its Arrow type as text."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    type: str
+
+
+class ResultManifest(BaseModel):
+    """Where a finished job's output lives and what it holds."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    location: str = Field(description="The committed sink directory.")
+    format: str = "parquet"
+    files: list[ResultFile]
+    total_rows: int
+    total_bytes: int
+    columns: list[ColumnSchema] = Field(description="The output schema.")
+    partition_on: list[str] = Field(default_factory=list)

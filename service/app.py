@@ -1,0 +1,74 @@
+"""``create_app(settings)``: the FastAPI control plane and the lifetime of its cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from fastapi import FastAPI
+
+from cluster.factory import ClusterHandle, start_cluster
+from cluster.manager import JobManager
+from service.config import Settings
+from service.errors import install_error_handlers
+from service.metrics import ServiceMetrics
+from service.routes import cluster as cluster_routes
+from service.routes import health as health_routes
+from service.routes import jobs as job_routes
+from service.store import JobStore
+
+log = logging.getLogger("spillway")
+
+
+@dataclass
+class Services:
+    """What the routes need, built once in the lifespan and injected."""
+
+    settings: Settings
+    store: JobStore
+    cluster: ClusterHandle
+    manager: JobManager
+    metrics: ServiceMetrics
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """The service: store, cluster and job manager start with the app and stop with it."""
+    settings = settings or Settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        store = JobStore(settings.database_url)
+        metrics = ServiceMetrics(store.count_by_state)
+        cluster = await start_cluster(settings.cluster)
+        log.info("backend %s: %s", cluster.backend, cluster.backend_reason)
+        manager = JobManager(
+            store,
+            cluster,
+            max_concurrent=settings.max_concurrent_jobs,
+            progress_interval=settings.progress_interval_s,
+            metrics=metrics,
+        )
+        await manager.start()
+        app.state.services = Services(settings, store, cluster, manager, metrics)
+        log.info("spillway ready: %s cluster, dashboard %s", cluster.kind, cluster.dashboard_link or "off")
+        try:
+            yield
+        finally:
+            await manager.stop()
+            await cluster.close()
+            await asyncio.to_thread(store.close)
+
+    app = FastAPI(
+        title="Spillway",
+        summary="GPU ETL jobs on Dask: submit a spec, watch its partitions, get its result files.",
+        version="0.1.0",
+        lifespan=lifespan,
+    )
+    install_error_handlers(app)
+    app.include_router(job_routes.router)
+    app.include_router(cluster_routes.router)
+    app.include_router(health_routes.router)
+    return app

@@ -1,0 +1,315 @@
+"""``spillway``: run the service, submit and follow jobs. Talks to the service only through the SDK."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+import yaml
+from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from jobs.spec import JobSpec
+from jobs.status import JobStatus, ResultManifest
+from service.client import DEFAULT_URL, ApiError, JobEvent, SpillwayClient
+from service.schemas import JobView
+
+app = typer.Typer(
+    help=(
+        "Spillway: ETL jobs on Dask (pandas on CPU, cuDF on GPUs).\n\n"
+        "Start the service with `spillway serve`, then `spillway submit examples/revenue_by_region.yaml --wait`. "
+        "`spillway demo` does both on generated sample data."
+    ),
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err = Console(stderr=True)
+
+UrlOption = Annotated[str, typer.Option("--url", envvar="SPILLWAY_URL", help="The Spillway service to talk to.")]
+
+
+def _client(url: str) -> SpillwayClient:
+    return SpillwayClient(url)
+
+
+def _fail(message: str, code: int = 1) -> typer.Exit:
+    err.print(f"[bold red]error:[/] {message}")
+    return typer.Exit(code)
+
+
+class _SpecLoader(yaml.SafeLoader):
+    """YAML 1.2 booleans: only true/false. In YAML 1.1 a join's `on:` key would read as True."""
+
+
+_SpecLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_SpecLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+
+
+def load_spec(path: Path) -> JobSpec:
+    """Read a JobSpec from a YAML or JSON file, with errors that name the file and the field."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise _fail(f"cannot read {path}: {exc.strerror}", 2) from exc
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.load(text, Loader=_SpecLoader)  # noqa: S506 - a SafeLoader subclass
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise _fail(f"{path} is not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {exc}", 2) from exc
+    if not isinstance(data, dict):
+        raise _fail(f"{path} must hold a mapping (name, source, steps, sink), not {type(data).__name__}", 2)
+    try:
+        return JobSpec.model_validate(data)
+    except ValidationError as exc:
+        from service.errors import field_path
+
+        lines = [f"  {field_path(e['loc']) or '(top)'}: {e['msg']}" for e in exc.errors()]
+        raise _fail(f"{path} is not a valid job spec:\n" + "\n".join(lines), 2) from exc
+
+
+def _print_manifest(manifest: ResultManifest) -> None:
+    console.print(f"[bold]result:[/] {manifest.location}")
+    table = Table()
+    table.add_column("file")
+    table.add_column("rows", justify="right")
+    table.add_column("bytes", justify="right")
+    for f in manifest.files:
+        table.add_row(f.path, f"{f.rows:,}", f"{f.size_bytes:,}")
+    table.add_section()
+    table.add_row(f"{len(manifest.files)} files", f"{manifest.total_rows:,}", f"{manifest.total_bytes:,}")
+    console.print(table)
+    console.print("schema: " + ", ".join(f"{c.name}: {c.type}" for c in manifest.columns))
+
+
+def _print_job(job: JobView) -> None:
+    console.print(f"[bold]{job.id}[/] {job.name}  state=[bold]{job.state.value}[/]  backend={job.backend}")
+    for stage in job.progress.stages:
+        console.print(f"  {stage.name:<48} {stage.done:>6}/{stage.total}")
+    if job.error:
+        console.print(f"[red]error ({job.error.code}):[/] {job.error.message}")
+    if job.links and job.links.dashboard:
+        console.print(f"dashboard: {job.links.dashboard}")
+
+
+def follow(client: SpillwayClient, job_id: str) -> JobView:
+    """Show a live progress bar per stage until the job ends; returns the final job."""
+    with Progress(
+        TextColumn("{task.description:<44}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+    ) as bars:
+        tasks: dict[str, TaskID] = {}
+
+        def update(event: JobEvent) -> None:
+            for stage in event.progress.stages:
+                if stage.name not in tasks:
+                    tasks[stage.name] = bars.add_task(stage.name, total=stage.total)
+                bars.update(tasks[stage.name], completed=stage.done, total=stage.total)
+
+        return client.wait(job_id, on_event=update)
+
+
+@app.command()
+def submit(
+    spec_file: Annotated[Path, typer.Argument(help="Job spec, YAML or JSON.", exists=False)],
+    url: UrlOption = DEFAULT_URL,
+    wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Follow progress and print the result manifest.")] = False,
+) -> None:
+    """Submit a job spec. With --wait, show progress per stage and print where the result is."""
+    spec = load_spec(spec_file)
+    with _client(url) as client:
+        try:
+            accepted = client.submit(spec)
+        except ApiError as exc:
+            raise _fail(str(exc), 2) from exc
+        except Exception as exc:  # noqa: BLE001 - connection problems, said plainly
+            raise _fail(f"cannot reach {url}: {exc}. Is `spillway serve` running?") from exc
+        console.print(f"submitted [bold]{accepted.id}[/] ({spec.name})")
+        if not wait:
+            console.print(f"follow it: spillway status {accepted.id}")
+            return
+        job = follow(client, accepted.id)
+        _finish(job)
+
+
+def _finish(job: JobView) -> None:
+    if job.state == JobStatus.SUCCEEDED and job.result is not None:
+        _print_manifest(job.result)
+        return
+    _print_job(job)
+    raise typer.Exit(1)
+
+
+@app.command()
+def status(job_id: str, url: UrlOption = DEFAULT_URL) -> None:
+    """Show a job's state and progress per stage."""
+    with _client(url) as client:
+        try:
+            _print_job(client.get(job_id))
+        except ApiError as exc:
+            raise _fail(str(exc)) from exc
+
+
+@app.command("list")
+def list_jobs(
+    url: UrlOption = DEFAULT_URL,
+    state: Annotated[Optional[JobStatus], typer.Option(help="Only jobs in this state.")] = None,  # noqa: UP007 - typer needs Optional
+    limit: Annotated[int, typer.Option(help="How many, newest first.")] = 20,
+) -> None:
+    """List jobs, newest first."""
+    with _client(url) as client:
+        page = client.list(state=state, limit=limit)
+    table = Table(title=f"{page.total} jobs", title_justify="left")
+    for column in ("id", "name", "state", "created", "duration", "progress"):
+        table.add_column(column)
+    for job in page.items:
+        duration = f"{job.duration_s:.1f}s" if job.duration_s is not None else ""
+        table.add_row(job.id, job.name, job.state.value, job.created_at.strftime("%Y-%m-%d %H:%M:%S"), duration, f"{job.progress.done}/{job.progress.total}")
+    console.print(table)
+
+
+@app.command()
+def cancel(job_id: str, url: UrlOption = DEFAULT_URL) -> None:
+    """Cancel a pending or running job; nothing it wrote is committed."""
+    with _client(url) as client:
+        try:
+            job = client.cancel(job_id)
+        except ApiError as exc:
+            raise _fail(str(exc)) from exc
+    console.print(f"{job.id}: {job.state.value}")
+
+
+@app.command()
+def result(job_id: str, url: UrlOption = DEFAULT_URL, as_json: Annotated[bool, typer.Option("--json", help="Print the manifest as JSON.")] = False) -> None:
+    """Print the result manifest of a finished job: files, rows, bytes and schema."""
+    with _client(url) as client:
+        try:
+            manifest = client.result(job_id)
+        except (ApiError, RuntimeError) as exc:
+            raise _fail(str(exc)) from exc
+    if as_json:
+        console.print_json(manifest.model_dump_json())
+    else:
+        _print_manifest(manifest)
+
+
+@app.command()
+def serve(
+    host: Annotated[Optional[str], typer.Option(help="Bind address (default from SPILLWAY_HOST, else 127.0.0.1).")] = None,  # noqa: UP007
+    port: Annotated[Optional[int], typer.Option(help="Port (default from SPILLWAY_PORT, else 8000).")] = None,  # noqa: UP007
+    scheduler_address: Annotated[Optional[str], typer.Option(help="Join an existing Dask scheduler instead of starting a local cluster.")] = None,  # noqa: UP007
+) -> None:
+    """Run the service (FastAPI under uvicorn) with its Dask cluster. Settings come from SPILLWAY_* variables."""
+    import uvicorn
+
+    from service.app import create_app
+    from service.config import Settings
+
+    overrides: dict[str, Any] = {}
+    if host is not None:
+        overrides["host"] = host
+    if port is not None:
+        overrides["port"] = port
+    if scheduler_address is not None:
+        overrides["cluster"] = {"scheduler_address": scheduler_address}
+    try:
+        settings = Settings(**overrides)
+    except ValidationError as exc:
+        raise _fail(f"invalid settings:\n{exc}", 2) from exc
+    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level.lower())
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@app.command()
+def demo(
+    rows: Annotated[int, typer.Option(help="Sample sales rows to generate.")] = 2_000_000,
+    workdir: Annotated[Path, typer.Option(help="Where data, store and output go.")] = Path("var/demo"),
+    spec_file: Annotated[Path, typer.Option("--spec", help="The pipeline to run.")] = Path("examples/revenue_by_region.yaml"),
+    keep_serving: Annotated[bool, typer.Option(help="Leave the service running afterwards.")] = False,
+) -> None:
+    """Generate sample data, start the service with a local cluster and SQLite, run a pipeline, print the result."""
+    from jobs.samples import write_sample_data
+
+    spec = load_spec(spec_file)
+    data = workdir / "data"
+    if not (data / "sales").is_dir():
+        console.print(f"generating {rows:,} sample sales rows in {data} …")
+        write_sample_data(data, rows=rows)
+    output = Path(spec.sink.path)
+    if output.resolve().is_relative_to(workdir.resolve()) and output.exists():
+        console.print(f"removing the previous demo output {output}")
+        shutil.rmtree(output)
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "SPILLWAY_DATABASE_URL": f"sqlite:///{workdir / 'spillway.db'}", "SPILLWAY_PORT": str(port)}
+    log_path = workdir / "service.log"
+    console.print(f"starting the service on {url} (log: {log_path}) …")
+    with open(log_path, "ab") as log_file:
+        server = subprocess.Popen([sys.executable, "-m", "service.cli", "serve"], env=env, stdout=log_file, stderr=subprocess.STDOUT)
+    try:
+        with _client(url) as client:
+            _wait_healthy(client, server)
+            info = client.cluster()
+            console.print(f"cluster: {info.kind}, {len(info.workers)} workers, backend {info.backend}, dashboard {info.dashboard_link}")
+            accepted = client.submit(spec)
+            console.print(f"submitted [bold]{accepted.id}[/] ({spec.name})")
+            job = follow(client, accepted.id)
+            _finish(job)
+            console.print(f"[green]done[/]: {job.result.total_rows if job.result else 0} rows at {job.result.location if job.result else '-'}")
+        if keep_serving:
+            console.print(f"the service keeps running at {url} (pid {server.pid}); stop it with Ctrl-C")
+            server.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if server.poll() is None:
+            server.send_signal(signal.SIGINT)
+            try:
+                server.wait(30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+
+
+def _wait_healthy(client: SpillwayClient, server: subprocess.Popen[bytes], timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise _fail(f"the service exited with code {server.returncode}; see its log")
+        try:
+            if client.health().status == "ok":
+                return
+        except Exception:  # noqa: BLE001 - not up yet
+            pass
+        time.sleep(0.3)
+    raise _fail(f"the service did not become healthy within {timeout:.0f} s")
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

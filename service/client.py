@@ -1,0 +1,142 @@
+"""The Python SDK: talks to the service over HTTP (httpx) with the server's own models."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+
+from cluster.info import ClusterInfo
+from jobs.spec import JobSpec
+from jobs.status import JobProgress, JobStatus, ResultManifest
+from service.schemas import ErrorDetail, Health, JobAccepted, JobPage, JobView
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+
+class ApiError(Exception):
+    """The service answered with an error body ``{"error": {...}}``."""
+
+    def __init__(self, status: int, detail: ErrorDetail) -> None:
+        where = f" [{detail.field}]" if detail.field else ""
+        super().__init__(f"{status} {detail.code}{where}: {detail.message}")
+        self.status = status
+        self.detail = detail
+
+
+class JobEvent:
+    """One server-sent event of ``GET /jobs/{id}/events``."""
+
+    def __init__(self, kind: str, data: dict[str, Any]) -> None:
+        self.kind = kind
+        self.state = JobStatus(data["state"])
+        self.progress = JobProgress.model_validate(data["progress"])
+        self.error = ErrorDetail.model_validate(data["error"]) if data.get("error") else None
+
+
+class SpillwayClient:
+    """A synchronous client for one Spillway service.
+
+    Parameters
+    ----------
+    base_url
+        The service, e.g. ``http://127.0.0.1:8000``.
+    timeout
+        Seconds for each request (streams are not limited).
+    """
+
+    def __init__(self, base_url: str = DEFAULT_URL, *, timeout: float = 30.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> SpillwayClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> Any:
+        response = self._http.request(method, path, **kwargs)
+        if response.status_code >= 400:
+            raise ApiError(response.status_code, _error_detail(response))
+        return response.json()
+
+    def submit(self, spec: JobSpec | dict[str, Any]) -> JobAccepted:
+        """Submit a job; it is validated against its sources before it is accepted."""
+        body = spec.model_dump(mode="json") if isinstance(spec, JobSpec) else spec
+        return JobAccepted.model_validate(self._request("POST", "/jobs", json=body))
+
+    def get(self, job_id: str) -> JobView:
+        return JobView.model_validate(self._request("GET", f"/jobs/{job_id}"))
+
+    def list(self, *, state: JobStatus | None = None, limit: int = 50, offset: int = 0) -> JobPage:
+        params: dict[str, Any] = {"limit": limit, "offset": offset}
+        if state is not None:
+            params["state"] = state.value
+        return JobPage.model_validate(self._request("GET", "/jobs", params=params))
+
+    def cancel(self, job_id: str) -> JobView:
+        return JobView.model_validate(self._request("POST", f"/jobs/{job_id}/cancel"))
+
+    def result(self, job_id: str) -> ResultManifest:
+        """The manifest of a SUCCEEDED job.
+
+        Raises
+        ------
+        RuntimeError
+            If the job has not succeeded (its state and error are in the message).
+        """
+        job = self.get(job_id)
+        if job.result is None:
+            reason = f": {job.error.message}" if job.error else ""
+            raise RuntimeError(f"job {job_id} is {job.state.value}, no result{reason}")
+        return job.result
+
+    def cluster(self) -> ClusterInfo:
+        return ClusterInfo.model_validate(self._request("GET", "/cluster"))
+
+    def health(self) -> Health:
+        response = self._http.get("/healthz")
+        return Health.model_validate(response.json())
+
+    def events(self, job_id: str) -> Iterator[JobEvent]:
+        """Follow a job's server-sent events until it is terminal."""
+        with self._http.stream("GET", f"/jobs/{job_id}/events", timeout=httpx.Timeout(None, connect=10.0)) as response:
+            if response.status_code >= 400:
+                response.read()
+                raise ApiError(response.status_code, _error_detail(response))
+            kind, data = "message", ""
+            for line in response.iter_lines():
+                if line.startswith("event:"):
+                    kind = line[6:].strip()
+                elif line.startswith("data:"):
+                    data += line[5:].strip()
+                elif line == "" and data:
+                    event = JobEvent(kind, json.loads(data))
+                    yield event
+                    if kind == "end":
+                        return
+                    kind, data = "message", ""
+
+    def wait(self, job_id: str, *, on_event: Callable[[JobEvent], None] | None = None, timeout: float | None = None) -> JobView:
+        """Block until the job is terminal, calling ``on_event`` on each progress change."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for event in self.events(job_id):
+            if on_event is not None:
+                on_event(event)
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"job {job_id} still {event.state.value} after {timeout} s")
+        return self.get(job_id)
+
+
+def _error_detail(response: httpx.Response) -> ErrorDetail:
+    try:
+        return ErrorDetail.model_validate(response.json()["error"])
+    except (ValueError, KeyError, TypeError):
+        return ErrorDetail(code=f"http_{response.status_code}", message=response.text[:500] or response.reason_phrase)

@@ -1,0 +1,30 @@
+"""One Settings object for the whole service, from ``SPILLWAY_*`` environment variables.
+
+Nested cluster settings use a double underscore: ``SPILLWAY_CLUSTER__N_WORKERS=4``.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from cluster.settings import ClusterSettings
+
+
+class Settings(BaseSettings):
+    """Everything the service can be told. Built once at start and injected."""
+
+    model_config = SettingsConfigDict(env_prefix="SPILLWAY_", env_nested_delimiter="__", extra="forbid")
+
+    database_url: str = Field(
+        default="sqlite:///var/spillway.db",
+        description="SQLAlchemy URL of the job store: a SQLite file by default, or postgresql+psycopg://user@host/db.",
+    )
+    host: str = Field(default="127.0.0.1", description="Address the HTTP server binds.")
+    port: int = Field(default=8000, ge=0, le=65535, description="Port the HTTP server binds.")
+    public_url: str | None = Field(default=None, description="Base URL used in links, when clients reach the service at another address.")
+    max_concurrent_jobs: int = Field(default=2, ge=1, le=1024, description="Jobs running at once; the rest queue in submission order.")
+    progress_interval_s: float = Field(default=0.5, gt=0, le=1.0, description="Seconds between progress writes to the store while a job runs.")
+    cancel_timeout_s: float = Field(default=30.0, gt=0, description="How long POST /jobs/{id}/cancel waits for the job to stop.")
+    log_level: str = Field(default="INFO", description="Python logging level of the service.")
+    cluster: ClusterSettings = Field(default_factory=ClusterSettings, description="The Dask cluster jobs run on.")

@@ -1,0 +1,39 @@
+"""Health checks and Prometheus metrics."""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import APIRouter, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from service.routes.deps import ServicesDep
+from service.schemas import Health
+
+router = APIRouter(tags=["operations"])
+
+
+@router.get("/healthz", response_model=Health)
+async def healthz(services: ServicesDep, response: Response) -> Health:
+    """200 when the store answers and the cluster has workers; 503 otherwise."""
+    try:
+        info = await asyncio.wait_for(services.cluster.info(), 5.0)
+        workers = len(info.workers)
+    except (OSError, TimeoutError) as exc:
+        response.status_code = 503
+        return Health(status="unavailable", backend=services.cluster.backend, workers=0, details={"cluster": str(exc)})
+    if workers == 0:
+        response.status_code = 503
+    return Health(
+        status="ok" if workers else "no-workers",
+        backend=services.cluster.backend,
+        workers=workers,
+        details={"running_jobs": services.manager.running_count},
+    )
+
+
+@router.get("/metrics", response_class=Response)
+async def metrics(services: ServicesDep) -> Response:
+    """Prometheus text format."""
+    body = await asyncio.to_thread(generate_latest, services.metrics.registry)
+    return Response(body, media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,116 @@
+"""``/jobs``: submit, inspect, list, cancel and follow jobs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import StreamingResponse
+
+from jobs.sink import ensure_sink_free
+from jobs.spec import JobSpec
+from jobs.status import JobStatus
+from jobs.validate import check_spec
+from service.routes.deps import ServicesDep
+from service.schemas import ErrorBody, JobAccepted, JobLinks, JobPage, JobView
+
+router = APIRouter(prefix="/jobs", tags=["jobs"])
+
+_ERRORS = {
+    400: {"model": ErrorBody, "description": "Malformed JSON."},
+    404: {"model": ErrorBody, "description": "No such job."},
+    409: {"model": ErrorBody, "description": "The sink holds data, or the job already finished."},
+    422: {"model": ErrorBody, "description": "The spec does not fit its sources: the field and column are named."},
+}
+_EVENT_POLL_S = 0.25
+_KEEPALIVE_S = 15.0
+
+
+def _links(services: ServicesDep, request: Request, job_id: str) -> JobLinks:
+    base = (services.settings.public_url or str(request.base_url)).rstrip("/")
+    return JobLinks(
+        self=f"{base}/jobs/{job_id}",
+        events=f"{base}/jobs/{job_id}/events",
+        cancel=f"{base}/jobs/{job_id}/cancel",
+        dashboard=services.cluster.dashboard_link,
+    )
+
+
+def _with_links(job: JobView, services: ServicesDep, request: Request) -> JobView:
+    return job.model_copy(update={"links": _links(services, request, job.id)})
+
+
+def _validate(spec: JobSpec) -> None:
+    check_spec(spec)
+    ensure_sink_free(spec.sink)
+
+
+@router.post("", status_code=202, response_model=JobAccepted, responses=_ERRORS)
+async def submit_job(spec: JobSpec, services: ServicesDep, request: Request) -> JobAccepted:
+    """Validate a JobSpec against its sources' schemas, persist it and queue it."""
+    await asyncio.to_thread(_validate, spec)
+    job = await asyncio.to_thread(services.store.create, spec, services.cluster.backend)
+    services.manager.enqueue(job.id)
+    return JobAccepted(id=job.id, state=job.state, links=_links(services, request, job.id))
+
+
+@router.get("", response_model=JobPage)
+async def list_jobs(
+    services: ServicesDep,
+    request: Request,
+    state: Annotated[JobStatus | None, Query(description="Only jobs in this state.")] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> JobPage:
+    """Jobs, newest first, optionally filtered by state."""
+    items, total = await asyncio.to_thread(services.store.list, state=state, limit=limit, offset=offset)
+    return JobPage(items=[_with_links(j, services, request) for j in items], total=total, limit=limit, offset=offset)
+
+
+@router.get("/{job_id}", response_model=JobView, responses=_ERRORS)
+async def get_job(job_id: str, services: ServicesDep, request: Request) -> JobView:
+    """State, timestamps, progress per stage, the error or the result manifest."""
+    return _with_links(await asyncio.to_thread(services.store.get, job_id), services, request)
+
+
+@router.post("/{job_id}/cancel", response_model=JobView, status_code=202, responses=_ERRORS)
+async def cancel_job(job_id: str, services: ServicesDep, request: Request) -> JobView:
+    """Cancel a pending or running job: its tasks are released and nothing is committed."""
+    job = await services.manager.cancel(job_id, timeout=services.settings.cancel_timeout_s)
+    return _with_links(job, services, request)
+
+
+@router.get("/{job_id}/events", responses=_ERRORS)
+async def job_events(job_id: str, services: ServicesDep) -> StreamingResponse:
+    """Server-sent events: ``progress`` on every change, then one ``end`` when the job is terminal."""
+    await asyncio.to_thread(services.store.get, job_id)  # 404 before the stream starts
+
+    async def stream() -> AsyncIterator[str]:
+        last: str | None = None
+        quiet = 0.0
+        while True:
+            job = await asyncio.to_thread(services.store.get, job_id)
+            data = json.dumps(
+                {
+                    "id": job.id,
+                    "state": job.state.value,
+                    "progress": job.progress.model_dump(mode="json"),
+                    "error": job.error.model_dump(mode="json") if job.error else None,
+                }
+            )
+            if job.state.is_terminal():
+                yield f"event: end\ndata: {data}\n\n"
+                return
+            if data != last:
+                yield f"event: progress\ndata: {data}\n\n"
+                last, quiet = data, 0.0
+            elif quiet >= _KEEPALIVE_S:
+                yield ": keep-alive\n\n"
+                quiet = 0.0
+            await asyncio.sleep(_EVENT_POLL_S)
+            quiet += _EVENT_POLL_S
+
+    return StreamingResponse(stream(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})

@@ -1,0 +1,77 @@
+"""API models shared by the server, the SDK and the CLI."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from jobs.spec import JobSpec
+from jobs.status import ErrorDetail, JobProgress, JobStatus, ResultManifest
+
+
+class ErrorBody(BaseModel):
+    """Every 4xx/5xx body: ``{"error": {"code", "message", "field"?}}``."""
+
+    error: ErrorDetail
+
+
+class JobLinks(BaseModel):
+    """Where to look next for a job."""
+
+    self: str
+    events: str
+    cancel: str
+    dashboard: str | None = Field(default=None, description="The Dask dashboard's status page.")
+
+
+class JobView(BaseModel):
+    """A job as the API shows it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    name: str
+    state: JobStatus
+    backend: str
+    spec: JobSpec
+    created_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    updated_at: datetime
+    progress: JobProgress
+    error: ErrorDetail | None = None
+    result: ResultManifest | None = None
+    links: JobLinks | None = None
+
+    @property
+    def duration_s(self) -> float | None:
+        if self.started_at is None:
+            return None
+        end = self.finished_at or self.updated_at
+        return (end - self.started_at).total_seconds()
+
+
+class JobAccepted(BaseModel):
+    """The answer to ``POST /jobs``."""
+
+    id: str
+    state: JobStatus
+    links: JobLinks
+
+
+class JobPage(BaseModel):
+    """One page of ``GET /jobs``, newest first."""
+
+    items: list[JobView]
+    total: int
+    limit: int
+    offset: int
+
+
+class Health(BaseModel):
+    status: str
+    backend: str
+    workers: int
+    details: dict[str, Any] = Field(default_factory=dict)

@@ -1,0 +1,217 @@
+"""Job persistence with SQLAlchemy: a SQLite file by default, PostgreSQL by URL.
+
+State changes are single conditional UPDATEs (``... WHERE state IN (allowed)``), so
+no race, restart or second writer can move a job out of a terminal state.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Column,
+    DateTime,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    create_engine,
+    event,
+    func,
+    select,
+    update,
+)
+from sqlalchemy.engine import Engine
+
+from jobs.errors import JobNotFound
+from jobs.spec import JobSpec
+from jobs.status import ALLOWED_TRANSITIONS, ErrorDetail, JobProgress, JobStatus, ResultManifest
+from service.schemas import JobView
+
+Clock = Callable[[], datetime]
+
+metadata = MetaData()
+jobs_table = Table(
+    "spillway_jobs",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("id", String(32), unique=True, nullable=False),
+    Column("name", String(100), nullable=False),
+    Column("state", String(16), nullable=False, index=True),
+    Column("backend", String(16), nullable=False),
+    Column("spec", JSON, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("started_at", DateTime(timezone=True)),
+    Column("finished_at", DateTime(timezone=True)),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    Column("progress", JSON, nullable=False),
+    Column("error", JSON),
+    Column("result", JSON),
+)
+
+
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _aware(value: datetime | None) -> datetime | None:
+    # SQLite returns naive datetimes; everything stored is UTC.
+    if value is not None and value.tzinfo is None:
+        return value.replace(tzinfo=timezone.utc)
+    return value
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for ``url``; SQLite gets WAL and a busy timeout for concurrent readers."""
+    if url.startswith("sqlite"):
+        database = url.split("///", 1)[-1]
+        if database and database != ":memory:":
+            Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+
+        @event.listens_for(engine, "connect")
+        def _pragmas(dbapi_connection: Any, _: Any) -> None:
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA busy_timeout=30000")
+            cursor.close()
+
+        return engine
+    return create_engine(url, pool_pre_ping=True)
+
+
+class JobStore:
+    """Reads and writes jobs. Every method is a short transaction; call from a thread."""
+
+    def __init__(self, url: str, *, clock: Clock = utc_now) -> None:
+        self.engine = make_engine(url)
+        self.clock = clock
+        metadata.create_all(self.engine)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def create(self, spec: JobSpec, backend: str) -> JobView:
+        """Persist a new PENDING job."""
+        now = self.clock()
+        job_id = uuid.uuid4().hex[:16]
+        with self.engine.begin() as conn:
+            conn.execute(
+                jobs_table.insert().values(
+                    id=job_id,
+                    name=spec.name,
+                    state=JobStatus.PENDING.value,
+                    backend=backend,
+                    spec=spec.model_dump(mode="json"),
+                    created_at=now,
+                    updated_at=now,
+                    progress=JobProgress().model_dump(mode="json"),
+                )
+            )
+        return self.get(job_id)
+
+    def get(self, job_id: str) -> JobView:
+        """One job. Raises :class:`JobNotFound`."""
+        with self.engine.connect() as conn:
+            row = conn.execute(select(jobs_table).where(jobs_table.c.id == job_id)).mappings().first()
+        if row is None:
+            raise JobNotFound(f"no job with id '{job_id}'", field="id")
+        return _to_view(row)
+
+    def list(self, *, state: JobStatus | None = None, limit: int = 50, offset: int = 0) -> tuple[list[JobView], int]:
+        """A page of jobs, newest first, and the total count matching the filter."""
+        query = select(jobs_table)
+        count = select(func.count()).select_from(jobs_table)
+        if state is not None:
+            query = query.where(jobs_table.c.state == state.value)
+            count = count.where(jobs_table.c.state == state.value)
+        with self.engine.connect() as conn:
+            rows = conn.execute(query.order_by(jobs_table.c.seq.desc()).limit(limit).offset(offset)).mappings().all()
+            total = conn.execute(count).scalar_one()
+        return [_to_view(r) for r in rows], int(total)
+
+    def transition(self, job_id: str, to: JobStatus, **fields: Any) -> bool:
+        """Move a job to ``to`` if its lifecycle allows it from the current state.
+
+        Returns whether the job moved. Terminal moves stamp ``finished_at``.
+        """
+        allowed_from = [s.value for s, targets in ALLOWED_TRANSITIONS.items() if to in targets]
+        now = self.clock()
+        values: dict[str, Any] = {"state": to.value, "updated_at": now, **fields}
+        if to == JobStatus.RUNNING:
+            values.setdefault("started_at", now)
+        if to.is_terminal():
+            values.setdefault("finished_at", now)
+        with self.engine.begin() as conn:
+            result = conn.execute(
+                update(jobs_table)
+                .where(jobs_table.c.id == job_id, jobs_table.c.state.in_(allowed_from))
+                .values(**values)
+            )
+        return result.rowcount == 1
+
+    def finish(
+        self,
+        job_id: str,
+        to: JobStatus,
+        *,
+        progress: JobProgress | None = None,
+        error: ErrorDetail | None = None,
+        result: ResultManifest | None = None,
+    ) -> bool:
+        """Move a job to a terminal state with its final progress, error or result."""
+        fields: dict[str, Any] = {}
+        if progress is not None:
+            fields["progress"] = progress.model_dump(mode="json")
+        if error is not None:
+            fields["error"] = error.model_dump(mode="json")
+        if result is not None:
+            fields["result"] = result.model_dump(mode="json")
+        return self.transition(job_id, to, **fields)
+
+    def save_progress(self, job_id: str, progress: JobProgress) -> None:
+        """Record progress of a RUNNING job (a no-op once it is terminal)."""
+        with self.engine.begin() as conn:
+            conn.execute(
+                update(jobs_table)
+                .where(jobs_table.c.id == job_id, jobs_table.c.state == JobStatus.RUNNING.value)
+                .values(progress=progress.model_dump(mode="json"), updated_at=self.clock())
+            )
+
+    def ids_in_state(self, state: JobStatus) -> list[str]:
+        """Ids of jobs in ``state``, in submission order."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(jobs_table.c.id).where(jobs_table.c.state == state.value).order_by(jobs_table.c.seq)
+            ).all()
+        return [r[0] for r in rows]
+
+    def count_by_state(self) -> dict[JobStatus, int]:
+        """How many jobs are in each state (every state present, zero included)."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(jobs_table.c.state, func.count()).group_by(jobs_table.c.state)).all()
+        counts = {s: 0 for s in JobStatus}
+        counts.update({JobStatus(state): int(n) for state, n in rows})
+        return counts
+
+
+def _to_view(row: Any) -> JobView:
+    return JobView(
+        id=row["id"],
+        name=row["name"],
+        state=JobStatus(row["state"]),
+        backend=row["backend"],
+        spec=JobSpec.model_validate(row["spec"]),
+        created_at=_aware(row["created_at"]),
+        started_at=_aware(row["started_at"]),
+        finished_at=_aware(row["finished_at"]),
+        updated_at=_aware(row["updated_at"]),
+        progress=JobProgress.model_validate(row["progress"]),
+        error=ErrorDetail.model_validate(row["error"]) if row["error"] else None,
+        result=ResultManifest.model_validate(row["result"]) if row["result"] else None,
+    )

@@ -1,0 +1,426 @@
+"""Tests for jobs.expr: every feature against an independent plain-pandas reference,
+the same expression on dask, and the whitelist's rejections and their messages."""
+
+from __future__ import annotations
+
+import builtins
+import pickle
+from collections.abc import Callable
+from typing import Any
+
+import cloudpickle
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+import pytest
+
+from jobs.errors import ExpressionError, UnknownColumn
+from jobs.expr import MAX_DEPTH, MAX_LENGTH, Expression, parse_expression
+
+FIELD = "steps[2].expr"
+
+
+def make_frame(rows: int = 24) -> pd.DataFrame:
+    """A small frame with nulls in numeric, string and datetime columns."""
+    rng = np.random.default_rng(7)
+    amount = rng.normal(100, 60, rows).round(2)
+    amount[::5] = np.nan
+    discount = rng.uniform(0, 0.3, rows).round(3)
+    discount[::3] = np.nan
+    words = np.array(["Apple", "banana split", "Cherry", "apple pie", "KIWI", "a.b", "", "pear"], dtype=object)
+    name = words[rng.integers(0, len(words), rows)]
+    name[[2, 9, 17]] = None
+    ship_date = pd.Series(pd.Timestamp("1998-06-15") + pd.to_timedelta(rng.integers(-400, 400, rows), unit="D"))
+    ship_date[[3, 11]] = pd.NaT
+    return pd.DataFrame(
+        {
+            "amount": amount,
+            "discount": discount,
+            "qty": rng.integers(-3, 12, rows),
+            "name": pd.Series(name, dtype="str"),
+            "category": rng.choice(["a", "b", "c"], rows),
+            "ship_date": ship_date,
+            "day_text": ship_date.dt.strftime("%Y-%m-%d"),
+            "flag": rng.random(rows) < 0.5,
+            "unit price": rng.uniform(1, 10, rows).round(2),
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def pdf() -> pd.DataFrame:
+    return make_frame()
+
+
+@pytest.fixture(scope="module")
+def ddf(pdf: pd.DataFrame) -> dd.DataFrame:
+    return dd.from_pandas(pdf, npartitions=3)
+
+
+def plain(series: pd.Series) -> pd.Series:
+    """Object values with every kind of null as None: dask stores strings as string[pyarrow]
+    (pd.NA, nullable results) where pandas uses its NaN-based str dtype."""
+    series = series.reset_index(drop=True)
+    return series.astype(object).where(series.notna(), None)
+
+
+def assert_loosely_equal(actual: pd.Series, expected: pd.Series) -> None:
+    pd.testing.assert_series_equal(plain(actual), plain(expected), check_dtype=False, check_names=False)
+
+
+def check(text: str, pdf: pd.DataFrame, ddf: dd.DataFrame, expected: pd.Series, *, strict: bool = True) -> None:
+    """pandas result == reference (dtype too when ``strict``); dask result == pandas result."""
+    expr = parse_expression(text)
+    got = expr.evaluate(pdf)
+    if strict:
+        pd.testing.assert_series_equal(got, expected, check_names=False)
+    else:
+        assert_loosely_equal(got, expected)
+    lazy = expr.evaluate(ddf)
+    assert isinstance(lazy, dd.Series)
+    assert_loosely_equal(lazy.compute(), got)
+
+
+Ref = Callable[[pd.DataFrame], pd.Series]
+
+
+def _py(fn: Callable[[Any], Any], column: str = "name") -> Ref:
+    """A row-by-row Python reference, null in -> null out."""
+    return lambda df: df[column].map(lambda v: None if pd.isna(v) else fn(v)).astype(object)
+
+
+ARITHMETIC: dict[str, Ref] = {
+    "amount + qty": lambda df: df.amount + df.qty,
+    "amount - qty * 2": lambda df: df.amount - df.qty * 2,
+    "amount / qty": lambda df: df.amount / df.qty,
+    "qty // 4": lambda df: df.qty // 4,
+    "qty % 4": lambda df: df.qty % 4,
+    "qty ** 2": lambda df: df.qty**2,
+    "-amount": lambda df: -df.amount,
+    "+qty": lambda df: df.qty,
+    "2 ** 3 + qty": lambda df: df.qty + 8,
+    'col("unit price") * qty': lambda df: df["unit price"] * df.qty,
+    "(amount - 10) * (1 - discount)": lambda df: (df.amount - 10) * (1 - df.discount),
+    "name + '!'": lambda df: df.name + "!",
+}
+COMPARISON: dict[str, Ref] = {
+    "amount > 100": lambda df: df.amount > 100,
+    "qty == 3": lambda df: df.qty == 3,
+    "qty != 3": lambda df: df.qty != 3,
+    "amount != 100": lambda df: df.amount.notna() & (df.amount != 100),  # null compares false, even with !=
+    "name != 'Apple'": lambda df: df.name.notna() & (df.name != "Apple"),
+    "name == 'Apple'": lambda df: df.name.map(lambda v: v == "Apple"),
+    "name < 'b'": lambda df: df.name.map(lambda v: isinstance(v, str) and v < "b"),
+    "name not in ('KIWI', 'pear')": lambda df: df.name.notna() & ~df.name.isin(["KIWI", "pear"]),
+    "amount <= 50": lambda df: df.amount <= 50,
+    "qty >= 5": lambda df: df.qty >= 5,
+    "qty < amount": lambda df: df.qty < df.amount,
+    "0 < qty <= 5": lambda df: (df.qty > 0) & (df.qty <= 5),
+    "qty in [1, 2, 3]": lambda df: df.qty.isin([1, 2, 3]),
+    "category not in ('a', 'b')": lambda df: df.category == "c",
+    "amount > 100 and flag": lambda df: (df.amount > 100) & df.flag,
+    "qty < 0 or not flag": lambda df: (df.qty < 0) | ~df.flag,
+    "not (amount > 100)": lambda df: ~(df.amount > 100),
+    "flag and qty in (1, 2) or category == 'a'": lambda df: (df.flag & df.qty.isin([1, 2])) | (df.category == "a"),
+}
+NULLS: dict[str, Ref] = {
+    "isnull(amount)": lambda df: df.amount.isna(),
+    "notnull(name)": lambda df: df.name.notna(),
+    "isnull(ship_date)": lambda df: df.ship_date.isna(),
+    "fillna(amount, 0)": lambda df: df.amount.fillna(0),
+    "fillna(name, 'none')": lambda df: df.name.fillna("none"),
+    "coalesce(amount, discount)": lambda df: pd.Series(np.where(df.amount.isna(), df.discount, df.amount)),
+    "coalesce(amount, discount, 0)": lambda df: df.amount.fillna(df.discount).fillna(0),
+}
+NUMERIC: dict[str, Ref] = {
+    "abs(qty)": lambda df: df.qty.abs(),
+    "abs(amount - 100)": lambda df: (df.amount - 100).abs(),
+    "round(amount, 1)": lambda df: df.amount.round(1),
+    "round(amount)": lambda df: df.amount.round(0),
+    "between(qty, 0, 5)": lambda df: df.qty.between(0, 5),
+    "between(amount, 50, 150)": lambda df: df.amount.between(50, 150),
+    'cast(qty, "float64")': lambda df: df.qty.astype("float64"),
+    'cast(qty, "int32")': lambda df: df.qty.astype("int32"),
+    'cast(flag, "int64")': lambda df: df.flag.astype("int64"),
+    'cast(qty, "bool")': lambda df: df.qty != 0,
+    'cast(amount, "string")': _py(str, "amount"),  # nulls stay null (pandas 2 would write "nan")
+    'cast(amount, "float32")': lambda df: df.amount.astype("float32"),
+    'cast(day_text, "datetime64[ns]")': lambda df: pd.to_datetime(df.day_text).astype("datetime64[ns]"),
+}
+STRINGS: dict[str, Ref] = {
+    "lower(name)": _py(str.lower),
+    "upper(name)": _py(str.upper),
+    "contains(name, 'an')": lambda df: df.name.map(lambda v: isinstance(v, str) and "an" in v),
+    "contains(name, 'a.')": lambda df: df.name.map(lambda v: isinstance(v, str) and "a." in v),  # not a regex
+    "startswith(name, 'app')": lambda df: df.name.map(lambda v: isinstance(v, str) and v.startswith("app")),
+    "endswith(name, 'e')": lambda df: df.name.map(lambda v: isinstance(v, str) and v.endswith("e")),
+    "substr(name, 1, 3)": _py(lambda v: v[1:4]),
+    "substr(name, 2)": _py(lambda v: v[2:]),
+    "length(name)": _py(len),
+    "lower(name) == 'apple'": lambda df: df.name.map(lambda v: isinstance(v, str) and v.lower() == "apple"),
+}
+DATES: dict[str, Ref] = {
+    "year(ship_date)": lambda df: df.ship_date.map(lambda v: v.year, na_action="ignore"),
+    "month(ship_date)": lambda df: df.ship_date.map(lambda v: v.month, na_action="ignore"),
+    "day(ship_date)": lambda df: df.ship_date.map(lambda v: v.day, na_action="ignore"),
+    'ship_date <= date("1998-12-01") - interval(90, "days")': lambda df: df.ship_date <= pd.Timestamp("1998-09-02"),
+    'ship_date + interval(1, "year")': lambda df: df.ship_date + pd.DateOffset(years=1),
+    'ship_date - interval(2, "months")': lambda df: df.ship_date - pd.DateOffset(months=2),
+    'ship_date + interval(10, "days")': lambda df: df.ship_date + pd.Timedelta(days=10),
+    'interval(1, "month") + ship_date': lambda df: df.ship_date + pd.DateOffset(months=1),
+    'ship_date >= timestamp("1998-06-01 10:00:00")': lambda df: df.ship_date >= pd.Timestamp("1998-06-01 10:00"),
+    'between(ship_date, date("1998-01-01"), date("1998-12-31"))': lambda df: df.ship_date.between(
+        pd.Timestamp("1998-01-01"), pd.Timestamp("1998-12-31")
+    ),
+    'ship_date - date("1998-01-01")': lambda df: df.ship_date - pd.Timestamp("1998-01-01"),
+}
+
+
+def _strs(values: Any, df: pd.DataFrame) -> pd.Series:
+    return pd.Series(values, index=df.index, dtype="str")
+
+
+CONDITIONALS: dict[str, Ref] = {
+    "amount if flag else qty": lambda df: pd.Series(np.where(df.flag, df.amount, df.qty), index=df.index),
+    "amount if flag else 0": lambda df: pd.Series(np.where(df.flag, df.amount, 0.0), index=df.index),
+    "0 if flag else amount": lambda df: pd.Series(np.where(df.flag, 0.0, df.amount), index=df.index),
+    "qty if flag else None": lambda df: pd.Series(np.where(df.flag, df.qty, np.nan), index=df.index),
+    "'big' if amount > 100 else 'small'": lambda df: _strs(np.where(df.amount > 100, "big", "small"), df),
+    "1 if flag else 2.5": lambda df: pd.Series(np.where(df.flag, 1.0, 2.5), index=df.index),
+    "name if flag else 'x'": lambda df: df.name.where(df.flag, "x"),
+    'case(amount > 150, "high", amount > 50, "mid", "low")': lambda df: _strs(
+        np.select([df.amount > 150, df.amount > 50], ["high", "mid"], "low"), df
+    ),
+    "case(qty < 0, -qty, qty > 10, 10, qty)": lambda df: pd.Series(
+        np.select([df.qty < 0, df.qty > 10], [-df.qty, 10], df.qty), index=df.index
+    ),
+    "case(isnull(name), '?', name)": lambda df: df.name.fillna("?"),
+    "case(flag, amount, None)": lambda df: df.amount.where(df.flag),
+    "case(True, qty, 0)": lambda df: df.qty,
+    "case(False, qty, flag, 1, 0)": lambda df: df.flag.astype("int64"),
+}
+FEATURES = {**ARITHMETIC, **COMPARISON, **NULLS, **NUMERIC, **STRINGS, **DATES, **CONDITIONALS}
+# Python refs: object dtype
+LOOSE = set(STRINGS) | {"year(ship_date)", "month(ship_date)", "day(ship_date)", 'cast(amount, "string")'}
+
+
+@pytest.mark.parametrize("text", list(FEATURES))
+def test_feature_matches_pandas_reference_and_dask(text: str, pdf: pd.DataFrame, ddf: dd.DataFrame) -> None:
+    check(text, pdf, ddf, FEATURES[text](pdf), strict=text not in LOOSE)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["qty if flag else None", "1 if flag else 2.5", "case(flag, 1, None)", "case(qty > 5, qty, 0.5)",
+     "0 if flag else qty"],
+)
+def test_where_results_have_one_dtype_across_dask_partitions(text: str, ddf: dd.DataFrame) -> None:
+    # pandas widens int -> float only in partitions where a float/null branch is taken
+    lazy = parse_expression(text).evaluate(ddf)
+    assert {str(part.compute().dtype) for part in lazy.partitions} == {str(lazy.dtype)}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "not " * (MAX_DEPTH - 1) + "flag",
+        " + ".join(["amount"] * MAX_DEPTH),
+        "abs(" * (MAX_DEPTH - 1) + "qty" + ")" * (MAX_DEPTH - 1),
+        " or ".join(["flag"] * 240),
+        "coalesce(" + "amount, " * 200 + "0)",
+        "case(" + ", ".join(f"qty > {i}, amount" for i in range(MAX_DEPTH)) + ", 0)",
+        "between(" * 25 + "case(" + "amount > 1, qty, " * MAX_DEPTH + "0)" + ", 0, 1)" * 25,
+    ],
+)
+def test_largest_allowed_expressions_compute_on_dask(text: str, pdf: pd.DataFrame, ddf: dd.DataFrame) -> None:
+    # dask recurses once per nested operation: the limits must keep accepted input computable
+    expr = parse_expression(text)
+    assert_loosely_equal(expr.evaluate(ddf).compute(), expr.evaluate(pdf))
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("1 + 2 * 3", 7),
+        ("lower('ABC') + upper('d')", "abcD"),
+        ('date("1998-12-01") - interval(90, "days")', pd.Timestamp("1998-09-02")),
+        ('timestamp("2000-01-31 08:00") + interval(1, "month")', pd.Timestamp("2000-02-29 08:00")),
+        ('year(date("2001-02-03"))', 2001),
+        ("'a' in ('a', 'b')", True),
+        ("coalesce(None, 3)", 3),
+        ("coalesce(None, None, 'x', 'y')", "x"),
+        ("case(1 > 2, 'x', 'y')", "y"),
+        ("substr('spillway', 1, 3)", "pil"),
+        ("isnull(None)", True),
+    ],
+)
+def test_constant_expressions_fold_to_scalars(text: str, expected: Any, pdf: pd.DataFrame, ddf: dd.DataFrame) -> None:
+    expr = parse_expression(text)
+    assert expr.columns == frozenset()
+    assert expr.evaluate(pdf) == expected
+    assert expr.evaluate(ddf) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "columns"),
+    [
+        ("amount + qty", {"amount", "qty"}),
+        ('col("unit price") * qty if flag else fillna(discount, 0)', {"unit price", "qty", "flag", "discount"}),
+        ('year(ship_date) == 1998 and contains(name, "a")', {"ship_date", "name"}),
+        ('case(a > 1, b, c in (1, 2), d, e)', {"a", "b", "c", "d", "e"}),
+        ("abs + round(abs)", {"abs"}),  # a bare function name is a column
+        ('date("1998-01-01") + interval(1, "day")', set()),
+    ],
+)
+def test_columns_are_exactly_the_referenced_ones(text: str, columns: set[str]) -> None:
+    assert parse_expression(text).columns == frozenset(columns)
+
+
+REJECTED: list[tuple[str, str]] = [
+    ("open('x')", "function call 'open(...)' is not allowed at col 0: allowed functions are: abs, "),
+    ("amount + eval('1')", "function call 'eval(...)' is not allowed at col 9"),
+    ("__import__('os')", "names starting with '__' are not allowed: '__import__' at col 0"),
+    ("amount + __builtins__", "names starting with '__' are not allowed: '__builtins__' at col 9"),
+    ("x.__class__", "attribute access '.__class__' is not allowed at col 1"),
+    ("amount.sum()", "attribute access '.sum' is not allowed at col 6"),
+    ("qty + amount.abs()", "attribute access '.abs' is not allowed at col 12"),
+    ("amount[0]", "subscript 'amount[0]' is not allowed at col 0"),
+    ("lambda: 1", "lambda 'lambda: 1' is not allowed at col 0"),
+    ("[x for x in y]", "list comprehension '[x for x in y]' is not allowed at col 0"),
+    ("(y := 1)", "assignment expression 'y := 1' is not allowed at col 1"),
+    ("f'{x}'", "f-string"),
+    ("{1, 2}", "set literal '{1, 2}' is not allowed at col 0"),
+    ("{'a': 1}", "dict literal"),
+    ("[1, 2]", "list '[1, 2]' is not allowed at col 0: lists are only allowed on the right of 'in'"),
+    ("flag & qty > 1", "operator '&' is not allowed at col 5: use 'and'"),
+    ("flag | other", "operator '|' is not allowed at col 5: use 'or'"),
+    ("qty ^ 1", "operator '^' is not allowed at col 4"),
+    ("qty << 2", "operator '<<' is not allowed at col 4"),
+    ("~flag", "operator '~' is not allowed at col 0: use 'not'"),
+    ("amount is None", "'is' is not allowed at col 7: use isnull(x) or notnull(x)"),
+    ("amount is not None", "'is' is not allowed at col 7"),
+    ("round(amount, ndigits=2)", "keyword argument 'ndigits=' is not allowed at col 14"),
+    ("abs(*xs)", "starred argument '*xs' is not allowed at col 4"),
+    ("abs(qty, 1)", "wrong number of arguments for abs() at col 0: expected 1, got 2"),
+    ("substr(name)", "wrong number of arguments for substr() at col 0: expected 2 to 3, got 1"),
+    ("coalesce(amount)", "expected 2 or more, got 1"),
+    ("case(flag, 1)", "wrong number of arguments for case() at col 0: expected condition/value pairs"),
+    ("case(flag, 1, qty, 2)", "wrong number of arguments for case()"),
+    ('cast(qty, "int8")', "argument 2 of cast() must be one of 'int64', 'int32'"),
+    ('cast(qty, "int8")', "got 'int8' at col 10"),
+    ("cast(qty, dtype)", "argument 2 of cast() must be one of"),
+    ("contains(name, other)", "argument 2 of contains() must be a string literal, got 'other' at col 15"),
+    ("substr(name, -1, 2)", "argument 2 of substr() must be a non-negative integer literal, got -1"),
+    ("round(amount, 1.5)", "argument 2 of round() must be an integer literal, got 1.5"),
+    ('interval(1, "fortnight")', "argument 2 of interval() must be one of 'second'"),
+    ('date("not a date")', """cannot evaluate 'date("not a date")' at col 0: expected 'YYYY-MM-DD'"""),
+    ('date("today")', "expected 'YYYY-MM-DD'"),
+    ('date("1998-12-01 10:00")', "expected 'YYYY-MM-DD'"),
+    ('date("1998-13-01")', "cannot evaluate 'date(\"1998-13-01\")' at col 0"),
+    ("x in y", "'in' needs a literal list on its right, e.g. x in (1, 2), got 'y' at col 5"),
+    ("x in [1, y]", "items of an 'in' list must be literals, got 'y' at col 9"),
+    ("amount +", "syntax error at col 8 (end of input)"),
+    ("amount $ 2", "syntax error at col 7 near '$ 2'"),
+    ("qty = 1", "syntax error at col 4 near '= 1'"),
+    ("1 / 0", "cannot evaluate '1 / 0' at col 0: division by zero"),
+    ("9 ** 9 ** 9", "integer result has more than"),
+    ("'ab' * 1000000000", "operator '*' cannot be applied to a string literal at col 5"),
+    ("'%s' % qty", "operator '%' cannot be applied to a string literal"),
+    ("b'x'", "bytes literal 'b'x'' is not allowed at col 0"),
+    ("qty + 1j", "complex literal '1j' is not allowed at col 6"),
+    ("not 5", "cannot evaluate '5' at col 4: expected a condition, got 5"),
+    ("1 if 'x' else 2", "expected a condition"),
+    ("", "expression is empty"),
+    ("qty\x00", "control character U+0000 is not allowed at col 3"),
+    ("x" * (MAX_LENGTH + 1), f"expression is too long: {MAX_LENGTH + 1} characters, the limit is {MAX_LENGTH}"),
+    ("-" * (MAX_DEPTH + 5) + "x", f"expression is nested too deeply at col {MAX_DEPTH} (limit {MAX_DEPTH})"),
+    ("abs(" * 120 + "x" + ")" * 120, "expression is nested too deeply"),
+    ("case(" + "flag, 1, " * (MAX_DEPTH + 1) + "0)", "wrong number of arguments for case() at col 0"),
+    ("(" * 300 + "x" + ")" * 300, "syntax error"),
+    ("é + x.y", "attribute access '.y' is not allowed at col 5"),  # columns count characters, not bytes
+    ("  qty + x.y", "attribute access '.y' is not allowed at col 9"),  # leading spaces keep their columns
+]
+
+
+@pytest.mark.parametrize(("text", "fragment"), REJECTED)
+def test_rejections_point_at_the_offending_part(text: str, fragment: str) -> None:
+    with pytest.raises(ExpressionError) as caught:
+        parse_expression(text, field=FIELD)
+    assert fragment in caught.value.message
+    assert caught.value.field == FIELD
+    assert caught.value.code == "invalid_expression"
+    assert "\n" not in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("not amount", "cannot evaluate 'amount' at col 4: expected a condition, got a column of dtype float64"),
+        ("lower(qty)", "cannot evaluate 'lower(qty)' at col 0"),
+        ("year(name)", "cannot evaluate 'year(name)' at col 0"),
+    ],
+)
+def test_evaluate_errors_name_the_failing_part(text: str, fragment: str, pdf: pd.DataFrame, ddf: dd.DataFrame) -> None:
+    expr = parse_expression(text, field=FIELD)
+    for frame in (pdf, ddf):  # dask computes its meta eagerly, so it fails while building the graph
+        with pytest.raises(ExpressionError) as caught:
+            expr.evaluate(frame)
+        assert fragment in caught.value.message
+        assert caught.value.field == FIELD
+
+
+def test_unknown_column_is_reported_with_field(pdf: pd.DataFrame, ddf: dd.DataFrame) -> None:
+    expr = parse_expression('amount + missing + col("also missing")', field=FIELD)
+    for frame in (pdf, ddf):
+        with pytest.raises(UnknownColumn) as caught:
+            expr.evaluate(frame)
+        assert "'also missing', 'missing'" in caught.value.message
+        assert caught.value.field == FIELD
+
+
+def test_never_calls_eval_or_exec(monkeypatch: pytest.MonkeyPatch, pdf: pd.DataFrame, ddf: dd.DataFrame) -> None:
+    def forbidden(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("eval/exec must not be called")
+
+    monkeypatch.setattr(builtins, "eval", forbidden)
+    monkeypatch.setattr(builtins, "exec", forbidden)
+    for text in FEATURES:
+        expr = parse_expression(text)
+        expr.evaluate(pdf)
+        expr.evaluate(ddf).compute()
+    with pytest.raises(ExpressionError):
+        parse_expression("__import__('os').system('true')")
+
+
+def test_dask_graph_holds_no_spillway_code(ddf: dd.DataFrame) -> None:
+    texts = ["case(amount > 150, 'high', 'low')", "coalesce(amount, discount, 0)", "not flag and contains(name, 'a')",
+             'ship_date + interval(1, "year")', "'x' if flag else None", "between(qty, 0, 5)"]
+    for text in texts:
+        graph = dict(parse_expression(text).evaluate(ddf).__dask_graph__())
+        payload = cloudpickle.dumps(graph)  # pickles by value anything a worker could not import
+        assert b"jobs" not in payload, text
+
+
+def test_expression_is_frozen_hashable_and_picklable(pdf: pd.DataFrame) -> None:
+    expr = parse_expression("amount * 2 if flag else 0", field=FIELD)
+    assert isinstance(expr, Expression)
+    with pytest.raises(AttributeError):
+        expr.text = "other"  # type: ignore[misc]
+    assert expr == parse_expression("amount * 2 if flag else 0") and len({expr, parse_expression(expr.text)}) == 1
+    copy = pickle.loads(pickle.dumps(expr))
+    assert copy == expr
+    pd.testing.assert_series_equal(copy.evaluate(pdf), expr.evaluate(pdf))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "text",
+    ["amount * qty + 1", "lower(name)", "contains(name, 'an')", "case(amount > 150, 'high', amount > 50, 'mid', 'low')",
+     "qty if flag else None", "coalesce(amount, discount, 0)", 'ship_date + interval(10, "days")', "year(ship_date)",
+     "category in ('a', 'b') and not flag", "'big' if amount > 100 else 'small'", "name != 'Apple'",
+     'ship_date + interval(1, "year")', 'cast(amount, "string")'],
+)
+def test_cudf_matches_pandas(text: str, pdf: pd.DataFrame) -> None:
+    cudf = pytest.importorskip("cudf")
+    expr = parse_expression(text)
+    assert_loosely_equal(expr.evaluate(cudf.from_pandas(pdf)).to_pandas(), expr.evaluate(pdf))
