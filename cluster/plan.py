@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,13 +40,14 @@ class JobPlan:
         return JobProgress(stages=[StageProgress(name=s, done=0, total=totals[s]) for s in dict.fromkeys(self.stage_of_key.values())])
 
 
-def plan_job(spec: JobSpec, backend: Backend, writer: SinkWriter, planner: Client) -> JobPlan:
+def plan_job(spec: JobSpec, backend: Backend, writer: SinkWriter, planner: Client | None = None) -> JobPlan:
     """Build, optimise and materialise the graph that runs ``spec`` into ``writer``'s staging directory.
 
     Runs in a worker thread; whatever dask computes eagerly while building (a
-    sort's partition boundaries) runs on the cluster through ``planner``.
+    sort's partition boundaries) runs on the cluster through ``planner`` (or on
+    dask's default scheduler without one).
     """
-    with planner.as_current(), backend_config(backend):
+    with planner.as_current() if planner is not None else nullcontext(), backend_config(backend):
         write = writer.write_graph(build_frame(spec)).optimize()
         graph = dict(write.__dask_graph__())
     result_keys = list(write.__dask_keys__())

@@ -57,7 +57,10 @@ def apply_step(frame: dd.DataFrame, step: Step, index: int) -> dd.DataFrame:
     """Apply one spec step to a lazy dataframe."""
     field = f"steps[{index}]"
     if isinstance(step, FilterStep):
-        return frame[parse_expression(step.expr, field=f"{field}.expr").evaluate(frame)]
+        mask = parse_expression(step.expr, field=f"{field}.expr").evaluate(frame)
+        # .loc, not []: dask 2026.7's frame[mask] returns the mask itself when the
+        # mask ends in .astype(bool), which the expression layer emits for null safety.
+        return frame.loc[mask]
     if isinstance(step, AssignStep):
         value = parse_expression(step.expr, field=f"{field}.expr").evaluate(frame)
         return frame.assign(**{step.column: value})
