@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 INTERRUPTED = "interrupted"
+SWEEP_DELAYS_S = (1.0, 4.0, 30.0)
 
 
 class JobMetrics(Protocol):
@@ -95,6 +96,7 @@ class JobManager:
         self._queue: asyncio.Queue[str] = asyncio.Queue()
         self._active: dict[str, _ActiveJob] = {}
         self._runners: list[asyncio.Task[None]] = []
+        self._sweeps: set[asyncio.Task[None]] = set()
 
     @property
     def running_count(self) -> int:
@@ -114,9 +116,9 @@ class JobManager:
 
     async def stop(self) -> None:
         """Stop the runners; jobs still running are failed as interrupted."""
-        for task in self._runners:
+        for task in [*self._runners, *self._sweeps]:
             task.cancel()
-        await asyncio.gather(*self._runners, return_exceptions=True)
+        await asyncio.gather(*self._runners, *self._sweeps, return_exceptions=True)
         self._runners = []
 
     def enqueue(self, job_id: str) -> None:
@@ -182,6 +184,7 @@ class JobManager:
             active.writer.abort()
             await asyncio.to_thread(self.store.finish, job_id, JobStatus.CANCELLED, progress=active.progress)
             log.info("job %s: cancelled; nothing was committed", job_id)
+            self._sweeps.add(asyncio.create_task(self._sweep_staging(active.writer)))
         except SpillwayError as exc:
             active.writer.abort()
             await self._fail(job_id, exc.code, exc.message, active.progress, field=exc.field)
@@ -218,6 +221,14 @@ class JobManager:
         manifest = await asyncio.to_thread(active.writer.commit)
         await asyncio.to_thread(self.store.finish, job.id, JobStatus.SUCCEEDED, progress=active.progress, result=manifest)
         log.info("job %s: succeeded, %d rows in %d files at %s", job.id, manifest.total_rows, len(manifest.files), manifest.location)
+
+    async def _sweep_staging(self, writer: SinkWriter) -> None:
+        # Cancelled tasks that were already executing finish in their worker threads
+        # and may still write a part file into staging; sweep it again after them.
+        for delay in SWEEP_DELAYS_S:
+            await asyncio.sleep(delay)
+            await asyncio.to_thread(writer.abort)
+        self._sweeps.discard(asyncio.current_task())  # type: ignore[arg-type]
 
     async def _fail(self, job_id: str, code: str, message: str, progress: JobProgress, *, field: str | None = None) -> None:
         error = ErrorDetail(code=code, message=message, field=field)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -16,6 +17,12 @@ from jobs.pipeline import Backend, backend_config, build_frame
 from jobs.sink import SinkWriter
 from jobs.spec import JobSpec
 from jobs.status import JobProgress, StageProgress
+
+
+# One graph is built at a time. On Python 3.11, functools.cached_property holds one
+# lock per attribute for all instances, and dask-expr nests them in different orders
+# on different graphs, so two graphs built at once in two threads can deadlock.
+_PLANNING = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -47,7 +54,7 @@ def plan_job(spec: JobSpec, backend: Backend, writer: SinkWriter, planner: Clien
     sort's partition boundaries) runs on the cluster through ``planner`` (or on
     dask's default scheduler without one).
     """
-    with planner.as_current() if planner is not None else nullcontext(), backend_config(backend):
+    with _PLANNING, planner.as_current() if planner is not None else nullcontext(), backend_config(backend):
         write = writer.write_graph(build_frame(spec)).optimize()
         graph = dict(write.__dask_graph__())
     result_keys = list(write.__dask_keys__())

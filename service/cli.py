@@ -19,6 +19,7 @@ import typer
 import yaml
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -47,7 +48,7 @@ def _client(url: str) -> SpillwayClient:
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {message}")
+    err.print(f"[bold red]error:[/] {escape(message)}")
     return typer.Exit(code)
 
 
@@ -104,7 +105,7 @@ def _print_job(job: JobView) -> None:
     for stage in job.progress.stages:
         console.print(f"  {stage.name:<48} {stage.done:>6}/{stage.total}")
     if job.error:
-        console.print(f"[red]error ({job.error.code}):[/] {job.error.message}")
+        console.print(f"[red]error ({job.error.code}):[/] {escape(job.error.message)}")
     if job.links and job.links.dashboard:
         console.print(f"dashboard: {job.links.dashboard}")
 
