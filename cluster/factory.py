@@ -20,8 +20,9 @@ from typing import Any
 
 from distributed import Client
 
+from cluster.gpu_stats import worker_gpu_stats
 from cluster.info import ClusterInfo, worker_info
-from cluster.settings import ClusterSettings
+from cluster.settings import ClusterSettings, parse_memory
 from jobs.errors import ClusterConfigError
 from jobs.pipeline import Backend
 
@@ -104,10 +105,22 @@ class ClusterHandle:
         link = self.client.dashboard_link
         return link or None
 
+    async def gpu_stats(self) -> dict[str, dict[str, Any]]:
+        """Each GPU worker's reading (empty on the pandas backend or when workers cannot run it)."""
+        if self.backend != "cudf":
+            return {}
+        try:
+            return await self.client.run(worker_gpu_stats)
+        except Exception as exc:  # noqa: BLE001 - best effort: e.g. workers without Spillway installed
+            log.debug("no GPU readings from the workers: %s", exc)
+            return {}
+
     async def info(self) -> ClusterInfo:
         """Workers, threads and memory as the scheduler sees them now."""
         identity = await self.client.scheduler.identity(n_workers=-1)
-        workers = [worker_info(addr, raw) for addr, raw in sorted(identity.get("workers", {}).items())]
+        gpu = await self.gpu_stats()
+        limit = self.extra.get("device_memory_limit")
+        workers = [worker_info(addr, raw, gpu.get(addr), limit) for addr, raw in sorted(identity.get("workers", {}).items())]
         limits = [w.memory_limit for w in workers]
         return ClusterInfo(
             backend=self.backend,
@@ -213,7 +226,8 @@ async def start_cluster(settings: ClusterSettings) -> ClusterHandle:
     await asyncio.to_thread(cluster.start)
     client, planner = await _connect(cluster.scheduler_address)
     log.info("started %s at %s, dashboard %s", kind, cluster.scheduler_address, cluster.dashboard_link or "off")
-    return ClusterHandle(client, planner, backend, kind, protocol, cluster, settings.dashboard_public_url, reason)
+    extra = {"device_memory_limit": parse_memory(settings.device_memory_limit, field="device_memory_limit")}
+    return ClusterHandle(client, planner, backend, kind, protocol, cluster, settings.dashboard_public_url, reason, extra)
 
 
 async def _connect(address: str) -> tuple[Client, Client]:

@@ -48,6 +48,8 @@ def cuda_cluster_kwargs(settings: ClusterSettings, visible_gpus: int) -> dict[st
         spill_limit = parse_memory(settings.cudf_spill_device_limit or "auto", field="cudf_spill_device_limit")
     except ValueError as exc:
         raise ClusterConfigError(str(exc), field="cluster") from exc
+    if settings.rmm_maximum_pool_size and not settings.rmm_pool_size:
+        raise ClusterConfigError("rmm_maximum_pool_size needs rmm_pool_size", field="cluster.rmm_maximum_pool_size")
     if settings.rmm_async and settings.rmm_pool_size:
         raise ClusterConfigError("choose rmm_pool_size or rmm_async, not both", field="cluster.rmm_async")
     if spill_limit is not None and not settings.enable_cudf_spill:
@@ -65,6 +67,7 @@ def cuda_cluster_kwargs(settings: ClusterSettings, visible_gpus: int) -> dict[st
         "local_directory": settings.local_directory,
         "protocol": settings.protocol,
         "rmm_pool_size": settings.rmm_pool_size,
+        "rmm_maximum_pool_size": settings.rmm_maximum_pool_size,
         "rmm_async": settings.rmm_async,
         "dashboard_address": settings.dashboard_address or None,
     }

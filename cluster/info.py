@@ -14,8 +14,9 @@ class GpuInfo(BaseModel):
     index: str | None = Field(default=None, description="The CUDA_VISIBLE_DEVICES entry the worker runs on.")
     memory_total: int | None = None
     memory_used: int | None = None
-    device_memory_limit: int | None = None
-    spilled_to_host_bytes: int | None = Field(default=None, description="cuDF spill statistics, device → host.")
+    device_memory_limit: int | None = Field(default=None, description="The configured per-worker device memory limit, in bytes.")
+    cudf_spill_device_limit: int | None = Field(default=None, description="cuDF spills above this many device bytes (when set).")
+    spilled_to_host_bytes: int | None = Field(default=None, description="cuDF spill statistics: bytes moved device → host so far.")
 
 
 class WorkerInfo(BaseModel):
@@ -44,17 +45,29 @@ class ClusterInfo(BaseModel):
     total_memory_limit: int | None
 
 
-def worker_info(address: str, raw: dict[str, Any]) -> WorkerInfo:
-    """Turn one entry of the scheduler's ``identity()['workers']`` into a WorkerInfo."""
+def worker_info(address: str, raw: dict[str, Any], gpu_stats: dict[str, Any] | None = None, device_limit: int | float | None = None) -> WorkerInfo:
+    """Turn one entry of the scheduler's ``identity()['workers']`` into a WorkerInfo.
+
+    ``gpu_stats`` is the worker's :func:`cluster.gpu_stats.worker_gpu_stats` reading;
+    ``device_limit`` the configured limit (bytes, or a fraction of the GPU's memory).
+    """
     metrics = raw.get("metrics", {})
     gpu_static = raw.get("gpu") or {}
     gpu_metrics = metrics.get("gpu") or {}
     gpu = None
-    if gpu_static or gpu_metrics:
+    if gpu_static or gpu_metrics or gpu_stats:
+        stats = gpu_stats or {}
+        total = stats.get("memory_total") or gpu_static.get("memory-total")
+        if isinstance(device_limit, float) and total:
+            device_limit = int(device_limit * total)
         gpu = GpuInfo(
-            name=gpu_static.get("name"),
-            memory_total=gpu_static.get("memory-total"),
-            memory_used=gpu_metrics.get("memory-used"),
+            name=stats.get("name") or gpu_static.get("name"),
+            index=stats.get("index"),
+            memory_total=total,
+            memory_used=stats.get("memory_used") or gpu_metrics.get("memory-used"),
+            device_memory_limit=device_limit,
+            cudf_spill_device_limit=stats.get("cudf_spill_device_limit"),
+            spilled_to_host_bytes=stats.get("spilled_to_host_bytes"),
         )
     return WorkerInfo(
         name=str(raw.get("name", address)),

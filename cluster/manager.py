@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from distributed.client import FutureCancelledError, FuturesCancelledError
 
 from cluster.factory import ClusterHandle
+from cluster.gpu_sampler import GpuSampler
 from cluster.plan import plan_job
 from cluster.progress import PROGRESS_TOPIC, JobProgressPlugin, plugin_name
 from jobs.errors import InvalidTransition, SpillwayError
@@ -58,6 +59,7 @@ class _ActiveJob:
     futures: list[Any] = field(default_factory=list)
     cancel_requested: bool = False
     committing: bool = False
+    gpu: GpuSampler | None = None
     plugin_ended: asyncio.Event = field(default_factory=asyncio.Event)
     finished: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -174,6 +176,9 @@ class JobManager:
         active = _ActiveJob(job_id, SinkWriter(job.spec.sink, job_id))
         self._active[job_id] = active
         flusher = asyncio.create_task(self._flush_progress(active))
+        if self.cluster.backend == "cudf":
+            active.gpu = GpuSampler(self.cluster.gpu_stats, self.progress_interval)
+            active.gpu.start()
         try:
             await self._execute(job, active)
         except asyncio.CancelledError:
@@ -194,6 +199,9 @@ class JobManager:
             await self._fail(job_id, "job_failed", f"{type(exc).__name__}: {exc}", active.progress)
         finally:
             flusher.cancel()
+            if active.gpu is not None:
+                resources = await active.gpu.stop()
+                await asyncio.to_thread(self.store.save_resources, job_id, resources)
             await self._cleanup(active)
             finished = await asyncio.to_thread(self.store.get, job_id)
             if finished.started_at and finished.finished_at:
@@ -248,7 +256,10 @@ class JobManager:
         if active is None:
             return
         before = active.progress.done
-        active.progress = JobProgress(stages=[StageProgress(name=n, done=d, total=t) for n, d, t in message["stages"]])
+        active.progress = JobProgress(
+            stages=[StageProgress(name=n, done=d, total=t) for n, d, t in message["stages"]],
+            tasks_per_worker=message.get("workers", {}),
+        )
         if active.progress.done > before:
             self.metrics.partitions_done(active.progress.done - before)
         if message.get("ended"):

@@ -51,6 +51,7 @@ class JobProgressPlugin(SchedulerPlugin):
         self.stages = list(dict.fromkeys(stage_of_key.values()))
         self.totals = Counter(stage_of_key.values())
         self.done: dict[str, set[Key]] = defaultdict(set)
+        self.tasks_per_worker: Counter[str] = Counter()
         self.erred: Key | None = None
         self.ended = False
         self._dirty = True
@@ -72,6 +73,8 @@ class JobProgressPlugin(SchedulerPlugin):
             return
         if finish == "memory":
             self.done[stage].add(key)
+            if kwargs.get("worker"):
+                self.tasks_per_worker[kwargs["worker"]] += 1
         elif start == "memory" and finish in _RECOMPUTE_STATES and key in self.result_keys:
             # A result released by its client: the job is over (cancelled or collected).
             self.ended = True
@@ -92,6 +95,7 @@ class JobProgressPlugin(SchedulerPlugin):
             "job_id": self.job_id,
             "time": time.time(),
             "stages": [[stage, len(self.done[stage]), self.totals[stage]] for stage in self.stages],
+            "workers": dict(self.tasks_per_worker),
             "ended": self.ended,
         }
 

@@ -48,6 +48,9 @@ class ClusterSettings(BaseModel):
         default=None, description="Spill above this many device bytes per worker (CUDF_SPILL_DEVICE_LIMIT), e.g. '20GB'."
     )
     rmm_pool_size: str | None = Field(default=None, description="RMM pool size per worker ('16GB', or a fraction); none by default.")
+    rmm_maximum_pool_size: str | None = Field(
+        default=None, description="Cap on the RMM pool's growth ('20GB'); with spilling off, allocations past it fail."
+    )
     rmm_async: bool = Field(default=False, description="Use RMM's CUDA async allocator instead of a pool.")
     protocol: Literal["tcp", "ucx"] = Field(
         default="tcp", description="Comms between scheduler and GPU workers; 'ucx' needs distributed-ucxx (gpu extra)."

@@ -61,6 +61,7 @@ class JobProgress(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     stages: list[StageProgress] = Field(default_factory=list)
+    tasks_per_worker: dict[str, int] = Field(default_factory=dict, description="Finished tasks by the worker that ran them.")
 
     @property
     def done(self) -> int:
@@ -69,6 +70,18 @@ class JobProgress(BaseModel):
     @property
     def total(self) -> int:
         return sum(s.total for s in self.stages)
+
+
+class JobResources(BaseModel):
+    """GPU memory and spilling seen while a job ran (GPU backend only, best effort)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    peak_device_memory_bytes: int | None = Field(description="Highest sum over workers of device memory in use in one sample.")
+    peak_device_memory_per_worker: dict[str, int] = Field(default_factory=dict)
+    spilled_to_host_bytes: int | None = Field(description="Bytes cuDF moved device → host during the job.")
+    samples: int
+    method: str = Field(description="How these were measured.")
 
 
 class ResultFile(BaseModel):

@@ -4,14 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import shutil
-import signal
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -26,6 +20,7 @@ from rich.table import Table
 from jobs.spec import JobSpec
 from jobs.status import JobStatus, ResultManifest
 from service.client import DEFAULT_URL, ApiError, JobEvent, SpillwayClient
+from service.launcher import launch_service
 from service.schemas import JobView
 
 app = typer.Typer(
@@ -237,12 +232,6 @@ def serve(
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level.lower())
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @app.command()
 def demo(
     rows: Annotated[int, typer.Option(help="Sample sales rows to generate.")] = 2_000_000,
@@ -258,53 +247,34 @@ def demo(
     if not (data / "sales").is_dir():
         console.print(f"generating {rows:,} sample sales rows in {data} …")
         write_sample_data(data, rows=rows)
+    # The demo owns its folder: each run starts from an empty store and no output.
     output = Path(spec.sink.path)
     if output.resolve().is_relative_to(workdir.resolve()) and output.exists():
         console.print(f"removing the previous demo output {output}")
         shutil.rmtree(output)
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "SPILLWAY_DATABASE_URL": f"sqlite:///{workdir / 'spillway.db'}", "SPILLWAY_PORT": str(port)}
-    log_path = workdir / "service.log"
-    console.print(f"starting the service on {url} (log: {log_path}) …")
-    with open(log_path, "ab") as log_file:
-        server = subprocess.Popen([sys.executable, "-m", "service.cli", "serve"], env=env, stdout=log_file, stderr=subprocess.STDOUT)
+    for stale in workdir.glob("spillway.db*"):
+        stale.unlink()
+    console.print("starting the service with a local Dask cluster and a SQLite store …")
     try:
-        with _client(url) as client:
-            _wait_healthy(client, server)
+        server = launch_service(workdir, {"SPILLWAY_DATABASE_URL": f"sqlite:///{workdir / 'spillway.db'}"})
+    except RuntimeError as exc:
+        raise _fail(str(exc)) from exc
+    console.print(f"service: {server.url} (docs {server.url}/docs, log {server.log_path})")
+    try:
+        with server.client() as client:
             info = client.cluster()
             console.print(f"cluster: {info.kind}, {len(info.workers)} workers, backend {info.backend}, dashboard {info.dashboard_link}")
             accepted = client.submit(spec)
             console.print(f"submitted [bold]{accepted.id}[/] ({spec.name})")
             job = follow(client, accepted.id)
             _finish(job)
-            console.print(f"[green]done[/]: {job.result.total_rows if job.result else 0} rows at {job.result.location if job.result else '-'}")
         if keep_serving:
-            console.print(f"the service keeps running at {url} (pid {server.pid}); stop it with Ctrl-C")
-            server.wait()
+            console.print(f"the service keeps running at {server.url} (pid {server.process.pid}); stop it with Ctrl-C")
+            server.process.wait()
     except KeyboardInterrupt:
         pass
     finally:
-        if server.poll() is None:
-            server.send_signal(signal.SIGINT)
-            try:
-                server.wait(30)
-            except subprocess.TimeoutExpired:
-                server.kill()
-
-
-def _wait_healthy(client: SpillwayClient, server: subprocess.Popen[bytes], timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise _fail(f"the service exited with code {server.returncode}; see its log")
-        try:
-            if client.health().status == "ok":
-                return
-        except Exception:  # noqa: BLE001 - not up yet
-            pass
-        time.sleep(0.3)
-    raise _fail(f"the service did not become healthy within {timeout:.0f} s")
+        server.stop()
 
 
 def main() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from jobs.spec import JobSpec
-from jobs.status import ErrorDetail, JobProgress, JobStatus, ResultManifest
+from jobs.status import ErrorDetail, JobProgress, JobResources, JobStatus, ResultManifest
 
 
 class ErrorBody(BaseModel):
@@ -43,6 +43,7 @@ class JobView(BaseModel):
     progress: JobProgress
     error: ErrorDetail | None = None
     result: ResultManifest | None = None
+    resources: JobResources | None = Field(default=None, description="GPU backend: peak device memory and bytes spilled, and how they were measured.")
     links: JobLinks | None = None
 
     @property

@@ -23,14 +23,16 @@ from sqlalchemy import (
     create_engine,
     event,
     func,
+    inspect,
     select,
+    text,
     update,
 )
 from sqlalchemy.engine import Engine
 
 from jobs.errors import JobNotFound
 from jobs.spec import JobSpec
-from jobs.status import ALLOWED_TRANSITIONS, ErrorDetail, JobProgress, JobStatus, ResultManifest
+from jobs.status import ALLOWED_TRANSITIONS, ErrorDetail, JobProgress, JobResources, JobStatus, ResultManifest
 from service.schemas import JobView
 
 Clock = Callable[[], datetime]
@@ -52,6 +54,7 @@ jobs_table = Table(
     Column("progress", JSON, nullable=False),
     Column("error", JSON),
     Column("result", JSON),
+    Column("resources", JSON),
 )
 
 
@@ -92,6 +95,17 @@ class JobStore:
         self.engine = make_engine(url)
         self.clock = clock
         metadata.create_all(self.engine)
+        self._add_new_columns()
+
+    def _add_new_columns(self) -> None:
+        # Additive upgrades only: a nullable column added in a later version is
+        # created on an older store. Anything more needs a real migration (Alembic).
+        existing = {c["name"] for c in inspect(self.engine).get_columns(jobs_table.name)}
+        with self.engine.begin() as conn:
+            for column in jobs_table.columns:
+                if column.name not in existing and column.nullable:
+                    kind = column.type.compile(dialect=self.engine.dialect)
+                    conn.execute(text(f'ALTER TABLE {jobs_table.name} ADD COLUMN "{column.name}" {kind}'))
 
     def close(self) -> None:
         self.engine.dispose()
@@ -183,6 +197,11 @@ class JobStore:
                 .values(progress=progress.model_dump(mode="json"), updated_at=self.clock())
             )
 
+    def save_resources(self, job_id: str, resources: JobResources) -> None:
+        """Record GPU memory and spilling measured while the job ran."""
+        with self.engine.begin() as conn:
+            conn.execute(update(jobs_table).where(jobs_table.c.id == job_id).values(resources=resources.model_dump(mode="json")))
+
     def ids_in_state(self, state: JobStatus) -> list[str]:
         """Ids of jobs in ``state``, in submission order."""
         with self.engine.connect() as conn:
@@ -214,4 +233,5 @@ def _to_view(row: Any) -> JobView:
         progress=JobProgress.model_validate(row["progress"]),
         error=ErrorDetail.model_validate(row["error"]) if row["error"] else None,
         result=ResultManifest.model_validate(row["result"]) if row["result"] else None,
+        resources=JobResources.model_validate(row["resources"]) if row["resources"] else None,
     )

@@ -2,14 +2,8 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +12,11 @@ import pytest
 
 from jobs.samples import write_sample_data
 from service.client import SpillwayClient
+from service.launcher import REPO_ROOT as ROOT
+from service.launcher import ServiceProcess, launch_service
 from service.schemas import JobView
 
-ROOT = Path(__file__).resolve().parents[1]
+__all__ = ["ROOT", "ServiceProcess", "start_service", "wait_for", "wait_terminal"]
 
 
 def wait_for(predicate: Callable[[], Any], *, timeout: float = 60.0, interval: float = 0.1, what: str = "condition") -> Any:
@@ -33,12 +29,6 @@ def wait_for(predicate: Callable[[], Any], *, timeout: float = 60.0, interval: f
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(interval)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="session")
@@ -59,64 +49,16 @@ def sales_frame(sample_data: dict[str, Path]) -> pd.DataFrame:
     return pd.read_parquet(sample_data["sales"])
 
 
-@dataclass
-class ServiceProcess:
-    """A real service: ``python -m service.cli serve`` on a free port."""
-
-    url: str
-    process: subprocess.Popen[bytes]
-    log_path: Path
-    env: dict[str, str]
-
-    def client(self) -> SpillwayClient:
-        return SpillwayClient(self.url)
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self, sig: int = signal.SIGINT, timeout: float = 60.0) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(sig)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
-
-
-def start_service(workdir: Path, *, database_url: str | None = None, extra_env: dict[str, str] | None = None) -> ServiceProcess:
-    """Start the service and wait until /healthz says ok."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    port = free_port()
+def start_service(workdir: Path, *, extra_env: dict[str, str] | None = None) -> ServiceProcess:
+    """A live service on the CPU backend with 2 workers and its own SQLite store."""
     env = {
-        **os.environ,
-        "SPILLWAY_PORT": str(port),
-        "SPILLWAY_DATABASE_URL": database_url or f"sqlite:///{workdir / 'spillway.db'}",
         "SPILLWAY_CLUSTER__BACKEND": "pandas",
         "SPILLWAY_CLUSTER__N_WORKERS": "2",
         "SPILLWAY_CLUSTER__DASHBOARD_ADDRESS": "127.0.0.1:0",
         "SPILLWAY_CLUSTER__LOCAL_DIRECTORY": str(workdir / "dask"),
         **(extra_env or {}),
     }
-    log_path = workdir / f"service-{port}.log"
-    with open(log_path, "wb") as log_file:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "service.cli", "serve"], cwd=ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT
-        )
-    service = ServiceProcess(f"http://127.0.0.1:{port}", process, log_path, env)
-
-    def healthy() -> bool:
-        if process.poll() is not None:
-            raise AssertionError(f"service exited with {process.returncode}:\n{service.log()[-3000:]}")
-        try:
-            with service.client() as client:
-                return client.health().status == "ok"
-        except Exception:  # noqa: BLE001 - not listening yet
-            return False
-
-    wait_for(healthy, timeout=120, interval=0.3, what="the service to become healthy")
-    return service
+    return launch_service(workdir, env)
 
 
 @pytest.fixture(scope="session")
