@@ -9,9 +9,9 @@ Scenarios, each a real service started with ``spillway serve`` and jobs over RES
 1. ucx, 2 GPUs: an ETL job (filter, assign, join, groupby, sort) runs on both workers;
    the same spec on the CPU backend (pandas LocalCluster) gives the same result.
 2. The same job over tcp; both times reported.
-3. Spilling: a full sort whose working set is >= 2x the per-worker device budget (an RMM
-   pool capped at --budget) completes with spilled bytes > 0; with spilling off the same
-   budget makes it fail (out of memory).
+3. Spilling: a full sort whose working set is >= 2x the per-worker device budget, run
+   with a soft cuDF spill limit, with no limit and no spilling, and with a hard RMM cap
+   with and without spilling (see SPILL_VARIANTS).
 4. No GPU visible (CUDA_VISIBLE_DEVICES=""): the service starts on the CPU backend and says why.
 """
 
@@ -99,7 +99,9 @@ def etl_spec(data: dict[str, Path], sink: Path) -> dict[str, Any]:
 
 
 def sort_spec(data: dict[str, Path], sink: Path) -> dict[str, Any]:
-    return {"name": "gpu_sort_all", "source": {"format": "parquet", "path": str(data["facts"])}, "steps": [{"op": "sort", "by": ["v"]}], "sink": {"path": str(sink)}}
+    # Partitions well under the budget: a task's own working memory cannot be spilled.
+    source = {"format": "parquet", "path": str(data["facts"]), "blocksize": "64MiB"}
+    return {"name": "gpu_sort_all", "source": source, "steps": [{"op": "sort", "by": ["v"]}], "sink": {"path": str(sink)}}
 
 
 def gpu_env(work: Path, protocol: str, **extra: str) -> dict[str, str]:
@@ -181,28 +183,70 @@ def etl_two_gpus_vs_cpu(work: Path, data: dict[str, Path], out: Path) -> dict[st
     return result
 
 
-def spill(work: Path, data: dict[str, Path], out: Path, budget: str) -> dict[str, Any]:
+SPILL_VARIANTS = {
+    # cuDF spills above a device-byte threshold per worker; no hard cap.
+    "soft_limit_spill_on": lambda budget: {"SPILLWAY_CLUSTER__CUDF_SPILL_DEVICE_LIMIT": budget},
+    # No limit, no spilling: what the job uses when nothing holds it back.
+    "no_limit_spill_off": lambda budget: {"SPILLWAY_CLUSTER__ENABLE_CUDF_SPILL": "false"},
+    # A hard cap (RMM pool of exactly the budget) without spilling: out of memory.
+    "hard_cap_spill_off": lambda budget: {
+        "SPILLWAY_CLUSTER__RMM_POOL_SIZE": budget,
+        "SPILLWAY_CLUSTER__RMM_MAXIMUM_POOL_SIZE": budget,
+        "SPILLWAY_CLUSTER__ENABLE_CUDF_SPILL": "false",
+    },
+    # The same hard cap with spilling: cuDF spills when an allocation fails.
+    "hard_cap_spill_on": lambda budget: {"SPILLWAY_CLUSTER__RMM_POOL_SIZE": budget, "SPILLWAY_CLUSTER__RMM_MAXIMUM_POOL_SIZE": budget},
+}
+
+
+def spill(work: Path, data: dict[str, Path], out: Path, budget: str, variants: list[str]) -> dict[str, Any]:
     result: dict[str, Any] = {"budget_per_worker": budget, "data_bytes_on_disk": sum(p.stat().st_size for p in data["facts"].iterdir())}
-    for spilling in (True, False):
-        tag = "spill_on" if spilling else "spill_off"
-        env = gpu_env(
-            work,
-            "ucx",
-            SPILLWAY_CLUSTER__RMM_POOL_SIZE=budget,
-            SPILLWAY_CLUSTER__RMM_MAXIMUM_POOL_SIZE=budget,
-            SPILLWAY_CLUSTER__ENABLE_CUDF_SPILL="true" if spilling else "false",
-        )
-        service = start(work, env, tag)
+    for tag in variants:
+        service = start(work, gpu_env(work, "ucx", **SPILL_VARIANTS[tag](budget)), tag)
         try:
             job = run_job(service, sort_spec(data, work / f"out_sort_{tag}"), timeout=900)
             result[tag] = job
-            log(f"{tag}: {job['state']} run_s={job.get('run_s')} resources={job.get('resources')} error={job.get('error')}")
+            log(f"{tag}: {job['state']} run_s={job.get('run_s')} peak={job['resources'] and job['resources']['peak_device_memory_bytes']} spilled={job['resources'] and job['resources']['spilled_to_host_bytes']} error={(job.get('error') or {}).get('message', '')[:200]}")
             if job["state"] == JobStatus.SUCCEEDED.value:
                 frame = pd.read_parquet(work / f"out_sort_{tag}", columns=["v"])
                 result[f"{tag}_sorted_ok"] = bool(frame.v.is_monotonic_increasing) and len(frame) == job["result"]["total_rows"]
         finally:
             service.stop()
             (out / f"service_{tag}.log").write_text(service.log()[-200_000:])
+    return result
+
+
+def shuffle_join_spec(data: dict[str, Path], partner: Path, sink: Path) -> dict[str, Any]:
+    """A hash join of the facts with a 10%-sized partner on ``id``: every row crosses the network once."""
+    return {
+        "name": "gpu_join",
+        "source": {"format": "parquet", "path": str(data["facts"]), "columns": ["id", "key", "v"]},
+        "steps": [
+            {"op": "join", "right": {"format": "parquet", "path": str(partner)}, "on": ["id"]},
+            {"op": "groupby", "by": ["key"], "aggs": {"s": {"func": "sum", "column": "v"}, "u": {"func": "sum", "column": "u"}, "n": {"func": "size"}}},
+        ],
+        "sink": {"path": str(sink)},
+    }
+
+
+def shuffle_join(work: Path, data: dict[str, Path], out: Path) -> dict[str, Any]:
+    import cudf
+    import cupy as cp
+
+    partner = work / "data" / "partner.parquet"
+    rows = int(RESULTS["args"]["rows"])
+    if not partner.exists():
+        picked = cp.random.RandomState(7).choice(rows, rows // 10, replace=False).astype("int64")
+        cudf.DataFrame({"id": picked, "u": cp.ones(len(picked))}).to_parquet(partner)
+    result: dict[str, Any] = {}
+    for protocol in ("ucx", "tcp"):
+        service = start(work, gpu_env(work, protocol, SPILLWAY_CLUSTER__RMM_POOL_SIZE="24GB"), f"join_{protocol}")
+        try:
+            runs = [run_job(service, shuffle_join_spec(data, partner, work / f"out_join_{protocol}_{i}")) for i in range(3)]
+        finally:
+            service.stop()
+        result[protocol] = {"states": [r["state"] for r in runs], "run_s": [r.get("run_s") for r in runs], "tasks": runs[-1]["progress"]["tasks_per_worker"], "errors": [r.get("error") for r in runs]}
+        log(f"join {protocol}: {result[protocol]}")
     return result
 
 
@@ -240,6 +284,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=100_000_000, help="Rows of the ETL dataset.")
     parser.add_argument("--spill-rows", type=int, default=40_000_000, help="Rows of the spill dataset.")
     parser.add_argument("--budget", default="320MB", help="Per-worker device budget (RMM pool, capped) of the spill run.")
+    parser.add_argument("--spill-variants", default=",".join(SPILL_VARIANTS), help=f"Spill runs: {', '.join(SPILL_VARIANTS)}.")
     parser.add_argument("--only", default="etl,spill,nogpu", help="Scenarios to run.")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -257,7 +302,9 @@ def main() -> None:
     if "etl" in only:
         scenario("etl_two_gpus", args.out, etl_two_gpus_vs_cpu, args.work, data, args.out)
     if "spill" in only:
-        scenario("spill", args.out, spill, args.work, spill_data, args.out, args.budget)
+        scenario("spill", args.out, spill, args.work, spill_data, args.out, args.budget, args.spill_variants.split(","))
+    if "join" in only:
+        scenario("shuffle_join", args.out, shuffle_join, args.work, data, args.out)
     if "nogpu" in only:
         scenario("no_gpu", args.out, no_gpu, args.work, args.out)
     log("done")

@@ -22,6 +22,7 @@ from distributed import Client
 
 from cluster.gpu_stats import worker_gpu_stats
 from cluster.info import ClusterInfo, worker_info
+from cluster.local_process import HANDSHAKE
 from cluster.settings import ClusterSettings, parse_memory
 from jobs.errors import ClusterConfigError
 from jobs.pipeline import Backend
@@ -170,8 +171,7 @@ class LocalClusterProcess:
         request = {"settings": self.settings.model_dump(mode="json"), "backend": self.backend}
         self.process.stdin.write(json.dumps(request) + "\n")
         self.process.stdin.flush()
-        reply_line = _readline_with_timeout(self.process.stdout, timeout)
-        reply = json.loads(reply_line) if reply_line.strip() else {"error": "the cluster process exited; see the log above"}
+        reply = _read_handshake(self.process.stdout, timeout)
         if "error" in reply:
             self.close()
             raise ClusterConfigError(f"the local cluster did not start: {reply['error']}", field="cluster")
@@ -191,14 +191,24 @@ class LocalClusterProcess:
             self.process.wait()
 
 
-def _readline_with_timeout(stream: Any, timeout: float) -> str:
-    result: list[str] = []
-    reader = threading.Thread(target=lambda: result.append(stream.readline()), daemon=True)
+def _read_handshake(stream: Any, timeout: float) -> dict[str, Any]:
+    """The child's handshake reply; other stdout lines (library chatter) go to the log."""
+    result: dict[str, Any] = {"error": "the cluster process exited before it started; see the log above"}
+
+    def read() -> None:
+        for line in stream:
+            if line.startswith(HANDSHAKE):
+                result.clear()
+                result.update(json.loads(line[len(HANDSHAKE):]))
+                return
+            log.info("cluster process: %s", line.rstrip())
+
+    reader = threading.Thread(target=read, daemon=True)
     reader.start()
     reader.join(timeout)
     if reader.is_alive():
         raise ClusterConfigError(f"the local cluster did not start within {timeout:.0f} s", field="cluster")
-    return result[0] if result else ""
+    return result
 
 
 async def start_cluster(settings: ClusterSettings) -> ClusterHandle:

@@ -7,8 +7,9 @@ for a sort's boundaries) cannot deadlock with the scheduler materialising graphs
 Python 3.11's class-wide ``cached_property`` lock. The service joins it by address,
 exactly as it joins an external cluster.
 
-Protocol: one line of ClusterSettings JSON on stdin; one line of JSON
-``{"address", "dashboard"}`` (or ``{"error"}``) on stdout; then EOF on stdin stops it.
+Protocol: one line of ClusterSettings JSON on stdin; one stdout line
+``HANDSHAKE {"address", "dashboard"}`` (or ``HANDSHAKE {"error"}``), which the service
+finds among whatever else libraries print there; then EOF on stdin stops it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import logging
 import sys
 
 from cluster.settings import ClusterSettings
+
+HANDSHAKE = "SPILLWAY-CLUSTER"
 
 
 def _start(settings: ClusterSettings, backend: str) -> object:
@@ -47,9 +50,9 @@ def main() -> None:
     try:
         cluster = _start(settings, request["backend"])
     except Exception as exc:  # noqa: BLE001 - reported to the service, which raises it
-        print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}), flush=True)
+        print(HANDSHAKE, json.dumps({"error": f"{type(exc).__name__}: {exc}"}), flush=True)
         raise SystemExit(1) from exc
-    print(json.dumps({"address": cluster.scheduler_address, "dashboard": cluster.dashboard_link}), flush=True)
+    print(HANDSHAKE, json.dumps({"address": cluster.scheduler_address, "dashboard": cluster.dashboard_link}), flush=True)
     sys.stdin.read()  # until the service closes the pipe or dies
     cluster.close(timeout=30)
 

@@ -48,9 +48,8 @@ def read_source(source: SourceSpec, *, field: str = "source") -> dd.DataFrame:
     """A lazy dataframe over a source's files (the backend comes from the dask config)."""
     files = resolve_files(source, field=field)
     if source.format == "parquet":
-        return dd.read_parquet(files, columns=source.columns)
-    frame = dd.read_csv(files, usecols=source.columns, blocksize="64MiB")
-    return frame
+        return dd.read_parquet(files, columns=source.columns, blocksize=source.blocksize or "default")
+    return dd.read_csv(files, usecols=source.columns, blocksize=source.blocksize or "64MiB")
 
 
 def apply_step(frame: dd.DataFrame, step: Step, index: int) -> dd.DataFrame:
@@ -92,16 +91,29 @@ def apply_step(frame: dd.DataFrame, step: Step, index: int) -> dd.DataFrame:
 
 
 def _groupby(frame: dd.DataFrame, step: GroupByStep) -> dd.DataFrame:
-    # Named aggregation keeps output names stable on pandas and cudf alike; "size"
-    # counts rows, which is "size" of any key column. Dask's agg() has no nunique,
-    # so each nunique is its own reduction, merged back on the group keys.
+    # The {column: [funcs]} form is the one dask-cudf and dask-pandas both take (cudf
+    # has no named aggregation); the (column, func) result columns are then renamed.
+    # Dask's agg() has no nunique, so each nunique is its own reduction, merged back
+    # on the group keys. "size" counts rows: any non-key column serves.
     grouped = frame.groupby(list(step.by), dropna=False, sort=False)
-    named = {
-        name: (agg.column if agg.column is not None else step.by[0], agg.func)
+    row_column = next((c for c in frame.columns if c not in step.by), step.by[0])
+    wanted: dict[str, tuple[str, str]] = {
+        name: (agg.column if agg.column is not None else row_column, agg.func)
         for name, agg in step.aggs.items()
         if agg.func != "nunique"
     }
-    parts = [grouped.agg(**named).reset_index()] if named else []
+    parts: list[dd.DataFrame] = []
+    if wanted:
+        by_column: dict[str, list[str]] = {}
+        for column, func in wanted.values():
+            by_column.setdefault(column, [])
+            if func not in by_column[column]:
+                by_column[column].append(func)
+        aggregated = grouped.agg(by_column)
+        aggregated.columns = [f"{column}\x1f{func}" for column, func in aggregated.columns]
+        named = aggregated[[f"{column}\x1f{func}" for column, func in wanted.values()]]
+        named.columns = list(wanted)
+        parts.append(named.reset_index())
     parts += [
         grouped[agg.column].nunique().to_frame(name).reset_index()
         for name, agg in step.aggs.items()

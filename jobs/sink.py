@@ -24,6 +24,7 @@ from jobs.status import ColumnSchema, ResultFile, ResultManifest
 TMP_PREFIX = ".spillway-tmp-"
 SUCCESS_MARKER = "_SUCCESS"
 MANIFEST_NAME = "_manifest.json"
+PART_NAME = "part.{:06d}.parquet"
 
 
 def ensure_sink_free(sink: SinkSpec, *, field: str = "sink.path") -> None:
@@ -59,6 +60,9 @@ class SinkWriter:
             write_metadata_file=False,
             partition_on=list(self.sink.partition_on) or None,
             compression=None if self.sink.compression == "none" else self.sink.compression,
+            # Zero-padded, so listing the files in name order is partition order
+            # (a sorted job reads back sorted). A str method: workers need no Spillway code.
+            name_function=PART_NAME.format,
         )
 
     def commit(self) -> ResultManifest:

@@ -34,6 +34,11 @@ class SourceSpec(_Strict):
     format: Literal["parquet", "csv"] = Field(description="File format of the source.")
     path: str = Field(min_length=1, max_length=4096, description="A file, a directory or a glob such as `data/*.parquet`.")
     columns: list[ColumnName] | None = Field(default=None, description="Read only these columns (all when omitted).")
+    blocksize: str | None = Field(
+        default=None,
+        pattern=r"^\d+(\.\d+)?\s*([KMGT]i?B)?$",
+        description="Target partition size, e.g. '128MiB'. Smaller partitions bound each task's memory (dask-cudf's default is 1/32 of the GPU).",
+    )
 
 
 class FilterStep(_Strict):

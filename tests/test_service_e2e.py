@@ -187,3 +187,13 @@ def test_cluster_health_metrics_and_docs(service: ServiceProcess) -> None:
         metrics = http.get("/metrics").text
     for name in ("spillway_jobs{state=\"SUCCEEDED\"}", "spillway_queue_length", "spillway_partitions_processed_total", "spillway_job_duration_seconds_bucket"):
         assert name in metrics, name
+
+
+def test_sorted_output_reads_back_in_order(api: SpillwayClient, big_data: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "sorted"
+    spec = {"name": "sorted", "source": {"format": "parquet", "path": str(big_data["sales"])}, "steps": [{"op": "sort", "by": ["amount"]}], "sink": {"path": str(out)}}
+    job = wait_terminal(api, api.submit(spec).id)
+    assert job.state == JobStatus.SUCCEEDED, job.error
+    assert job.result is not None and len(job.result.files) > 1
+    amounts = pd.read_parquet(out, columns=["amount"]).amount
+    assert amounts.is_monotonic_increasing and len(amounts) == 1_200_000
