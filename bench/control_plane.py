@@ -1,0 +1,120 @@
+"""Control-plane overhead on the CPU backend, side by side in one run.
+
+    .venv/bin/python bench/control_plane.py --out bench/results
+
+Measures, on the same machine and data:
+- submit → RUNNING latency (POST /jobs until GET /jobs/{id} says RUNNING);
+- GET /jobs/{id} requests per second (one client, sequential, keep-alive);
+- end-to-end time of a trivial job through the service (submit → SUCCEEDED);
+- the same graph run directly with a Dask client on an equal LocalCluster (build, compute, write);
+and reports the overhead in milliseconds and as a ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from jobs.samples import write_sample_data  # noqa: E402
+from jobs.spec import JobSpec  # noqa: E402
+from jobs.status import JobStatus  # noqa: E402
+from service.launcher import launch_service  # noqa: E402
+
+
+def trivial_spec(data: Path, sink: Path) -> dict[str, Any]:
+    return {"name": "trivial", "source": {"format": "parquet", "path": str(data)}, "steps": [{"op": "filter", "expr": "amount > 0"}, {"op": "select", "columns": ["order_id", "amount"]}], "sink": {"path": str(sink)}}
+
+
+def median_ms(values: list[float]) -> float:
+    return round(statistics.median(values) * 1000, 2)
+
+
+def through_service(work: Path, data: Path, runs: int) -> dict[str, Any]:
+    env = {"SPILLWAY_CLUSTER__BACKEND": "pandas", "SPILLWAY_CLUSTER__N_WORKERS": "2", "SPILLWAY_CLUSTER__DASHBOARD_ADDRESS": "127.0.0.1:0", "SPILLWAY_MAX_CONCURRENT_JOBS": "1"}
+    service = launch_service(work / "svc", env)
+    to_running: list[float] = []
+    end_to_end: list[float] = []
+    try:
+        with httpx.Client(base_url=service.url, timeout=60) as http:
+            for i in range(runs + 1):
+                start = time.perf_counter()
+                job_id = http.post("/jobs", json=trivial_spec(data, work / f"out_svc_{i}")).json()["id"]
+                running_at = None
+                while True:
+                    state = http.get(f"/jobs/{job_id}").json()["state"]
+                    now = time.perf_counter()
+                    if running_at is None and state != JobStatus.PENDING.value:
+                        running_at = now
+                    if JobStatus(state).is_terminal():
+                        break
+                assert state == JobStatus.SUCCEEDED.value, state
+                if i:  # the first run warms the cluster up
+                    to_running.append(running_at - start)
+                    end_to_end.append(now - start)
+            count, start = 0, time.perf_counter()
+            while time.perf_counter() - start < 5.0:
+                http.get(f"/jobs/{job_id}").raise_for_status()
+                count += 1
+            rps = count / (time.perf_counter() - start)
+    finally:
+        service.stop()
+    return {"submit_to_running_ms": median_ms(to_running), "end_to_end_ms": median_ms(end_to_end), "get_job_rps": round(rps, 1), "runs": runs}
+
+
+def direct_dask(work: Path, data: Path, runs: int) -> dict[str, Any]:
+    import dask
+    from distributed import Client, LocalCluster
+
+    from jobs.pipeline import backend_config, build_frame
+
+    times: list[float] = []
+    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster, Client(cluster):
+        for i in range(runs + 1):
+            start = time.perf_counter()
+            spec = JobSpec.model_validate(trivial_spec(data, work / f"out_direct_{i}"))
+            with backend_config("pandas"):
+                frame = build_frame(spec)
+                dask.compute(frame.to_parquet(spec.sink.path, compute=False, write_index=False))
+            if i:
+                times.append(time.perf_counter() - start)
+    return {"end_to_end_ms": median_ms(times), "runs": runs}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=Path("bench/results"))
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--runs", type=int, default=10)
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        data = write_sample_data(work / "data", rows=args.rows, files=8)["sales"]
+        service = through_service(work, data, args.runs)
+        direct = direct_dask(work, data, args.runs)
+    result = {
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "rows": args.rows,
+        "service": service,
+        "direct_dask": direct,
+        "overhead_ms": round(service["end_to_end_ms"] - direct["end_to_end_ms"], 2),
+        "overhead_ratio": round(service["end_to_end_ms"] / direct["end_to_end_ms"], 3),
+    }
+    (args.out / "control_plane.json").write_text(json.dumps(result, indent=2))
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
