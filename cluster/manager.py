@@ -17,7 +17,7 @@ from cluster.factory import ClusterHandle
 from cluster.gpu_sampler import GpuSampler
 from cluster.plan import plan_job
 from cluster.progress import PROGRESS_TOPIC, JobProgressPlugin, plugin_name
-from jobs.errors import InvalidTransition, SpillwayError
+from jobs.errors import InvalidTransition, SpillwayError, TooManyPartitions
 from jobs.sink import SinkWriter
 from jobs.status import ErrorDetail, JobProgress, JobStatus, StageProgress
 
@@ -75,6 +75,8 @@ class JobManager:
         The cluster handle jobs run on.
     max_concurrent
         Jobs running at once; the rest wait in submission order.
+    max_partitions
+        Most tasks one job's graph may have; a bigger job fails before it runs.
     progress_interval
         Seconds between progress writes to the store while a job runs.
     metrics
@@ -88,12 +90,14 @@ class JobManager:
         *,
         max_concurrent: int = 2,
         progress_interval: float = 0.5,
+        max_partitions: int = 100_000,
         metrics: JobMetrics | None = None,
     ) -> None:
         self.store = store
         self.cluster = cluster
         self.max_concurrent = max_concurrent
         self.progress_interval = progress_interval
+        self.max_partitions = max_partitions
         self.metrics = metrics or _NoMetrics()
         self._queue: asyncio.Queue[str] = asyncio.Queue()
         self._active: dict[str, _ActiveJob] = {}
@@ -212,6 +216,11 @@ class JobManager:
     async def _execute(self, job: JobView, active: _ActiveJob) -> None:
         client = self.cluster.client
         plan = await asyncio.to_thread(plan_job, job.spec, self.cluster.backend, active.writer, self.cluster.planner)
+        if len(plan.graph) > self.max_partitions:
+            raise TooManyPartitions(
+                f"the job's graph has {len(plan.graph)} partitions (tasks), over the limit of {self.max_partitions}; "
+                "use fewer, larger files or a larger source blocksize"
+            )
         active.progress = plan.empty_progress()
         await asyncio.to_thread(self.store.save_progress, job.id, active.progress)
         await client.register_plugin(JobProgressPlugin(job.id, plan.stage_of_key, plan.result_keys))

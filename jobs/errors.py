@@ -67,3 +67,21 @@ class ClusterConfigError(SpillwayError):
     """Cluster settings that cannot work; the message says how to fix them."""
 
     code = "invalid_cluster_config"
+
+
+class IdempotencyConflict(SpillwayError):
+    """An Idempotency-Key sent again with a different spec."""
+
+    code = "idempotency_conflict"
+
+
+class QueueFull(SpillwayError):
+    """Too many jobs are waiting; the client should retry later."""
+
+    code = "queue_full"
+
+
+class TooManyPartitions(SpillwayError):
+    """A job's graph is over the configured partition limit."""
+
+    code = "too_many_partitions"

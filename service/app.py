@@ -13,7 +13,7 @@ from fastapi import FastAPI
 from cluster.factory import ClusterHandle, start_cluster
 from cluster.manager import JobManager
 from service.config import Settings
-from service.errors import install_error_handlers
+from service.errors import BodySizeLimit, install_error_handlers
 from service.metrics import ServiceMetrics
 from service.routes import cluster as cluster_routes
 from service.routes import health as health_routes
@@ -49,6 +49,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             cluster,
             max_concurrent=settings.max_concurrent_jobs,
             progress_interval=settings.progress_interval_s,
+            max_partitions=settings.max_partitions,
             metrics=metrics,
         )
         await manager.start()
@@ -68,6 +69,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     install_error_handlers(app)
+    app.add_middleware(BodySizeLimit, limit=settings.max_body_bytes)
     app.include_router(job_routes.router)
     app.include_router(cluster_routes.router)
     app.include_router(health_routes.router)

@@ -5,6 +5,8 @@ Nested cluster settings use a double underscore: ``SPILLWAY_CLUSTER__N_WORKERS=4
 
 from __future__ import annotations
 
+import os
+
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -26,5 +28,13 @@ class Settings(BaseSettings):
     max_concurrent_jobs: int = Field(default=2, ge=1, le=1024, description="Jobs running at once; the rest queue in submission order.")
     progress_interval_s: float = Field(default=0.5, gt=0, le=1.0, description="Seconds between progress writes to the store while a job runs.")
     cancel_timeout_s: float = Field(default=30.0, gt=0, description="How long POST /jobs/{id}/cancel waits for the job to stop.")
+    allowed_roots: list[str] = Field(
+        default_factory=lambda: [os.getcwd()],
+        description="Directories (or URL prefixes such as s3://bucket/etl/) that job sources and sinks must lie in. "
+        "Default: the directory the service starts in. As an env var, a JSON list: '[\"/data\", \"/scratch\"]'.",
+    )
+    max_body_bytes: int = Field(default=1_048_576, gt=0, description="Largest request body accepted; larger gets 413.")
+    max_queued_jobs: int = Field(default=1000, ge=1, description="PENDING jobs allowed; past this POST /jobs answers 429 with Retry-After.")
+    max_partitions: int = Field(default=100_000, ge=1, description="Most partitions (tasks) one job's graph may have; bigger jobs fail before running.")
     log_level: str = Field(default="INFO", description="Python logging level of the service.")
     cluster: ClusterSettings = Field(default_factory=ClusterSettings, description="The Dask cluster jobs run on.")

@@ -10,21 +10,35 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from jobs.errors import (
     ClusterConfigError,
+    IdempotencyConflict,
     InvalidTransition,
     JobNotFound,
+    QueueFull,
     SinkExists,
     SpecError,
     SpillwayError,
 )
+from jobs.sandbox import PathNotAllowed
 from jobs.spec import STEP_OPS
 from jobs.status import ErrorDetail
 
 log = logging.getLogger(__name__)
 
-_STATUS = {JobNotFound: 404, SinkExists: 409, InvalidTransition: 409, SpecError: 422, ClusterConfigError: 503}
+_STATUS = {
+    JobNotFound: 404,
+    SinkExists: 409,
+    InvalidTransition: 409,
+    IdempotencyConflict: 409,
+    QueueFull: 429,
+    PathNotAllowed: 403,  # before SpecError, its base
+    SpecError: 422,
+    ClusterConfigError: 503,
+}
+RETRY_AFTER_S = "5"
 
 
 def error_response(status: int, code: str, message: str, field: str | None = None, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -69,13 +83,57 @@ def _validation_response(exc: RequestValidationError) -> JSONResponse:
     return error_response(422, "invalid_spec", message, field or None)
 
 
+class BodySizeLimit:
+    """Refuse request bodies over ``limit`` bytes with a 413 in the stable shape.
+
+    Checks Content-Length up front and counts streamed bytes, so a chunked body
+    cannot slip past the header check.
+    """
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            await self._too_large(scope, receive, send)
+            return
+        seen = 0
+        refused = False
+
+        async def counting_receive() -> Message:
+            nonlocal seen, refused
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.limit and not refused:
+                refused = True
+                await self._too_large(scope, receive, send)
+                return {"type": "http.disconnect"}  # the app stops reading; its answer is dropped
+            return message
+
+        async def guarded_send(message: Message) -> None:
+            if not refused:
+                await send(message)
+
+        await self.app(scope, counting_receive, guarded_send)
+
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = error_response(413, "body_too_large", f"the request body is over {self.limit} bytes")
+        await response(scope, receive, send)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Map domain errors, validation errors and HTTP errors to the stable shape."""
 
     @app.exception_handler(SpillwayError)
     async def _domain(_: Request, exc: SpillwayError) -> JSONResponse:
         status = next((code for kind, code in _STATUS.items() if isinstance(exc, kind)), 400)
-        return error_response(status, exc.code, exc.message, exc.field)
+        headers = {"Retry-After": RETRY_AFTER_S} if status == 429 else None
+        return error_response(status, exc.code, exc.message, exc.field, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:

@@ -29,6 +29,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError
 
 from jobs.errors import JobNotFound
 from jobs.spec import JobSpec
@@ -55,6 +56,7 @@ jobs_table = Table(
     Column("error", JSON),
     Column("result", JSON),
     Column("resources", JSON),
+    Column("idempotency_key", String(200), unique=True),
 )
 
 
@@ -106,28 +108,49 @@ class JobStore:
                 if column.name not in existing and column.nullable:
                     kind = column.type.compile(dialect=self.engine.dialect)
                     conn.execute(text(f'ALTER TABLE {jobs_table.name} ADD COLUMN "{column.name}" {kind}'))
+                    if column.unique:  # SQLite cannot add a UNIQUE column; an index does the same
+                        conn.execute(text(f'CREATE UNIQUE INDEX "uq_{jobs_table.name}_{column.name}" ON {jobs_table.name} ("{column.name}")'))
 
     def close(self) -> None:
         self.engine.dispose()
 
-    def create(self, spec: JobSpec, backend: str) -> JobView:
-        """Persist a new PENDING job."""
+    def create(self, spec: JobSpec, backend: str, *, idempotency_key: str | None = None) -> tuple[JobView, bool]:
+        """Persist a new PENDING job; returns it and whether it is new.
+
+        With an ``idempotency_key`` already used, nothing is inserted and the job
+        created under that key is returned: the unique constraint settles races
+        between concurrent requests and between service replicas.
+        """
         now = self.clock()
         job_id = uuid.uuid4().hex[:16]
-        with self.engine.begin() as conn:
-            conn.execute(
-                jobs_table.insert().values(
-                    id=job_id,
-                    name=spec.name,
-                    state=JobStatus.PENDING.value,
-                    backend=backend,
-                    spec=spec.model_dump(mode="json"),
-                    created_at=now,
-                    updated_at=now,
-                    progress=JobProgress().model_dump(mode="json"),
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(
+                    jobs_table.insert().values(
+                        id=job_id,
+                        name=spec.name,
+                        state=JobStatus.PENDING.value,
+                        backend=backend,
+                        spec=spec.model_dump(mode="json"),
+                        created_at=now,
+                        updated_at=now,
+                        progress=JobProgress().model_dump(mode="json"),
+                        idempotency_key=idempotency_key,
+                    )
                 )
-            )
-        return self.get(job_id)
+        except IntegrityError:
+            if idempotency_key is None:
+                raise
+            return self.get_by_idempotency_key(idempotency_key), False
+        return self.get(job_id), True
+
+    def get_by_idempotency_key(self, key: str) -> JobView:
+        """The job created under an idempotency key. Raises :class:`JobNotFound`."""
+        with self.engine.connect() as conn:
+            row = conn.execute(select(jobs_table).where(jobs_table.c.idempotency_key == key)).mappings().first()
+        if row is None:
+            raise JobNotFound(f"no job with idempotency key '{key}'", field="Idempotency-Key")
+        return _to_view(row)
 
     def get(self, job_id: str) -> JobView:
         """One job. Raises :class:`JobNotFound`."""

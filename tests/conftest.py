@@ -56,6 +56,7 @@ def start_service(workdir: Path, *, extra_env: dict[str, str] | None = None) -> 
         "SPILLWAY_CLUSTER__N_WORKERS": "2",
         "SPILLWAY_CLUSTER__DASHBOARD_ADDRESS": "127.0.0.1:0",
         "SPILLWAY_CLUSTER__LOCAL_DIRECTORY": str(workdir / "dask"),
+        "SPILLWAY_ALLOWED_ROOTS": '["/tmp"]',  # pytest's tmp_path lives there
         **(extra_env or {}),
     }
     return launch_service(workdir, env)

@@ -41,7 +41,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[JobStore]:
 
 
 def test_lifecycle_and_terminal_states_are_final(store: JobStore) -> None:
-    job = store.create(SPEC, "pandas")
+    job = store.create(SPEC, "pandas")[0]
     assert job.state == JobStatus.PENDING
     assert store.transition(job.id, JobStatus.RUNNING)
     assert store.get(job.id).started_at is not None
@@ -53,14 +53,14 @@ def test_lifecycle_and_terminal_states_are_final(store: JobStore) -> None:
 
 
 def test_pending_cannot_skip_to_succeeded(store: JobStore) -> None:
-    job = store.create(SPEC, "pandas")
+    job = store.create(SPEC, "pandas")[0]
     assert not store.transition(job.id, JobStatus.SUCCEEDED)
     assert store.transition(job.id, JobStatus.CANCELLED)
     assert not store.transition(job.id, JobStatus.RUNNING)
 
 
 def test_progress_saved_only_while_running(store: JobStore) -> None:
-    job = store.create(SPEC, "pandas")
+    job = store.create(SPEC, "pandas")[0]
     progress = JobProgress(stages=[StageProgress(name="read", done=3, total=4)])
     store.save_progress(job.id, progress)
     assert store.get(job.id).progress.total == 0
@@ -73,7 +73,7 @@ def test_progress_saved_only_while_running(store: JobStore) -> None:
 
 
 def test_list_filter_pagination_and_order(store: JobStore) -> None:
-    ids = [store.create(SPEC, "pandas").id for _ in range(5)]
+    ids = [store.create(SPEC, "pandas")[0].id for _ in range(5)]
     store.transition(ids[1], JobStatus.RUNNING)
     page, total = store.list(limit=2)
     assert total == 5 and [j.id for j in page] == [ids[4], ids[3]]

@@ -7,9 +7,11 @@ import json
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
+from jobs.errors import IdempotencyConflict, JobNotFound, QueueFull
+from jobs.sandbox import check_paths
 from jobs.sink import ensure_sink_free
 from jobs.spec import JobSpec
 from jobs.status import JobStatus
@@ -22,7 +24,10 @@ router = APIRouter(prefix="/jobs", tags=["jobs"])
 _ERRORS = {
     400: {"model": ErrorBody, "description": "Malformed JSON."},
     404: {"model": ErrorBody, "description": "No such job."},
-    409: {"model": ErrorBody, "description": "The sink holds data, or the job already finished."},
+    403: {"model": ErrorBody, "description": "A source or sink outside the allowed data roots."},
+    409: {"model": ErrorBody, "description": "The sink holds data, the job already finished, or an Idempotency-Key was reused for another spec."},
+    413: {"model": ErrorBody, "description": "The request body is too large."},
+    429: {"model": ErrorBody, "description": "Too many jobs waiting; see Retry-After."},
     422: {"model": ErrorBody, "description": "The spec does not fit its sources: the field and column are named."},
 }
 _EVENT_POLL_S = 0.25
@@ -43,17 +48,49 @@ def _with_links(job: JobView, services: ServicesDep, request: Request) -> JobVie
     return job.model_copy(update={"links": _links(services, request, job.id)})
 
 
-def _validate(spec: JobSpec) -> None:
+def _validate(spec: JobSpec, roots: list[str]) -> None:
+    check_paths(spec, roots)
     check_spec(spec)
     ensure_sink_free(spec.sink)
 
 
 @router.post("", status_code=202, response_model=JobAccepted, responses=_ERRORS)
-async def submit_job(spec: JobSpec, services: ServicesDep, request: Request) -> JobAccepted:
-    """Validate a JobSpec against its sources' schemas, persist it and queue it."""
-    await asyncio.to_thread(_validate, spec)
-    job = await asyncio.to_thread(services.store.create, spec, services.cluster.backend)
+async def submit_job(
+    spec: JobSpec,
+    services: ServicesDep,
+    request: Request,
+    response: Response,
+    idempotency_key: Annotated[
+        str | None, Header(max_length=200, description="Send the same key again to get the same job back, never a second run.")
+    ] = None,
+) -> JobAccepted:
+    """Validate a JobSpec against the data roots and its sources' schemas, persist it and queue it."""
+    if idempotency_key is not None:
+        existing = await asyncio.to_thread(_find_by_key, services, idempotency_key)
+        if existing is not None:
+            return _replay(existing, spec, services, request, response)
+    queued = (await asyncio.to_thread(services.store.count_by_state))[JobStatus.PENDING]
+    if queued >= services.settings.max_queued_jobs:
+        raise QueueFull(f"{queued} jobs are waiting; the limit is {services.settings.max_queued_jobs}. Retry later.")
+    await asyncio.to_thread(_validate, spec, services.settings.allowed_roots)
+    job, created = await asyncio.to_thread(services.store.create, spec, services.cluster.backend, idempotency_key=idempotency_key)
+    if not created:  # a concurrent request with the same key won the insert
+        return _replay(job, spec, services, request, response)
     services.manager.enqueue(job.id)
+    return JobAccepted(id=job.id, state=job.state, links=_links(services, request, job.id))
+
+
+def _find_by_key(services: ServicesDep, key: str) -> JobView | None:
+    try:
+        return services.store.get_by_idempotency_key(key)
+    except JobNotFound:
+        return None
+
+
+def _replay(job: JobView, spec: JobSpec, services: ServicesDep, request: Request, response: Response) -> JobAccepted:
+    if job.spec != spec:
+        raise IdempotencyConflict(f"Idempotency-Key was first used for job {job.id} with a different spec", field="Idempotency-Key")
+    response.status_code = 200
     return JobAccepted(id=job.id, state=job.state, links=_links(services, request, job.id))
 
 
