@@ -42,7 +42,7 @@ def median_ms(values: list[float]) -> float:
 
 
 def through_service(work: Path, data: Path, runs: int) -> dict[str, Any]:
-    env = {"SPILLWAY_CLUSTER__BACKEND": "pandas", "SPILLWAY_CLUSTER__N_WORKERS": "2", "SPILLWAY_CLUSTER__DASHBOARD_ADDRESS": "127.0.0.1:0", "SPILLWAY_MAX_CONCURRENT_JOBS": "1"}
+    env = {"SPILLWAY_CLUSTER__BACKEND": "pandas", "SPILLWAY_CLUSTER__N_WORKERS": "2", "SPILLWAY_CLUSTER__DASHBOARD_ADDRESS": "127.0.0.1:0", "SPILLWAY_MAX_CONCURRENT_JOBS": "1", "SPILLWAY_ALLOWED_ROOTS": json.dumps([str(work)])}
     service = launch_service(work / "svc", env)
     to_running: list[float] = []
     end_to_end: list[float] = []

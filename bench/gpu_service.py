@@ -112,6 +112,7 @@ def gpu_env(work: Path, protocol: str, **extra: str) -> dict[str, str]:
         "SPILLWAY_CLUSTER__DASHBOARD_ADDRESS": "127.0.0.1:0",
         "SPILLWAY_CLUSTER__LOCAL_DIRECTORY": str(work / "dask"),
         "SPILLWAY_LOG_LEVEL": "INFO",
+        "SPILLWAY_ALLOWED_ROOTS": json.dumps([str(work)]),
         **extra,
     }
 
@@ -164,7 +165,7 @@ def etl_two_gpus_vs_cpu(work: Path, data: dict[str, Path], out: Path) -> dict[st
         finally:
             service.stop()
             (out / f"service_etl_{protocol}.log").write_text(service.log()[-200_000:])
-    cpu = start(work, {"SPILLWAY_CLUSTER__BACKEND": "pandas", "SPILLWAY_CLUSTER__N_WORKERS": "16", "SPILLWAY_CLUSTER__DASHBOARD_ADDRESS": "127.0.0.1:0"}, "etl_cpu")
+    cpu = start(work, {"SPILLWAY_ALLOWED_ROOTS": json.dumps([str(work)]), "SPILLWAY_CLUSTER__BACKEND": "pandas", "SPILLWAY_CLUSTER__N_WORKERS": "16", "SPILLWAY_CLUSTER__DASHBOARD_ADDRESS": "127.0.0.1:0"}, "etl_cpu")
     try:
         result["job_cpu"] = run_job(cpu, etl_spec(data, work / "out_etl_cpu"))
     finally:
@@ -251,7 +252,7 @@ def shuffle_join(work: Path, data: dict[str, Path], out: Path) -> dict[str, Any]
 
 
 def no_gpu(work: Path, out: Path) -> dict[str, Any]:
-    env = {"CUDA_VISIBLE_DEVICES": "", "SPILLWAY_CLUSTER__DASHBOARD_ADDRESS": "127.0.0.1:0", "SPILLWAY_CLUSTER__N_WORKERS": "2"}
+    env = {"CUDA_VISIBLE_DEVICES": "", "SPILLWAY_ALLOWED_ROOTS": json.dumps([str(work)]), "SPILLWAY_CLUSTER__DASHBOARD_ADDRESS": "127.0.0.1:0", "SPILLWAY_CLUSTER__N_WORKERS": "2"}
     service = start(work, env, "no_gpu")
     try:
         with service.client() as client:

@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
+import httpx
 import typer
 import yaml
 from pydantic import ValidationError
@@ -36,10 +37,19 @@ console = Console()
 err = Console(stderr=True)
 
 UrlOption = Annotated[str, typer.Option("--url", envvar="SPILLWAY_URL", help="The Spillway service to talk to.")]
+_token: str | None = None
+
+
+@app.callback()
+def _global_options(
+    token: Annotated[Optional[str], typer.Option("--token", envvar="SPILLWAY_TOKEN", help="Bearer token, when the service requires one.", show_default=False)] = None,  # noqa: UP007
+) -> None:
+    global _token
+    _token = token
 
 
 def _client(url: str) -> SpillwayClient:
-    return SpillwayClient(url)
+    return SpillwayClient(url, token=_token)
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:
@@ -277,9 +287,42 @@ def demo(
         server.stop()
 
 
+@app.command("token")
+def token_create(
+    action: Annotated[str, typer.Argument(help="Only 'create' for now.")],
+    scope: Annotated[str, typer.Option(help="read, submit (includes read) or admin (everything).")] = "submit",
+    name: Annotated[str, typer.Option(help="Who or what the token is for.")] = "cli",
+) -> None:
+    """Create an API token in the service's store (SPILLWAY_DATABASE_URL); it is printed once and stored hashed."""
+    from service.auth import Scope, create_token
+    from service.config import Settings
+    from service.store import JobStore
+
+    if action != "create":
+        raise _fail(f"unknown token action '{action}'; use: spillway token create --scope submit", 2)
+    try:
+        chosen = Scope(scope)
+    except ValueError as exc:
+        raise _fail(f"--scope must be read, submit or admin, not '{scope}'", 2) from exc
+    store = JobStore(Settings().database_url)
+    try:
+        token = create_token(store, name, chosen)
+    finally:
+        store.close()
+    err.print(f"created a '{chosen.value}' token for {name}; it is shown only now:")
+    print(token)
+
+
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point: service errors print as one clear line, not a traceback."""
+    try:
+        app()
+    except ApiError as exc:
+        err.print(f"[bold red]error:[/] {escape(str(exc))}")
+        raise SystemExit(1) from None
+    except httpx.TransportError as exc:
+        err.print(f"[bold red]error:[/] cannot reach the service: {escape(str(exc))}. Is `spillway serve` running (see --url)?")
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":

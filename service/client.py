@@ -46,11 +46,14 @@ class SpillwayClient:
         The service, e.g. ``http://127.0.0.1:8000``.
     timeout
         Seconds for each request (streams are not limited).
+    token
+        A bearer token (``spillway token create``), when the service requires one.
     """
 
-    def __init__(self, base_url: str = DEFAULT_URL, *, timeout: float = 30.0) -> None:
+    def __init__(self, base_url: str = DEFAULT_URL, *, timeout: float = 30.0, token: str | None = None) -> None:
         self.base_url = base_url.rstrip("/")
-        self._http = httpx.Client(base_url=self.base_url, timeout=timeout)
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout, headers=headers)
 
     def close(self) -> None:
         self._http.close()
@@ -67,10 +70,14 @@ class SpillwayClient:
             raise ApiError(response.status_code, _error_detail(response))
         return response.json()
 
-    def submit(self, spec: JobSpec | dict[str, Any]) -> JobAccepted:
-        """Submit a job; it is validated against its sources before it is accepted."""
+    def submit(self, spec: JobSpec | dict[str, Any], *, idempotency_key: str | None = None) -> JobAccepted:
+        """Submit a job; it is validated against its sources before it is accepted.
+
+        The same ``idempotency_key`` sent again returns the same job, never a second run.
+        """
         body = spec.model_dump(mode="json") if isinstance(spec, JobSpec) else spec
-        return JobAccepted.model_validate(self._request("POST", "/jobs", json=body))
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        return JobAccepted.model_validate(self._request("POST", "/jobs", json=body, headers=headers))
 
     def get(self, job_id: str) -> JobView:
         return JobView.model_validate(self._request("GET", f"/jobs/{job_id}"))

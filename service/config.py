@@ -5,7 +5,9 @@ Nested cluster settings use a double underscore: ``SPILLWAY_CLUSTER__N_WORKERS=4
 
 from __future__ import annotations
 
+import ipaddress
 import os
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -36,5 +38,19 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=1_048_576, gt=0, description="Largest request body accepted; larger gets 413.")
     max_queued_jobs: int = Field(default=1000, ge=1, description="PENDING jobs allowed; past this POST /jobs answers 429 with Retry-After.")
     max_partitions: int = Field(default=100_000, ge=1, description="Most partitions (tasks) one job's graph may have; bigger jobs fail before running.")
+    auth: Literal["auto", "on", "off"] = Field(
+        default="auto",
+        description="Bearer-token auth: 'auto' requires it whenever the service binds a non-loopback address.",
+    )
     log_level: str = Field(default="INFO", description="Python logging level of the service.")
     cluster: ClusterSettings = Field(default_factory=ClusterSettings, description="The Dask cluster jobs run on.")
+
+    @property
+    def auth_required(self) -> bool:
+        """Whether requests need a bearer token."""
+        if self.auth != "auto":
+            return self.auth == "on"
+        try:
+            return not ipaddress.ip_address(self.host).is_loopback
+        except ValueError:  # a host name: only localhost counts as loopback
+            return self.host != "localhost"

@@ -23,12 +23,15 @@ from jobs.errors import (
     SpillwayError,
 )
 from jobs.sandbox import PathNotAllowed
+from service.auth import Forbidden, Unauthenticated
 from jobs.spec import STEP_OPS
 from jobs.status import ErrorDetail
 
 log = logging.getLogger(__name__)
 
 _STATUS = {
+    Unauthenticated: 401,
+    Forbidden: 403,
     JobNotFound: 404,
     SinkExists: 409,
     InvalidTransition: 409,
@@ -132,7 +135,7 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(SpillwayError)
     async def _domain(_: Request, exc: SpillwayError) -> JSONResponse:
         status = next((code for kind, code in _STATUS.items() if isinstance(exc, kind)), 400)
-        headers = {"Retry-After": RETRY_AFTER_S} if status == 429 else None
+        headers = {"Retry-After": RETRY_AFTER_S} if status == 429 else {"WWW-Authenticate": "Bearer"} if status == 401 else None
         return error_response(status, exc.code, exc.message, exc.field, headers=headers)
 
     @app.exception_handler(RequestValidationError)

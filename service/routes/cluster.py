@@ -5,9 +5,10 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from cluster.info import ClusterInfo
+from service.auth import Scope, require
 from service.routes.deps import ServicesDep
 
-router = APIRouter(tags=["cluster"])
+router = APIRouter(tags=["cluster"], dependencies=[require(Scope.READ)])
 
 
 @router.get("/cluster", response_model=ClusterInfo)

@@ -7,6 +7,7 @@ import asyncio
 from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from service.auth import Scope, require
 from service.routes.deps import ServicesDep
 from service.schemas import Health
 
@@ -32,7 +33,7 @@ async def healthz(services: ServicesDep, response: Response) -> Health:
     )
 
 
-@router.get("/metrics", response_class=Response)
+@router.get("/metrics", response_class=Response, dependencies=[require(Scope.READ)])
 async def metrics(services: ServicesDep) -> Response:
     """Prometheus text format."""
     body = await asyncio.to_thread(generate_latest, services.metrics.registry)

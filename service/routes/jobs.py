@@ -16,13 +16,15 @@ from jobs.sink import ensure_sink_free
 from jobs.spec import JobSpec
 from jobs.status import JobStatus
 from jobs.validate import check_spec
+from service.auth import Scope, require
 from service.routes.deps import ServicesDep
 from service.schemas import ErrorBody, JobAccepted, JobLinks, JobPage, JobView
 
-router = APIRouter(prefix="/jobs", tags=["jobs"])
+router = APIRouter(prefix="/jobs", tags=["jobs"], dependencies=[require(Scope.READ)])
 
 _ERRORS = {
     400: {"model": ErrorBody, "description": "Malformed JSON."},
+    401: {"model": ErrorBody, "description": "No bearer token, or an unknown one."},
     404: {"model": ErrorBody, "description": "No such job."},
     403: {"model": ErrorBody, "description": "A source or sink outside the allowed data roots."},
     409: {"model": ErrorBody, "description": "The sink holds data, the job already finished, or an Idempotency-Key was reused for another spec."},
@@ -54,7 +56,7 @@ def _validate(spec: JobSpec, roots: list[str]) -> None:
     ensure_sink_free(spec.sink)
 
 
-@router.post("", status_code=202, response_model=JobAccepted, responses=_ERRORS)
+@router.post("", status_code=202, response_model=JobAccepted, responses=_ERRORS, dependencies=[require(Scope.SUBMIT)])
 async def submit_job(
     spec: JobSpec,
     services: ServicesDep,
@@ -113,7 +115,7 @@ async def get_job(job_id: str, services: ServicesDep, request: Request) -> JobVi
     return _with_links(await asyncio.to_thread(services.store.get, job_id), services, request)
 
 
-@router.post("/{job_id}/cancel", response_model=JobView, status_code=202, responses=_ERRORS)
+@router.post("/{job_id}/cancel", response_model=JobView, status_code=202, responses=_ERRORS, dependencies=[require(Scope.SUBMIT)])
 async def cancel_job(job_id: str, services: ServicesDep, request: Request) -> JobView:
     """Cancel a pending or running job: its tasks are released and nothing is committed."""
     job = await services.manager.cancel(job_id, timeout=services.settings.cancel_timeout_s)

@@ -1,0 +1,107 @@
+"""Bearer API tokens: stored hashed, scoped read < submit < admin.
+
+Tokens are 32 random bytes, so a plain SHA-256 is enough to store them (there is
+nothing to brute-force, unlike a password); the token itself is shown once, at creation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from datetime import datetime, timezone
+from enum import Enum
+from typing import Annotated
+
+from fastapi import Depends, Request
+from sqlalchemy import Boolean, Column, DateTime, Integer, String, Table, select
+
+from jobs.errors import SpillwayError
+from service.store import JobStore, metadata
+
+TOKEN_PREFIX = "spw_"
+
+
+class Scope(str, Enum):
+    """What a token may do; each scope includes the ones before it."""
+
+    READ = "read"
+    SUBMIT = "submit"
+    ADMIN = "admin"
+
+    def allows(self, needed: Scope) -> bool:
+        order = [Scope.READ, Scope.SUBMIT, Scope.ADMIN]
+        return order.index(self) >= order.index(needed)
+
+
+class Unauthenticated(SpillwayError):
+    """No token, or one the service does not know."""
+
+    code = "unauthenticated"
+
+
+class Forbidden(SpillwayError):
+    """A valid token whose scope does not allow the request."""
+
+    code = "forbidden"
+
+
+tokens_table = Table(
+    "spillway_tokens",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("name", String(100), nullable=False),
+    Column("scope", String(16), nullable=False),
+    Column("token_sha256", String(64), unique=True, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("revoked", Boolean, nullable=False, default=False),
+)
+
+
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def create_token(store: JobStore, name: str, scope: Scope) -> str:
+    """Create a token and return it; only its hash is stored."""
+    metadata.create_all(store.engine)
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    with store.engine.begin() as conn:
+        conn.execute(
+            tokens_table.insert().values(name=name, scope=scope.value, token_sha256=_digest(token), created_at=datetime.now(timezone.utc), revoked=False)
+        )
+    return token
+
+
+def scope_of(store: JobStore, token: str) -> Scope | None:
+    """The scope of a live token, or None."""
+    digest = _digest(token)
+    with store.engine.connect() as conn:
+        row = conn.execute(select(tokens_table.c.scope, tokens_table.c.token_sha256).where(tokens_table.c.token_sha256 == digest, tokens_table.c.revoked.is_(False))).first()
+    if row is None or not hmac.compare_digest(row[1], digest):
+        return None
+    return Scope(row[0])
+
+
+def require(needed: Scope):  # noqa: ANN201 - a FastAPI dependency factory
+    """A dependency that checks the bearer token for ``needed`` (a no-op when auth is off)."""
+
+    def check(request: Request) -> None:
+        services = request.app.state.services
+        if not services.settings.auth_required:
+            return
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token:
+            raise Unauthenticated("this service needs a bearer token: send 'Authorization: Bearer <token>' (create one with `spillway token create`)")
+        scope = scope_of(services.store, token.strip())
+        if scope is None:
+            raise Unauthenticated("the bearer token is not valid (unknown or revoked)")
+        if not scope.allows(needed):
+            raise Forbidden(f"this token has scope '{scope.value}'; the request needs '{needed.value}'")
+
+    return Depends(check)
+
+
+ReadAccess = Annotated[None, require(Scope.READ)]
+SubmitAccess = Annotated[None, require(Scope.SUBMIT)]
