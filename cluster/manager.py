@@ -142,25 +142,27 @@ class JobManager:
             The job already finished.
         """
         job = await asyncio.to_thread(self.store.get, job_id)
+        if job.state.is_terminal():
+            raise InvalidTransition(f"job {job_id} is already {job.state.value}; only PENDING or RUNNING jobs can be cancelled")
         if job.state == JobStatus.PENDING and await asyncio.to_thread(self.store.transition, job_id, JobStatus.CANCELLED):
             return await asyncio.to_thread(self.store.get, job_id)
         active = self._active.get(job_id)
         if active is None:
-            job = await asyncio.to_thread(self.store.get, job_id)
-            if job.state.is_terminal():
-                raise InvalidTransition(f"job {job_id} is already {job.state.value}; only PENDING or RUNNING jobs can be cancelled")
             # RUNNING in the store but not here: its runner is gone, so cancel outright.
             await asyncio.to_thread(self.store.finish, job_id, JobStatus.CANCELLED)
-            return await asyncio.to_thread(self.store.get, job_id)
-        if not active.committing:
-            active.cancel_requested = True
-            if active.futures:
-                await self.cluster.client.cancel(active.futures, force=True, reason="cancelled by user")
-        try:
-            await asyncio.wait_for(active.finished.wait(), timeout)
-        except TimeoutError:
-            log.warning("job %s did not stop within %.0f s of cancel", job_id, timeout)
-        return await asyncio.to_thread(self.store.get, job_id)
+        else:
+            if not active.committing:
+                active.cancel_requested = True
+                if active.futures:
+                    await self.cluster.client.cancel(active.futures, force=True, reason="cancelled by user")
+            try:
+                await asyncio.wait_for(active.finished.wait(), timeout)
+            except TimeoutError:
+                log.warning("job %s did not stop within %.0f s of cancel", job_id, timeout)
+        job = await asyncio.to_thread(self.store.get, job_id)
+        if job.state.is_terminal() and job.state != JobStatus.CANCELLED:
+            raise InvalidTransition(f"job {job_id} finished as {job.state.value} before it could be cancelled")
+        return job
 
     async def _runner(self) -> None:
         while True:

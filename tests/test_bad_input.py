@@ -115,7 +115,7 @@ def test_runtime_failure_is_a_failed_job_with_a_reason(service: ServiceProcess, 
     with service.client() as client:
         job = wait_terminal(client, client.submit(spec).id)
         assert job.state == JobStatus.FAILED and job.error is not None
-        assert job.error.code == "job_failed" and "north" in job.error.message or "int" in job.error.message
+        assert job.error.code == "job_failed" and ("north" in job.error.message or "int" in job.error.message)
         assert job.result is None
         with pytest.raises(Exception, match="409"):
             client.cancel(job.id)

@@ -1,0 +1,231 @@
+"""``spillway pipeline ...``: scheduled pipelines from the command line, only through the SDK."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import click
+import httpx
+import typer
+import yaml
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from service.client import DEFAULT_URL, ApiError
+from service.pipelines.client import PipelineClient
+from service.pipelines.models import PipelineView, RunState, RunView
+
+pipeline_app = typer.Typer(
+    help="Scheduled pipelines: a job spec template run on a cron schedule. `spillway pipeline create FILE` to start.",
+    no_args_is_help=True,
+)
+console = Console()
+err = Console(stderr=True)
+
+UrlOption = Annotated[str, typer.Option("--url", envvar="SPILLWAY_URL", help="The Spillway service to talk to.")]
+ParamOption = Annotated[Optional[list[str]], typer.Option("--param", "-p", help="Override a parameter: NAME=VALUE (repeatable).")]  # noqa: UP007
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML 1.2 booleans only (as `spillway submit` reads specs): in YAML 1.1 a join's `on:` key reads as True."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+
+
+def _fail(message: str, code: int = 1) -> typer.Exit:
+    err.print(f"[bold red]error:[/] {escape(message)}")
+    return typer.Exit(code)
+
+
+@contextmanager
+def _client(url: str) -> Iterator[PipelineClient]:
+    # The token may be given to `spillway --token` (the root command) or to this group.
+    ctx: click.Context | None = click.get_current_context()
+    token = None
+    while ctx is not None and token is None:
+        token = ctx.params.get("token")
+        ctx = ctx.parent
+    with PipelineClient(url, token=token) as client:
+        try:
+            yield client
+        except ApiError as exc:
+            raise _fail(str(exc), 2 if exc.status == 422 else 1) from exc
+        except httpx.HTTPError as exc:
+            raise _fail(f"cannot reach {url}: {exc}. Is `spillway serve` running?") from exc
+
+
+@pipeline_app.callback()
+def _options(
+    token: Annotated[Optional[str], typer.Option("--token", envvar="SPILLWAY_TOKEN", help="Bearer token, when the service requires one.", show_default=False)] = None,  # noqa: UP007, ARG001 - read back through the click context
+) -> None:
+    """Scheduled pipelines."""
+
+
+def load_pipeline(path: Path) -> dict[str, Any]:
+    """Read a pipeline (name, spec, schedule, ...) from a YAML or JSON file."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise _fail(f"cannot read {path}: {exc.strerror}", 2) from exc
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise _fail(f"{path} is not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {exc}", 2) from exc
+    if not isinstance(data, dict) or "name" not in data:
+        raise _fail(f"{path} must hold a mapping with name, spec and schedule", 2)
+    return data
+
+
+def parse_params(pairs: list[str] | None) -> dict[str, str]:
+    """``["region=north", "n=3"]`` → ``{"region": "north", "n": "3"}`` (values stay text)."""
+    params: dict[str, str] = {}
+    for pair in pairs or []:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise _fail(f"--param takes NAME=VALUE, not '{pair}'", 2)
+        params[name.strip()] = value
+    return params
+
+
+def _when(value: Any) -> str:
+    return value.isoformat(timespec="minutes") if value is not None else "-"
+
+
+def _print_pipeline(p: PipelineView) -> None:
+    state = "paused" if p.paused else "active"
+    console.print(f"[bold]{p.name}[/] v{p.version} {state}  schedule={p.schedule!r} ({p.timezone})  next run {_when(p.next_run_at)}")
+    console.print(
+        f"catchup={p.catchup} max_active_runs={p.max_active_runs} retries={p.retries} backoff={p.retry_backoff_s:g}s params={json.dumps(p.params)}"
+    )
+
+
+def _act(url: str, action: Callable[[PipelineClient], PipelineView], verb: str) -> None:
+    with _client(url) as client:
+        pipeline = action(client)
+    console.print(f"{verb} [bold]{pipeline.name}[/] (v{pipeline.version}); next run {_when(pipeline.next_run_at)}")
+
+
+@pipeline_app.command()
+def create(pipeline_file: Annotated[Path, typer.Argument(help="Pipeline, YAML or JSON.")], url: UrlOption = DEFAULT_URL) -> None:
+    """Create a pipeline. Its template is rendered for the next run first: errors show now, not at 2 a.m."""
+    data = load_pipeline(pipeline_file)
+    _act(url, lambda c: c.create(data), "created")
+
+
+@pipeline_app.command()
+def update(pipeline_file: Annotated[Path, typer.Argument(help="Pipeline, YAML or JSON; its name says which.")], url: UrlOption = DEFAULT_URL) -> None:
+    """Replace a pipeline's definition: a new version (pausing is `pause`/`resume`)."""
+    data = load_pipeline(pipeline_file)
+    _act(url, lambda c: c.update(data["name"], data), "updated")
+
+
+@pipeline_app.command("list")
+def list_pipelines(url: UrlOption = DEFAULT_URL) -> None:
+    """List pipelines."""
+    with _client(url) as client:
+        pipelines = client.list()
+    table = Table(title=f"{len(pipelines)} pipelines", title_justify="left")
+    for column in ("name", "version", "schedule", "timezone", "state", "next run"):
+        table.add_column(column)
+    for p in pipelines:
+        table.add_row(p.name, str(p.version), p.schedule, p.timezone, "paused" if p.paused else "active", _when(p.next_run_at))
+    console.print(table)
+
+
+@pipeline_app.command()
+def show(name: str, url: UrlOption = DEFAULT_URL) -> None:
+    """Show a pipeline: schedule, policies, parameters and its spec template."""
+    with _client(url) as client:
+        pipeline = client.get(name)
+    _print_pipeline(pipeline)
+    console.print(escape(yaml.safe_dump({"spec": pipeline.spec}, sort_keys=False)), end="")
+
+
+@pipeline_app.command()
+def pause(name: str, url: UrlOption = DEFAULT_URL) -> None:
+    """Start no more runs of a pipeline."""
+    _act(url, lambda c: c.pause(name), "paused")
+
+
+@pipeline_app.command()
+def resume(name: str, url: UrlOption = DEFAULT_URL) -> None:
+    """Run a paused pipeline again from its next firing instant."""
+    _act(url, lambda c: c.resume(name), "resumed")
+
+
+@pipeline_app.command()
+def delete(name: str, url: UrlOption = DEFAULT_URL) -> None:
+    """Delete a pipeline and its run history (its jobs stay)."""
+    with _client(url) as client:
+        client.delete(name)
+    console.print(f"deleted {name}")
+
+
+@pipeline_app.command()
+def trigger(
+    name: str,
+    date: Annotated[str, typer.Option("--date", help="Logical date, e.g. 2026-03-01 or 2026-03-01T02:30+01:00; no offset: the pipeline's zone.")],
+    param: ParamOption = None,
+    url: UrlOption = DEFAULT_URL,
+) -> None:
+    """Run a pipeline now for one logical date, optionally with other parameters."""
+    with _client(url) as client:
+        run = client.trigger(name, date, parse_params(param))
+    console.print(f"queued run {run.id} of {name} for {_when(run.logical_date)} (v{run.version})")
+
+
+@pipeline_app.command()
+def backfill(
+    name: str,
+    start: Annotated[str, typer.Option("--start", help="Earliest logical date (inclusive).")],
+    end: Annotated[str, typer.Option("--end", help="Latest logical date (inclusive).")],
+    param: ParamOption = None,
+    url: UrlOption = DEFAULT_URL,
+) -> None:
+    """Queue runs for every interval starting in [start, end]; they run max_active_runs at a time."""
+    with _client(url) as client:
+        result = client.backfill(name, start, end, parse_params(param))
+    console.print(f"queued {len(result.created)} runs; {len(result.existing)} dates already had one")
+    if result.not_ended:
+        console.print(f"{len(result.not_ended)} intervals have not ended yet; the schedule will run them")
+
+
+@pipeline_app.command()
+def runs(
+    name: str,
+    url: UrlOption = DEFAULT_URL,
+    state: Annotated[Optional[RunState], typer.Option(help="Only runs in this state.")] = None,  # noqa: UP007
+    limit: Annotated[int, typer.Option(help="How many, newest logical date first.")] = 20,
+) -> None:
+    """A pipeline's run history: state, duration, attempts and where the result is."""
+    with _client(url) as client:
+        page = client.runs(name, state=state, limit=limit)
+    table = Table(title=f"{page.total} runs of {name}", title_justify="left")
+    for column in ("logical date", "state", "trigger", "version", "duration", "attempts", "result / reason"):
+        table.add_column(column)
+    for run in page.items:
+        table.add_row(
+            _when(run.logical_date),
+            run.state.value,
+            run.trigger.value,
+            str(run.version),
+            f"{run.duration_s:.1f}s" if run.duration_s is not None else "",
+            _attempts(run),
+            run.result_location or run.reason or "",
+        )
+    console.print(table)
+
+
+def _attempts(run: RunView) -> str:
+    return ", ".join(f"{a.attempt}:{a.state}" + (f" ({a.job_id})" if a.job_id else "") for a in run.attempts)

@@ -1,0 +1,117 @@
+"""The pipelines part of the SDK: ``/pipelines`` over HTTP (httpx), with the server's own models."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import httpx
+
+from service.client import DEFAULT_URL, ApiError
+from service.pipelines.models import (
+    BackfillResult,
+    PipelineCreate,
+    PipelineDefinition,
+    PipelineList,
+    PipelineView,
+    RunPage,
+    RunState,
+    RunView,
+)
+from service.pipelines.templating import ParamValue
+from service.schemas import ErrorDetail
+
+
+class PipelineClient:
+    """A synchronous client for the pipelines of one Spillway service.
+
+    Parameters
+    ----------
+    base_url
+        The service, e.g. ``http://127.0.0.1:8000``.
+    timeout
+        Seconds for each request.
+    token
+        A bearer token, when the service requires one.
+    transport
+        An httpx transport, e.g. ``httpx.ASGITransport(app)`` in tests.
+    """
+
+    def __init__(
+        self,
+        base_url: str = DEFAULT_URL,
+        *,
+        timeout: float = 30.0,
+        token: str | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout, headers=headers, transport=transport)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> PipelineClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> Any:
+        response = self._http.request(method, path, **kwargs)
+        if response.status_code >= 400:
+            try:
+                detail = ErrorDetail.model_validate(response.json()["error"])
+            except (ValueError, KeyError, TypeError):
+                detail = ErrorDetail(code=f"http_{response.status_code}", message=response.text[:500] or response.reason_phrase)
+            raise ApiError(response.status_code, detail)
+        return response.json() if response.content else None
+
+    def create(self, pipeline: PipelineCreate | dict[str, Any]) -> PipelineView:
+        """Create a pipeline. Raises :class:`ApiError` (422 names the bad template field)."""
+        body = PipelineCreate.model_validate(pipeline).model_dump(mode="json")
+        return PipelineView.model_validate(self._request("POST", "/pipelines", json=body))
+
+    def update(self, name: str, definition: PipelineDefinition | dict[str, Any]) -> PipelineView:
+        """Replace a pipeline's definition (a new version). ``name`` and ``paused`` in a dict are ignored."""
+        if isinstance(definition, dict):
+            definition = PipelineDefinition.model_validate({k: v for k, v in definition.items() if k not in ("name", "paused")})
+        body = definition.definition().model_dump(mode="json")
+        return PipelineView.model_validate(self._request("PUT", f"/pipelines/{name}", json=body))
+
+    def list(self) -> list[PipelineView]:
+        return PipelineList.model_validate(self._request("GET", "/pipelines")).items
+
+    def get(self, name: str) -> PipelineView:
+        return PipelineView.model_validate(self._request("GET", f"/pipelines/{name}"))
+
+    def delete(self, name: str) -> None:
+        self._request("DELETE", f"/pipelines/{name}")
+
+    def pause(self, name: str) -> PipelineView:
+        return PipelineView.model_validate(self._request("POST", f"/pipelines/{name}/pause"))
+
+    def resume(self, name: str) -> PipelineView:
+        return PipelineView.model_validate(self._request("POST", f"/pipelines/{name}/resume"))
+
+    def trigger(self, name: str, logical_date: datetime | str, params: dict[str, ParamValue] | None = None) -> RunView:
+        """A manual run; a date without an offset is read in the pipeline's time zone."""
+        value = logical_date.isoformat() if isinstance(logical_date, datetime) else logical_date
+        body = {"logical_date": value, "params": params or {}}
+        return RunView.model_validate(self._request("POST", f"/pipelines/{name}/runs", json=body))
+
+    def backfill(self, name: str, start: datetime | str, end: datetime | str, params: dict[str, ParamValue] | None = None) -> BackfillResult:
+        """Queue runs for every ended interval starting in ``[start, end]``."""
+        body = {
+            "start": start.isoformat() if isinstance(start, datetime) else start,
+            "end": end.isoformat() if isinstance(end, datetime) else end,
+            "params": params or {},
+        }
+        return BackfillResult.model_validate(self._request("POST", f"/pipelines/{name}/backfill", json=body))
+
+    def runs(self, name: str, *, state: RunState | None = None, limit: int = 50, offset: int = 0) -> RunPage:
+        """Run history, newest logical date first."""
+        query: dict[str, Any] = {"limit": limit, "offset": offset}
+        if state is not None:
+            query["state"] = state.value
+        return RunPage.model_validate(self._request("GET", f"/pipelines/{name}/runs", params=query))

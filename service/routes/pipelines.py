@@ -1,0 +1,128 @@
+"""``/pipelines``: scheduled pipelines, their runs, manual triggers and backfills.
+
+Handlers are thin: the store and the scheduler come from ``app.state.pipelines``
+(a :class:`service.pipelines.PipelineServices`), errors are domain types that the
+app maps to HTTP in one place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+
+from service.pipelines import PipelineServices
+from service.pipelines.models import (
+    BackfillRequest,
+    BackfillResult,
+    PipelineCreate,
+    PipelineDefinition,
+    PipelineList,
+    PipelineView,
+    RunPage,
+    RunState,
+    RunView,
+    TriggerRequest,
+)
+from service.pipelines.plans import check_definition
+from service.pipelines.store import PipelineRecord
+from service.schemas import ErrorBody
+
+router = APIRouter(prefix="/pipelines", tags=["pipelines"])
+
+_ERRORS = {
+    404: {"model": ErrorBody, "description": "No such pipeline."},
+    409: {"model": ErrorBody, "description": "The name is taken, or the run for this logical date exists."},
+    422: {"model": ErrorBody, "description": "A bad schedule or time zone, or a template that does not render into a valid JobSpec."},
+}
+
+
+def get_pipelines(request: Request) -> PipelineServices:
+    """The pipeline services the app built in its lifespan."""
+    return request.app.state.pipelines
+
+
+PipelinesDep = Annotated[PipelineServices, Depends(get_pipelines)]
+
+
+def _check(services: PipelineServices, definition: PipelineDefinition) -> None:
+    spec = check_definition(definition, services.store.clock())
+    if services.check_job is not None:
+        services.check_job(spec)
+
+
+def _view(services: PipelineServices, record: PipelineRecord) -> PipelineView:
+    return record.view(services.scheduler.next_run_at(record))
+
+
+@router.post("", status_code=201, response_model=PipelineView, responses=_ERRORS)
+async def create_pipeline(body: PipelineCreate, services: PipelinesDep) -> PipelineView:
+    """Create a pipeline; its template is rendered for the next run's date first, so errors show now."""
+    _check(services, body)
+    return _view(services, await asyncio.to_thread(services.store.create, body))
+
+
+@router.get("", response_model=PipelineList)
+async def list_pipelines(services: PipelinesDep) -> PipelineList:
+    """Every pipeline, by name."""
+    records = await asyncio.to_thread(services.store.list)
+    return PipelineList(items=[_view(services, r) for r in records])
+
+
+@router.get("/{name}", response_model=PipelineView, responses=_ERRORS)
+async def get_pipeline(name: str, services: PipelinesDep) -> PipelineView:
+    """One pipeline, with its version and when it next runs."""
+    return _view(services, await asyncio.to_thread(services.store.get, name))
+
+
+@router.put("/{name}", response_model=PipelineView, responses=_ERRORS)
+async def update_pipeline(name: str, body: PipelineDefinition, services: PipelinesDep) -> PipelineView:
+    """Replace the definition (a new version); runs already created keep the version they were made from."""
+    _check(services, body)
+    return _view(services, await asyncio.to_thread(services.store.update, name, body))
+
+
+@router.delete("/{name}", status_code=204, responses=_ERRORS)
+async def delete_pipeline(name: str, services: PipelinesDep) -> Response:
+    """Delete a pipeline and its run history; its jobs stay."""
+    await asyncio.to_thread(services.store.delete, name)
+    return Response(status_code=204)
+
+
+@router.post("/{name}/pause", response_model=PipelineView, responses=_ERRORS)
+async def pause_pipeline(name: str, services: PipelinesDep) -> PipelineView:
+    """Start no more runs (jobs in flight finish)."""
+    return _view(services, await asyncio.to_thread(services.store.set_paused, name, True))
+
+
+@router.post("/{name}/resume", response_model=PipelineView, responses=_ERRORS)
+async def resume_pipeline(name: str, services: PipelinesDep) -> PipelineView:
+    """Run again from the next firing instant; intervals during the pause are not caught up."""
+    return _view(services, await asyncio.to_thread(services.store.set_paused, name, False))
+
+
+@router.post("/{name}/runs", status_code=201, response_model=RunView, responses=_ERRORS)
+async def trigger_run(name: str, body: TriggerRequest, services: PipelinesDep) -> RunView:
+    """A manual run for one logical date, with parameter overrides; it starts when a slot is free."""
+    return await services.scheduler.trigger(name, body.logical_date, body.params)
+
+
+@router.get("/{name}/runs", response_model=RunPage, responses=_ERRORS)
+async def list_runs(
+    name: str,
+    services: PipelinesDep,
+    state: Annotated[RunState | None, Query(description="Only runs in this state.")] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> RunPage:
+    """Run history, newest logical date first: state, duration, attempts and result location."""
+    record = await asyncio.to_thread(services.store.get, name)
+    items, total = await asyncio.to_thread(services.store.runs.list, record.id, name, state=state, limit=limit, offset=offset)
+    return RunPage(items=items, total=total, limit=limit, offset=offset)
+
+
+@router.post("/{name}/backfill", status_code=202, response_model=BackfillResult, responses=_ERRORS)
+async def backfill(name: str, body: BackfillRequest, services: PipelinesDep) -> BackfillResult:
+    """Queue runs for every ended interval starting in ``[start, end]``; they respect ``max_active_runs``."""
+    return await services.scheduler.backfill(name, body.start, body.end, body.params)

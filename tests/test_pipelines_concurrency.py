@@ -1,0 +1,137 @@
+"""Two scheduler instances on one database (SQLite and PostgreSQL): one run per key, one job per attempt."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from jobs.status import JobStatus
+from service.pipelines.errors import RunExists
+from service.pipelines.models import ACTIVE_RUN_STATES, RunState
+from service.pipelines.plans import plan_due
+from service.pipelines.scheduler import PipelineScheduler
+from tests.test_pipelines_fakes import (  # noqa: F401 - fixtures
+    UTC,
+    FakeClock,
+    FakeJobs,
+    SchedulerFactory,
+    database,
+    new_scheduler,
+    pipeline,
+    runs_of,
+    tick,
+)
+
+T0 = datetime(2026, 5, 1, 0, 5, tzinfo=UTC)
+
+
+def hour(h: float) -> datetime:
+    return datetime(2026, 5, 1, tzinfo=UTC) + timedelta(hours=h)
+
+
+class CountingJobs(FakeJobs):
+    """Counts submissions: a second submission of one attempt would show here."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    async def submit(self, spec: Any, key: str) -> str:
+        with self.lock:
+            self.calls += 1
+        return await super().submit(spec, key)
+
+
+def together(*actions: Callable[[], Any]) -> list[Any]:
+    """Run the actions in threads released at the same moment; re-raise the first error."""
+    barrier = threading.Barrier(len(actions))
+    results: list[Any] = [None] * len(actions)
+
+    def run(i: int) -> None:
+        barrier.wait()
+        try:
+            results[i] = actions[i]()
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+            results[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(actions))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    return results
+
+
+def ticks(scheduler: PipelineScheduler, n: int) -> Callable[[], None]:
+    async def go() -> None:
+        for _ in range(n):
+            await scheduler.tick()
+
+    return lambda: asyncio.run(go())
+
+
+def test_two_instances_in_threads_make_one_run_per_key_and_one_job_per_attempt(new_scheduler: SchedulerFactory) -> None:
+    clock, jobs = FakeClock(T0), CountingJobs()
+    a, b, c, d = (new_scheduler(clock, jobs) for _ in range(4))
+    a.store.create(pipeline(catchup="all", max_active_runs=2, retries=1, retry_backoff_s=0))
+    clock.set(hour(10.5))  # ten missed firings, all to run, two at a time, some failing once
+    finished = 0
+    for _ in range(40):
+        errors = [e for e in together(ticks(a, 3), ticks(b, 3), ticks(c, 3), ticks(d, 3)) if e is not None]
+        assert errors == []
+        runs = runs_of(a)
+        assert sum(r.state in ACTIVE_RUN_STATES for r in runs) <= 2
+        for job_id in jobs.open_ids():
+            job = jobs.jobs[job_id]
+            fail = job.key.endswith(":1") and finished % 3 == 0  # every third first attempt fails
+            jobs.finish(job_id, JobStatus.FAILED if fail else JobStatus.SUCCEEDED)
+            finished += 1
+        if runs and all(r.state.is_terminal() for r in runs):
+            break
+    runs = runs_of(a)
+    assert [r.logical_date for r in runs] == [hour(h) for h in range(10)]
+    assert {r.state for r in runs} == {RunState.SUCCEEDED}
+    attempts = [att for r in runs for att in r.attempts]
+    assert any(att.attempt == 2 for att in attempts), "no retry happened: the test lost its point"
+    assert len(jobs.jobs) == jobs.calls == len(attempts)
+    assert len({att.job_id for att in attempts}) == len(attempts)
+
+
+def test_interleaved_ticks_with_a_stale_view_lose_gracefully(new_scheduler: SchedulerFactory) -> None:
+    clock, jobs = FakeClock(T0), CountingJobs()
+    a, b = new_scheduler(clock, jobs), new_scheduler(clock, jobs)
+    a.store.create(pipeline(catchup="all", max_active_runs=3))
+    stale = b.store.get("sales")  # b read the pipeline before a scheduled anything
+    clock.set(hour(3.5))
+    tick(a)
+    planned, through = plan_due(stale, clock(), grace=b.grace)
+    assert len(planned) == 3
+    assert b.store.runs.insert(stale.id, planned, through=through) == [False, False, False]
+    tick(b)
+    tick(a)
+    assert len(runs_of(a)) == 3 and jobs.calls == 3
+
+
+def test_concurrent_inserts_of_one_key_have_one_winner(new_scheduler: SchedulerFactory) -> None:
+    clock, jobs = FakeClock(T0), FakeJobs()
+    schedulers = [new_scheduler(clock, jobs) for _ in range(4)]
+    schedulers[0].store.create(pipeline(catchup="all"))
+    clock.set(hour(6.5))
+    record = schedulers[0].store.get("sales")
+    planned, _ = plan_due(record, clock(), grace=schedulers[0].grace)
+    results = together(*[lambda s=s: s.store.runs.insert(record.id, planned) for s in schedulers])
+    assert [sum(won) for won in zip(*results)] == [1] * len(planned)
+
+
+def test_racing_manual_triggers_make_one_run(new_scheduler: SchedulerFactory) -> None:
+    clock, jobs = FakeClock(T0), FakeJobs()
+    a, b = new_scheduler(clock, jobs), new_scheduler(clock, jobs)
+    a.store.create(pipeline())
+    when = datetime(2026, 4, 1, tzinfo=UTC)
+    results = together(lambda: asyncio.run(a.trigger("sales", when, {})), lambda: asyncio.run(b.trigger("sales", when, {})))
+    assert sorted(type(r).__name__ for r in results) == ["RunExists", "RunView"]
+    assert any(isinstance(r, RunExists) for r in results)
+    assert len(runs_of(a)) == 1

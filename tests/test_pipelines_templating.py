@@ -1,0 +1,77 @@
+"""Rendering spec templates: the variables, the sandbox, and errors that name the field."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from service.pipelines.errors import TemplateError
+from service.pipelines.models import PipelineDefinition
+from service.pipelines.plans import check_definition
+from service.pipelines.templating import check_param_names, interval_context, render_spec
+from tests.test_pipelines_fakes import UTC, spec_template
+
+BERLIN = ZoneInfo("Europe/Berlin")
+START = datetime(2026, 3, 28, 1, 30, tzinfo=UTC)  # 02:30 CET
+END = datetime(2026, 3, 29, 1, 0, tzinfo=UTC)  # 03:00 CEST
+
+
+def context(**params: Any) -> dict[str, Any]:
+    return interval_context(START, END, BERLIN, {"region": "north", **params})
+
+
+def test_interval_variables_are_strings_in_the_pipeline_zone() -> None:
+    ctx = context()
+    assert ctx["ds"] == "2026-03-28" and ctx["ds_nodash"] == "20260328"
+    assert ctx["data_interval_start"] == ctx["logical_date"] == "2026-03-28T02:30:00+01:00"
+    assert ctx["data_interval_end"] == "2026-03-29T03:00:00+02:00"
+
+
+def test_spec_renders_paths_expressions_and_params() -> None:
+    template = spec_template(steps=[{"op": "filter", "expr": "region == '{{ params.region }}' and day == '{{ ds }}'"}, {"op": "limit", "n": "{{ n }}"}])
+    spec = render_spec(template, context(n=5, out="s3://b/{{ ds_nodash }}"))
+    assert spec.source.path == "data/sales/2026-03-28/*.parquet"
+    assert spec.steps[0].expr == "region == 'north' and day == '2026-03-28'"  # type: ignore[union-attr]
+    assert spec.steps[1].n == 5  # type: ignore[union-attr]
+    assert spec.sink.path == "out/north/20260328"
+    assert context(out="s3://b/{{ ds_nodash }}")["out"] == "s3://b/20260328"  # params may use the date variables
+
+
+@pytest.mark.parametrize(
+    ("template", "field", "words"),
+    [
+        (spec_template(sink={"path": "out/{{ ds "}), "spec.sink.path", "syntax error"),
+        (spec_template(steps=[{"op": "filter", "expr": "x == {{ nope }}"}]), "spec.steps[0].expr", "'nope' is undefined"),
+        (spec_template(sink={"path": "out/{{ params.nope }}"}), "spec.sink.path", "nope"),
+        (spec_template(steps=[{"op": "limit", "n": "{{ region }}"}]), "spec.steps[0].n", "valid integer"),
+        (spec_template(sink={"path": "{{ ds.__class__ }}"}), "spec.sink.path", "not allowed"),
+        (spec_template(sink={"path": "{{ 'a' * 100000000 }}"}), "spec.sink.path", "not allowed"),
+        (spec_template(sink={"path": "{{ 9 ** 999999999 }}"}), "spec.sink.path", "not allowed"),
+        (spec_template(sink={"path": "{{ range(3) | list }}"}), "spec.sink.path", "'range' is undefined"),
+        (spec_template(sink={"path": "{{ 1 / 0 }}"}), "spec.sink.path", "ZeroDivisionError"),
+    ],
+    ids=["syntax", "unknown-name", "unknown-param", "invalid-after-render", "dunder", "repeat-bomb", "power-bomb", "no-globals", "runtime"],
+)
+def test_template_errors_name_the_field(template: dict[str, Any], field: str, words: str) -> None:
+    with pytest.raises(TemplateError) as caught:
+        render_spec(template, context())
+    assert caught.value.field == field
+    assert words in caught.value.message
+    assert caught.value.code == "invalid_template"
+
+
+@pytest.mark.parametrize("name", ["ds", "params", "not-an-identifier"])
+def test_param_names_cannot_hide_variables(name: str) -> None:
+    with pytest.raises(TemplateError) as caught:
+        check_param_names({name: "x"})
+    assert caught.value.field == f"params.{name}"
+
+
+def test_check_definition_renders_for_the_next_run() -> None:
+    definition = PipelineDefinition(spec=spec_template(), schedule="30 2 * * *", timezone="Europe/Berlin", params={"region": "west"})
+    spec = check_definition(definition, datetime(2026, 3, 28, 12, tzinfo=UTC))
+    # The next run fires 2026-03-29 03:00 CEST; the one after it starts then: ds = 2026-03-29.
+    assert spec.sink.path == "out/west/20260329"
