@@ -120,3 +120,17 @@ def _check_join(schema: Schema, step: JoinStep, where: str, field: str, read: Sc
         out[column + step.right_suffix if column in schema else column] = kind
     return out
 
+
+def validate_submission(spec: JobSpec, allowed_roots: list[str]) -> None:
+    """Every check a job passes before it is accepted: data roots, sources' schemas, a free sink.
+
+    Raises
+    ------
+    PathNotAllowed, SourceNotFound, UnknownColumn, ExpressionError, SpecError, SinkExists
+    """
+    from jobs.sandbox import check_paths
+    from jobs.sink import ensure_sink_free
+
+    check_paths(spec, allowed_roots)
+    check_spec(spec)
+    ensure_sink_free(spec.sink)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -12,12 +13,17 @@ from fastapi import FastAPI
 
 from cluster.factory import ClusterHandle, start_cluster
 from cluster.manager import JobManager
+from jobs.sandbox import check_paths
+from jobs.validate import validate_submission
 from service.config import Settings
 from service.errors import BodySizeLimit, install_error_handlers
 from service.metrics import ServiceMetrics
+from service.pipelines import PipelineScheduler, PipelineServices, PipelineStore
+from service.pipelines.bridge import job_callbacks
 from service.routes import cluster as cluster_routes
 from service.routes import health as health_routes
 from service.routes import jobs as job_routes
+from service.routes import pipelines as pipeline_routes
 from service.store import JobStore
 
 log = logging.getLogger("spillway")
@@ -54,13 +60,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
         await manager.start()
         app.state.services = Services(settings, store, cluster, manager, metrics)
+        pipeline_store = PipelineStore(settings.database_url)
+        submit, get_job = job_callbacks(
+            store, manager.enqueue, backend=cluster.backend, validate=functools.partial(validate_submission, allowed_roots=settings.allowed_roots)
+        )
+        pipeline_scheduler = PipelineScheduler(pipeline_store, submit=submit, get_job=get_job)
+        app.state.pipelines = PipelineServices(pipeline_store, pipeline_scheduler, check_job=functools.partial(check_paths, roots=settings.allowed_roots))
+        await pipeline_scheduler.start()
         log.info("spillway ready: %s cluster, dashboard %s", cluster.kind, cluster.dashboard_link or "off")
         try:
             yield
         finally:
+            await pipeline_scheduler.stop()
             await manager.stop()
             await cluster.close()
             await asyncio.to_thread(store.close)
+            await asyncio.to_thread(pipeline_store.close)
 
     app = FastAPI(
         title="Spillway",
@@ -73,4 +88,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(job_routes.router)
     app.include_router(cluster_routes.router)
     app.include_router(health_routes.router)
+    app.include_router(pipeline_routes.router)
     return app

@@ -20,6 +20,7 @@ from rich.table import Table
 
 from jobs.spec import JobSpec
 from jobs.status import JobStatus, ResultManifest
+from service.cli_pipelines import pipeline_app
 from service.client import DEFAULT_URL, ApiError, JobEvent, SpillwayClient
 from service.launcher import launch_service
 from service.schemas import JobView
@@ -311,6 +312,9 @@ def token_create(
         store.close()
     err.print(f"created a '{chosen.value}' token for {name}; it is shown only now:")
     print(token)
+
+
+app.add_typer(pipeline_app, name="pipeline")
 
 
 def main() -> None:

@@ -6,10 +6,11 @@ import json
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Optional
+from zoneinfo import ZoneInfo
 
-import click
 import httpx
 import typer
 import yaml
@@ -49,13 +50,13 @@ def _fail(message: str, code: int = 1) -> typer.Exit:
 
 
 @contextmanager
-def _client(url: str) -> Iterator[PipelineClient]:
+def _client(ctx: typer.Context, url: str) -> Iterator[PipelineClient]:
     # The token may be given to `spillway --token` (the root command) or to this group.
-    ctx: click.Context | None = click.get_current_context()
     token = None
-    while ctx is not None and token is None:
-        token = ctx.params.get("token")
-        ctx = ctx.parent
+    context: Any = ctx
+    while context is not None and token is None:
+        token = context.params.get("token")
+        context = context.parent
     with PipelineClient(url, token=token) as client:
         try:
             yield client
@@ -98,95 +99,99 @@ def parse_params(pairs: list[str] | None) -> dict[str, str]:
     return params
 
 
-def _when(value: Any) -> str:
-    return value.isoformat(timespec="minutes") if value is not None else "-"
+def _when(value: datetime | None, zone: str = "UTC") -> str:
+    """A time in the pipeline's zone, as its schedule reads (the API gives UTC)."""
+    return value.astimezone(ZoneInfo(zone)).isoformat(timespec="minutes") if value is not None else "-"
 
 
 def _print_pipeline(p: PipelineView) -> None:
     state = "paused" if p.paused else "active"
-    console.print(f"[bold]{p.name}[/] v{p.version} {state}  schedule={p.schedule!r} ({p.timezone})  next run {_when(p.next_run_at)}")
+    console.print(f"[bold]{p.name}[/] v{p.version} {state}  schedule={p.schedule!r} ({p.timezone})  next run {_when(p.next_run_at, p.timezone)}")
     console.print(
         f"catchup={p.catchup} max_active_runs={p.max_active_runs} retries={p.retries} backoff={p.retry_backoff_s:g}s params={json.dumps(p.params)}"
     )
 
 
-def _act(url: str, action: Callable[[PipelineClient], PipelineView], verb: str) -> None:
-    with _client(url) as client:
+def _act(ctx: typer.Context, url: str, action: Callable[[PipelineClient], PipelineView], verb: str) -> None:
+    with _client(ctx, url) as client:
         pipeline = action(client)
-    console.print(f"{verb} [bold]{pipeline.name}[/] (v{pipeline.version}); next run {_when(pipeline.next_run_at)}")
+    console.print(f"{verb} [bold]{pipeline.name}[/] (v{pipeline.version}); next run {_when(pipeline.next_run_at, pipeline.timezone)}")
 
 
 @pipeline_app.command()
-def create(pipeline_file: Annotated[Path, typer.Argument(help="Pipeline, YAML or JSON.")], url: UrlOption = DEFAULT_URL) -> None:
+def create(ctx: typer.Context, pipeline_file: Annotated[Path, typer.Argument(help="Pipeline, YAML or JSON.")], url: UrlOption = DEFAULT_URL) -> None:
     """Create a pipeline. Its template is rendered for the next run first: errors show now, not at 2 a.m."""
     data = load_pipeline(pipeline_file)
-    _act(url, lambda c: c.create(data), "created")
+    _act(ctx, url, lambda c: c.create(data), "created")
 
 
 @pipeline_app.command()
-def update(pipeline_file: Annotated[Path, typer.Argument(help="Pipeline, YAML or JSON; its name says which.")], url: UrlOption = DEFAULT_URL) -> None:
+def update(ctx: typer.Context, pipeline_file: Annotated[Path, typer.Argument(help="Pipeline, YAML or JSON; its name says which.")], url: UrlOption = DEFAULT_URL) -> None:
     """Replace a pipeline's definition: a new version (pausing is `pause`/`resume`)."""
     data = load_pipeline(pipeline_file)
-    _act(url, lambda c: c.update(data["name"], data), "updated")
+    _act(ctx, url, lambda c: c.update(data["name"], data), "updated")
 
 
 @pipeline_app.command("list")
-def list_pipelines(url: UrlOption = DEFAULT_URL) -> None:
+def list_pipelines(ctx: typer.Context, url: UrlOption = DEFAULT_URL) -> None:
     """List pipelines."""
-    with _client(url) as client:
+    with _client(ctx, url) as client:
         pipelines = client.list()
     table = Table(title=f"{len(pipelines)} pipelines", title_justify="left")
     for column in ("name", "version", "schedule", "timezone", "state", "next run"):
         table.add_column(column)
     for p in pipelines:
-        table.add_row(p.name, str(p.version), p.schedule, p.timezone, "paused" if p.paused else "active", _when(p.next_run_at))
+        table.add_row(p.name, str(p.version), p.schedule, p.timezone, "paused" if p.paused else "active", _when(p.next_run_at, p.timezone))
     console.print(table)
 
 
 @pipeline_app.command()
-def show(name: str, url: UrlOption = DEFAULT_URL) -> None:
+def show(ctx: typer.Context, name: str, url: UrlOption = DEFAULT_URL) -> None:
     """Show a pipeline: schedule, policies, parameters and its spec template."""
-    with _client(url) as client:
+    with _client(ctx, url) as client:
         pipeline = client.get(name)
     _print_pipeline(pipeline)
     console.print(escape(yaml.safe_dump({"spec": pipeline.spec}, sort_keys=False)), end="")
 
 
 @pipeline_app.command()
-def pause(name: str, url: UrlOption = DEFAULT_URL) -> None:
+def pause(ctx: typer.Context, name: str, url: UrlOption = DEFAULT_URL) -> None:
     """Start no more runs of a pipeline."""
-    _act(url, lambda c: c.pause(name), "paused")
+    _act(ctx, url, lambda c: c.pause(name), "paused")
 
 
 @pipeline_app.command()
-def resume(name: str, url: UrlOption = DEFAULT_URL) -> None:
+def resume(ctx: typer.Context, name: str, url: UrlOption = DEFAULT_URL) -> None:
     """Run a paused pipeline again from its next firing instant."""
-    _act(url, lambda c: c.resume(name), "resumed")
+    _act(ctx, url, lambda c: c.resume(name), "resumed")
 
 
 @pipeline_app.command()
-def delete(name: str, url: UrlOption = DEFAULT_URL) -> None:
+def delete(ctx: typer.Context, name: str, url: UrlOption = DEFAULT_URL) -> None:
     """Delete a pipeline and its run history (its jobs stay)."""
-    with _client(url) as client:
+    with _client(ctx, url) as client:
         client.delete(name)
     console.print(f"deleted {name}")
 
 
 @pipeline_app.command()
 def trigger(
+    ctx: typer.Context,
     name: str,
     date: Annotated[str, typer.Option("--date", help="Logical date, e.g. 2026-03-01 or 2026-03-01T02:30+01:00; no offset: the pipeline's zone.")],
     param: ParamOption = None,
     url: UrlOption = DEFAULT_URL,
 ) -> None:
     """Run a pipeline now for one logical date, optionally with other parameters."""
-    with _client(url) as client:
+    with _client(ctx, url) as client:
         run = client.trigger(name, date, parse_params(param))
-    console.print(f"queued run {run.id} of {name} for {_when(run.logical_date)} (v{run.version})")
+        zone = client.get(name).timezone
+    console.print(f"queued run {run.id} of {name} for {_when(run.logical_date, zone)} (v{run.version})")
 
 
 @pipeline_app.command()
 def backfill(
+    ctx: typer.Context,
     name: str,
     start: Annotated[str, typer.Option("--start", help="Earliest logical date (inclusive).")],
     end: Annotated[str, typer.Option("--end", help="Latest logical date (inclusive).")],
@@ -194,7 +199,7 @@ def backfill(
     url: UrlOption = DEFAULT_URL,
 ) -> None:
     """Queue runs for every interval starting in [start, end]; they run max_active_runs at a time."""
-    with _client(url) as client:
+    with _client(ctx, url) as client:
         result = client.backfill(name, start, end, parse_params(param))
     console.print(f"queued {len(result.created)} runs; {len(result.existing)} dates already had one")
     if result.not_ended:
@@ -203,20 +208,22 @@ def backfill(
 
 @pipeline_app.command()
 def runs(
+    ctx: typer.Context,
     name: str,
     url: UrlOption = DEFAULT_URL,
     state: Annotated[Optional[RunState], typer.Option(help="Only runs in this state.")] = None,  # noqa: UP007
     limit: Annotated[int, typer.Option(help="How many, newest logical date first.")] = 20,
 ) -> None:
     """A pipeline's run history: state, duration, attempts and where the result is."""
-    with _client(url) as client:
+    with _client(ctx, url) as client:
+        zone = client.get(name).timezone
         page = client.runs(name, state=state, limit=limit)
     table = Table(title=f"{page.total} runs of {name}", title_justify="left")
     for column in ("logical date", "state", "trigger", "version", "duration", "attempts", "result / reason"):
         table.add_column(column)
     for run in page.items:
         table.add_row(
-            _when(run.logical_date),
+            _when(run.logical_date, zone),
             run.state.value,
             run.trigger.value,
             str(run.version),

@@ -47,10 +47,11 @@ class DaskCluster:
         self.workers[name].wait(30)
 
 
-def _spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:
+def _spawn(args: list[str], log: Path, pythonpath: list[str] | None = None) -> subprocess.Popen[bytes]:
     # The scheduler unpickles the progress plugin (cluster.progress): Spillway must be importable
     # there, exactly as on a real scheduler node.
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    path = [*(pythonpath or [str(ROOT)]), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, path))}
     with open(log, "wb") as out:
         return subprocess.Popen([str(DASK), *args], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
@@ -81,14 +82,37 @@ def _read_scheduler_file(path: Path, scheduler: subprocess.Popen[bytes]) -> dict
         return None  # not written yet, or half written
 
 
+# A scheduler's sitecustomize that hides Spillway, as on a node where it was never installed
+# (this virtualenv has Spillway installed in editable mode, so PYTHONPATH alone cannot).
+_HIDE_SPILLWAY = """
+import sys
+
+class _NoSpillway:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("cluster", "jobs", "service"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, _NoSpillway())
+"""
+
+
 @pytest.fixture()
-def dask_cluster(tmp_path: Path) -> Iterator[DaskCluster]:
-    """``dask scheduler`` on a free loopback port and two CPU ``dask worker`` processes."""
+def dask_cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[DaskCluster]:
+    """``dask scheduler`` on a free loopback port and two CPU ``dask worker`` processes.
+
+    Indirect parametrization with ``"no-spillway-on-scheduler"`` starts the scheduler without Spillway.
+    """
     sched_file = tmp_path / "sched.json"
-    scheduler_log = tmp_path / "scheduler.log"
+    pythonpath = None
+    if getattr(request, "param", None) == "no-spillway-on-scheduler":
+        (tmp_path / "hide").mkdir()
+        (tmp_path / "hide" / "sitecustomize.py").write_text(_HIDE_SPILLWAY)
+        pythonpath = [str(tmp_path / "hide")]
     scheduler = _spawn(
         ["scheduler", "--host", "127.0.0.1", "--port", "0", "--scheduler-file", str(sched_file), "--dashboard-address", "127.0.0.1:0"],
-        scheduler_log,
+        tmp_path / "scheduler.log",
+        pythonpath,
     )
     cluster: DaskCluster | None = None
     try:
@@ -209,3 +233,14 @@ def test_worker_killed_mid_job_never_hangs(
         again = wait_terminal(api, api.submit(after).id, timeout=120)
         assert again.state == JobStatus.SUCCEEDED, again.error
         assert pd.read_parquet(tmp_path / "after").n.sum() == len(pd.read_parquet(sample_data["sales"], columns=["order_id"]))
+
+
+@pytest.mark.parametrize("dask_cluster", ["no-spillway-on-scheduler"], indirect=True)
+def test_scheduler_without_spillway_fails_jobs_clearly(dask_cluster: DaskCluster, joined_service: ServiceProcess, sample_data: dict[str, Path], tmp_path: Path) -> None:
+    # deploy/README.md: Spillway must be installed on the scheduler, where the progress plugin runs.
+    spec = {"name": "no_plugin", "source": {"format": "parquet", "path": str(sample_data["sales"])}, "steps": [], "sink": {"path": str(tmp_path / "out")}}
+    with joined_service.client() as api:
+        job = wait_terminal(api, api.submit(spec).id, timeout=120)
+    assert job.state == JobStatus.FAILED and job.error is not None
+    assert "ModuleNotFoundError" in job.error.message and "cluster" in job.error.message, job.error
+    assert not (tmp_path / "out").exists()

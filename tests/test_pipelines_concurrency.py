@@ -8,22 +8,25 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
+from sqlalchemy import select, update
+
 from jobs.status import JobStatus
 from service.pipelines.errors import RunExists
 from service.pipelines.models import ACTIVE_RUN_STATES, RunState
 from service.pipelines.plans import plan_due
 from service.pipelines.scheduler import PipelineScheduler
-from tests.test_pipelines_fakes import (  # noqa: F401 - fixtures
+from service.pipelines.tables import pipelines_table, runs_table
+from tests.test_pipelines_fakes import (
     UTC,
     FakeClock,
     FakeJobs,
     SchedulerFactory,
-    database,
-    new_scheduler,
     pipeline,
     runs_of,
     tick,
 )
+
+pytest_plugins = ["tests.test_pipelines_fakes"]  # the database and scheduler fixtures
 
 T0 = datetime(2026, 5, 1, 0, 5, tzinfo=UTC)
 
@@ -73,7 +76,7 @@ def ticks(scheduler: PipelineScheduler, n: int) -> Callable[[], None]:
     return lambda: asyncio.run(go())
 
 
-def test_two_instances_in_threads_make_one_run_per_key_and_one_job_per_attempt(new_scheduler: SchedulerFactory) -> None:
+def test_four_instances_in_threads_make_one_run_per_key_and_one_job_per_attempt(new_scheduler: SchedulerFactory) -> None:
     clock, jobs = FakeClock(T0), CountingJobs()
     a, b, c, d = (new_scheduler(clock, jobs) for _ in range(4))
     a.store.create(pipeline(catchup="all", max_active_runs=2, retries=1, retry_backoff_s=0))
@@ -100,6 +103,36 @@ def test_two_instances_in_threads_make_one_run_per_key_and_one_job_per_attempt(n
     assert len({att.job_id for att in attempts}) == len(attempts)
 
 
+def test_a_claim_waits_for_another_claimer_and_then_respects_max_active_runs(new_scheduler: SchedulerFactory) -> None:
+    clock, jobs = FakeClock(T0), FakeJobs()
+    a, b = new_scheduler(clock, jobs), new_scheduler(clock, jobs)
+    a.store.create(pipeline(catchup="all", max_active_runs=2))
+    clock.set(hour(4.5))
+    record = a.store.get("sales")
+    planned, _ = plan_due(record, clock(), grace=a.grace)
+    a.store.runs.insert(record.id, planned, now=clock())
+    claimed: list[Any] = []
+    with a.store.engine.begin() as conn:
+        # Instance a is mid-claim: it holds the pipeline row (as claim() does first) ...
+        conn.execute(update(pipelines_table).where(pipelines_table.c.id == record.id).values(claim_seq=pipelines_table.c.claim_seq + 1))
+        waiting = threading.Thread(target=lambda: claimed.extend(b.store.runs.claim(record.id, 2, now=clock())))
+        waiting.start()
+        waiting.join(timeout=0.5)
+        assert waiting.is_alive(), "b claimed while a held the pipeline row"
+        # ... and takes both slots before it commits.
+        first_two = select(runs_table.c.id).order_by(runs_table.c.logical_date).limit(2).scalar_subquery()
+        conn.execute(update(runs_table).where(runs_table.c.id.in_(first_two)).values(state=RunState.RUNNING.value))
+    waiting.join(timeout=60)
+    assert claimed == [] and states_count(runs_of(a)) == {"RUNNING": 2, "QUEUED": 2}
+
+
+def states_count(runs: list[Any]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for r in runs:
+        counts[r.state.value] = counts.get(r.state.value, 0) + 1
+    return counts
+
+
 def test_interleaved_ticks_with_a_stale_view_lose_gracefully(new_scheduler: SchedulerFactory) -> None:
     clock, jobs = FakeClock(T0), CountingJobs()
     a, b = new_scheduler(clock, jobs), new_scheduler(clock, jobs)
@@ -109,7 +142,7 @@ def test_interleaved_ticks_with_a_stale_view_lose_gracefully(new_scheduler: Sche
     tick(a)
     planned, through = plan_due(stale, clock(), grace=b.grace)
     assert len(planned) == 3
-    assert b.store.runs.insert(stale.id, planned, through=through) == [False, False, False]
+    assert b.store.runs.insert(stale.id, planned, now=clock(), through=through) == [False, False, False]
     tick(b)
     tick(a)
     assert len(runs_of(a)) == 3 and jobs.calls == 3
@@ -122,7 +155,7 @@ def test_concurrent_inserts_of_one_key_have_one_winner(new_scheduler: SchedulerF
     clock.set(hour(6.5))
     record = schedulers[0].store.get("sales")
     planned, _ = plan_due(record, clock(), grace=schedulers[0].grace)
-    results = together(*[lambda s=s: s.store.runs.insert(record.id, planned) for s in schedulers])
+    results = together(*[lambda s=s: s.store.runs.insert(record.id, planned, now=clock()) for s in schedulers])
     assert [sum(won) for won in zip(*results)] == [1] * len(planned)
 
 

@@ -114,7 +114,7 @@ def pipeline(name: str = "sales", **fields: Any) -> PipelineCreate:
 
 def make_scheduler(url: str, clock: FakeClock, jobs: FakeJobs, **options: Any) -> PipelineScheduler:
     """A scheduler with its own store (its own engine), as a separate process would have."""
-    return PipelineScheduler(PipelineStore(url, clock=clock), submit=jobs.submit, get_job=jobs.get_job, **options)
+    return PipelineScheduler(PipelineStore(url, clock=clock), submit=jobs.submit, get_job=jobs.get_job, clock=clock, **options)
 
 
 def tick(scheduler: PipelineScheduler) -> TickReport:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from itertools import pairwise
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -11,7 +12,9 @@ from croniter import croniter
 from service.pipelines.errors import InvalidSchedule
 from service.pipelines.models import RunState
 from service.pipelines.schedule import CronSchedule
-from tests.test_pipelines_fakes import UTC, FakeClock, FakeJobs, SchedulerFactory, new_sqlite_scheduler, pipeline, runs_of, sqlite_url, tick  # noqa: F401
+from tests.test_pipelines_fakes import UTC, FakeClock, FakeJobs, SchedulerFactory, pipeline, runs_of, tick
+
+pytest_plugins = ["tests.test_pipelines_fakes"]  # the database and scheduler fixtures
 
 BERLIN = ZoneInfo("Europe/Berlin")
 
@@ -64,7 +67,7 @@ def test_wildcard_hour_schedule_keeps_the_repeated_hour() -> None:
 def test_previous_agrees_with_next_around_the_changes() -> None:
     schedule = CronSchedule("30 2 * * *", "Europe/Berlin")
     for fires in (schedule.fires(utc(2026, 3, 26), utc(2026, 4, 2)), schedule.fires(utc(2026, 10, 22), utc(2026, 10, 29))):
-        for earlier, later in zip(fires, fires[1:]):
+        for earlier, later in pairwise(fires):
             assert schedule.previous_before(later) == earlier
             assert schedule.next_after(earlier) == later
 
@@ -97,6 +100,7 @@ def test_bad_schedules_name_their_field(expression: str, zone: str, field: str) 
     ],
     ids=["spring-forward", "fall-back"],
 )
+
 def test_scheduler_fires_at_those_instants(new_sqlite_scheduler: SchedulerFactory, created: datetime, fires: list[datetime]) -> None:
     clock, jobs = FakeClock(created), FakeJobs()
     scheduler = new_sqlite_scheduler(clock, jobs)

@@ -11,21 +11,19 @@ from jobs.status import JobStatus
 from service.pipelines.errors import RunExists, TemplateError
 from service.pipelines.models import RunState, RunTrigger
 from service.pipelines.runs import Attempt
-from tests.test_pipelines_fakes import (  # noqa: F401 - fixtures
+from tests.test_pipelines_fakes import (
     UTC,
     FakeClock,
     FakeJobs,
     SchedulerFactory,
     arun,
-    database,
-    new_scheduler,
-    new_sqlite_scheduler,
     pipeline,
     runs_of,
-    sqlite_url,
     states,
     tick,
 )
+
+pytest_plugins = ["tests.test_pipelines_fakes"]  # the database and scheduler fixtures
 
 T0 = datetime(2026, 5, 1, 0, 5, tzinfo=UTC)
 
@@ -43,6 +41,7 @@ def hour(h: float) -> datetime:
         ("all", ["RUNNING", "RUNNING", "QUEUED", "QUEUED", "QUEUED"]),
     ],
 )
+
 def test_catchup_after_an_outage(new_scheduler: SchedulerFactory, policy: str, expected: list[str]) -> None:
     clock, jobs = FakeClock(T0), FakeJobs()
     scheduler = new_scheduler(clock, jobs)
@@ -51,7 +50,7 @@ def test_catchup_after_an_outage(new_scheduler: SchedulerFactory, policy: str, e
     clock.set(hour(5.5))
     report = tick(scheduler)
     runs = runs_of(scheduler)
-    assert [r.logical_date for r in runs] == [hour(h) for h in range(0, 5)]
+    assert [r.logical_date for r in runs] == [hour(h) for h in range(5)]
     assert states(runs) == expected
     assert report.skipped == expected.count("SKIPPED")
     assert all(r.reason and f"catchup={policy}" in r.reason for r in runs if r.state == RunState.SKIPPED)

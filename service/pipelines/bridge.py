@@ -11,20 +11,10 @@ import asyncio
 from collections.abc import Callable
 
 from jobs.errors import JobNotFound
-from jobs.sandbox import check_paths
-from jobs.sink import ensure_sink_free
 from jobs.spec import JobSpec
-from jobs.validate import check_spec
 from service.pipelines.scheduler import GetJob, SubmitJob
 from service.schemas import JobView
 from service.store import JobStore
-
-
-def validate_job(spec: JobSpec, allowed_roots: list[str]) -> None:
-    """The checks ``POST /jobs`` makes: data roots, the sources' schemas, a free sink."""
-    check_paths(spec, allowed_roots)
-    check_spec(spec)
-    ensure_sink_free(spec.sink)
 
 
 def job_callbacks(
@@ -46,7 +36,7 @@ def job_callbacks(
         The cluster's backend, recorded on each job.
     validate
         Raises a :class:`jobs.errors.SpillwayError` for a job that cannot run, e.g.
-        ``functools.partial(validate_job, allowed_roots=settings.allowed_roots)``.
+        ``functools.partial(validate_submission, allowed_roots=settings.allowed_roots)``.
     """
 
     async def submit(spec: JobSpec, key: str) -> str:

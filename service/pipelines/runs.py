@@ -15,7 +15,6 @@ on busy_timeout) before it reads, so no transaction works from a stale snapshot.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -27,7 +26,6 @@ from jobs.status import JobStatus
 from service.pipelines.models import ACTIVE_RUN_STATES, AttemptView, RunState, RunTrigger, RunView
 from service.pipelines.tables import attempts_table, aware, insert_unless_exists, pipelines_table, runs_table, utc
 
-Clock = Callable[[], datetime]
 SUBMITTING = "SUBMITTING"
 _OPEN_ATTEMPT_STATES = (SUBMITTING, JobStatus.PENDING.value, JobStatus.RUNNING.value)
 _ACTIVE = [s.value for s in ACTIVE_RUN_STATES]
@@ -70,9 +68,8 @@ class Attempt:
 class RunStore:
     """Reads and writes runs and attempts; made by :class:`~service.pipelines.store.PipelineStore`."""
 
-    def __init__(self, engine: Engine, *, clock: Clock) -> None:
+    def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self.clock = clock
 
     def _values(self, pipeline_id: int, run: NewRun, now: datetime) -> dict[str, Any]:
         terminal = run.state.is_terminal()
@@ -91,10 +88,10 @@ class RunStore:
             "finished_at": now if terminal else None,
         }
 
-    def insert(self, pipeline_id: int, runs: list[NewRun], *, through: datetime | None = None) -> list[bool]:
+    def insert(self, pipeline_id: int, runs: list[NewRun], *, now: datetime, through: datetime | None = None) -> list[bool]:
         """Create runs, skipping keys that exist; with ``through``, also advance the
         pipeline's schedule watermark, in the same transaction. Returns which were created."""
-        now = utc(self.clock())
+        now = utc(now)
         with self.engine.begin() as conn:
             created = [
                 insert_unless_exists(conn, runs_table, self._values(pipeline_id, run, now), ["pipeline_id", "logical_date"])
@@ -108,22 +105,25 @@ class RunStore:
                 )
         return created
 
-    def claim(self, pipeline_id: int, max_active: int, *, limit: int = 100) -> list[Attempt]:
-        """Start due retries and, while slots are free, the oldest QUEUED runs: each gets a
-        new SUBMITTING attempt. The caller submits their jobs."""
-        now = utc(self.clock())
+    def claim(self, pipeline_id: int, max_active: int, *, now: datetime, limit: int = 100) -> list[Attempt]:
+        """Start retries due at ``now`` and, while slots are free, the oldest QUEUED runs:
+        each gets a new SUBMITTING attempt. The caller submits their jobs."""
+        now = utc(now)
         runs = runs_table.c
         claimed: list[int] = []
         with self.engine.begin() as conn:
-            pass
+            conn.execute(
+                update(pipelines_table)
+                .where(pipelines_table.c.id == pipeline_id)
+                .values(claim_seq=pipelines_table.c.claim_seq + 1)
+            )
             retries = conn.execute(
                 select(runs.id)
                 .where(runs.pipeline_id == pipeline_id, runs.state == RunState.UP_FOR_RETRY.value, runs.next_attempt_at <= now)
                 .order_by(runs.logical_date)
                 .limit(limit)
             ).scalars().all()
-            for run_id in retries:
-                claimed += self._claim_one(conn, run_id, RunState.UP_FOR_RETRY, now)
+            claimed += [run_id for run_id in retries if self._claim_one(conn, run_id, RunState.UP_FOR_RETRY, now)]
             active = conn.execute(
                 select(func.count()).select_from(runs_table).where(runs.pipeline_id == pipeline_id, runs.state.in_(_ACTIVE))
             ).scalar_one()
@@ -135,27 +135,22 @@ class RunStore:
                     .order_by(runs.logical_date)
                     .limit(free)
                 ).scalars().all()
-                for run_id in queued:
-                    claimed += self._claim_one(conn, run_id, RunState.QUEUED, now)
+                claimed += [run_id for run_id in queued if self._claim_one(conn, run_id, RunState.QUEUED, now)]
             return _attempts(conn, attempts_table.c.run_id.in_(claimed), attempts_table.c.state == SUBMITTING)
 
-    def _claim_one(self, conn: Connection, run_id: int, from_state: RunState, now: datetime) -> list[int]:
+    def _claim_one(self, conn: Connection, run_id: int, from_state: RunState, now: datetime) -> bool:
         moved = conn.execute(
             update(runs_table)
             .where(runs_table.c.id == run_id, runs_table.c.state == from_state.value)
             .values(state=RunState.RUNNING.value, next_attempt_at=None, started_at=func.coalesce(runs_table.c.started_at, now))
         )
         if moved.rowcount != 1:
-            return []
+            return False
         previous = conn.execute(select(func.max(attempts_table.c.attempt)).where(attempts_table.c.run_id == run_id)).scalar()
-        number = int(previous or 0) + 1
-        won = insert_unless_exists(
-            conn,
-            attempts_table,
-            {"run_id": run_id, "attempt": number, "state": SUBMITTING, "created_at": now},
-            ["run_id", "attempt"],
-        )
-        return [run_id] if won else []
+        # A plain INSERT: should (run, attempt) ever exist, the whole claim rolls back
+        # rather than leave a RUNNING run without an attempt.
+        conn.execute(attempts_table.insert().values(run_id=run_id, attempt=int(previous or 0) + 1, state=SUBMITTING, created_at=now))
+        return True
 
     def open_attempts(self) -> list[Attempt]:
         """Attempts being submitted or whose job has not finished, oldest first."""
@@ -185,6 +180,7 @@ class RunStore:
         attempt: Attempt,
         outcome: JobStatus,
         *,
+        now: datetime,
         error: str | None = None,
         result_location: str | None = None,
         retries: int = 0,
@@ -196,7 +192,7 @@ class RunStore:
         ``backoff_s * 2**(attempt-1)`` seconds. Returns the run's new state, or None
         when another scheduler settled this attempt first.
         """
-        now = utc(self.clock())
+        now = utc(now)
         with self.engine.begin() as conn:
             closed = conn.execute(
                 update(attempts_table)

@@ -13,7 +13,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Protocol
 
 from jobs.errors import JobNotFound, SpecError, SpillwayError
@@ -63,7 +63,7 @@ class PipelineScheduler:
     Parameters
     ----------
     store
-        The pipeline store; its clock is the scheduler's clock.
+        The pipeline store.
     submit
         Turns a rendered JobSpec into a queued job (see :data:`SubmitJob`).
     get_job
@@ -73,6 +73,9 @@ class PipelineScheduler:
     grace_s
         A firing instant older than this when first seen was missed (an outage), and
         the catch-up policy decides about it; younger ones always run.
+    clock
+        Returns the current aware time; by default the store's. Tests pass a fake one
+        and call :meth:`tick`, so nothing sleeps.
     resubmit_after_s
         An attempt still without a job this long after its claim (its scheduler died
         while submitting) is submitted again, under the same idempotency key.
@@ -84,6 +87,7 @@ class PipelineScheduler:
         *,
         submit: SubmitJob,
         get_job: GetJob,
+        clock: Clock | None = None,
         interval_s: float = 5.0,
         grace_s: float = 300.0,
         resubmit_after_s: float = 300.0,
@@ -91,6 +95,7 @@ class PipelineScheduler:
         self.store = store
         self.submit = submit
         self.get_job = get_job
+        self.clock = clock or store.clock
         self.interval_s = interval_s
         self.grace = timedelta(seconds=grace_s)
         self.resubmit_after = timedelta(seconds=resubmit_after_s)
@@ -98,56 +103,52 @@ class PipelineScheduler:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
-    @property
-    def clock(self) -> Clock:
-        return self.store.clock
-
     async def tick(self) -> TickReport:
         """One pass: settle finished jobs, create due runs, start what may start."""
         async with self._lock:
-            report = TickReport()
+            # One instant for the whole pass: what is due is decided against one "now".
+            now, report = self.clock(), TickReport()
             records = {r.id: r for r in await asyncio.to_thread(self.store.list)}
-            await self._settle(records, report)
+            await self._settle(records, now, report)
             for record in records.values():
                 if not record.paused:
-                    await self._plan(record, report)
+                    await self._plan(record, now, report)
             for record in records.values():
                 if not record.paused:
-                    claims = await asyncio.to_thread(self.store.runs.claim, record.id, record.definition.max_active_runs)
+                    claims = await asyncio.to_thread(self.store.runs.claim, record.id, record.definition.max_active_runs, now=now)
                     for attempt in claims:
-                        await self._submit(attempt, record, report)
+                        await self._submit(attempt, record, now, report)
             return report
 
-    async def _plan(self, record: PipelineRecord, report: TickReport) -> None:
+    async def _plan(self, record: PipelineRecord, now: datetime, report: TickReport) -> None:
         try:
-            runs, through = plan_due(record, self.clock(), grace=self.grace)
+            runs, through = plan_due(record, now, grace=self.grace)
         except SpecError as exc:  # e.g. a time zone gone from tzdata: this pipeline only
             report.errors.append(f"{record.name}: {exc.message}")
             log.error("pipeline %s cannot be scheduled: %s", record.name, exc.message)
             return
         if not runs:
             return
-        created = await asyncio.to_thread(self.store.runs.insert, record.id, runs, through=through)
+        created = await asyncio.to_thread(self.store.runs.insert, record.id, runs, now=now, through=through)
         for run, won in zip(runs, created):
             if won:
                 report.created += 1
                 if run.state == RunState.SKIPPED:
                     report.skipped += 1
 
-    async def _settle(self, records: Mapping[int, PipelineRecord], report: TickReport) -> None:
-        now = self.clock()
+    async def _settle(self, records: Mapping[int, PipelineRecord], now: datetime, report: TickReport) -> None:
         for attempt in await asyncio.to_thread(self.store.runs.open_attempts):
             record = records.get(attempt.pipeline_id)
             if record is None:
                 continue  # deleted while this attempt ran
             if attempt.job_id is None:
                 if now - attempt.created_at >= self.resubmit_after:
-                    await self._submit(attempt, record, report)
+                    await self._submit(attempt, record, now, report)
                 continue
             try:
                 job = await self.get_job(attempt.job_id)
             except JobNotFound:
-                await self._close(attempt, record, JobStatus.FAILED, report, error=f"job {attempt.job_id} is gone from the job store")
+                await self._close(attempt, record, JobStatus.FAILED, now, report, error=f"job {attempt.job_id} is gone from the job store")
                 continue
             except Exception as exc:  # noqa: BLE001 - a store hiccup: try again next tick
                 report.errors.append(f"{record.name}: reading job {attempt.job_id}: {exc}")
@@ -158,13 +159,14 @@ class PipelineScheduler:
             elif job.state.is_terminal():
                 error = f"{job.error.code}: {job.error.message}" if job.error else None
                 location = job.result.location if job.result else None
-                await self._close(attempt, record, job.state, report, error=error, location=location)
+                await self._close(attempt, record, job.state, now, report, error=error, location=location)
 
     async def _close(
         self,
         attempt: Attempt,
         record: PipelineRecord,
         outcome: JobStatus,
+        now: datetime,
         report: TickReport,
         *,
         error: str | None = None,
@@ -175,6 +177,7 @@ class PipelineScheduler:
             self.store.runs.settle,
             attempt,
             outcome,
+            now=now,
             error=error,
             result_location=location,
             retries=definition.retries,
@@ -184,16 +187,16 @@ class PipelineScheduler:
             report.settled += 1
             log.info("pipeline %s run %s attempt %d: job %s → run %s", record.name, attempt.run_id, attempt.attempt, outcome.value, state.value)
 
-    async def _submit(self, attempt: Attempt, record: PipelineRecord, report: TickReport) -> None:
+    async def _submit(self, attempt: Attempt, record: PipelineRecord, now: datetime, report: TickReport) -> None:
         try:
             job_id = await self.submit(JobSpec.model_validate(attempt.spec), attempt.idempotency_key)
         except SpillwayError as exc:
             # The source not landed yet, the sink taken...: a failed attempt, retried per policy.
-            await self._close(attempt, record, JobStatus.FAILED, report, error=f"{exc.code}: {exc.message}")
+            await self._close(attempt, record, JobStatus.FAILED, now, report, error=f"{exc.code}: {exc.message}")
             return
         except Exception as exc:  # noqa: BLE001 - same, but unexpected: keep the traceback in the log
             log.exception("pipeline %s: submitting run %s failed", record.name, attempt.run_id)
-            await self._close(attempt, record, JobStatus.FAILED, report, error=f"{type(exc).__name__}: {exc}")
+            await self._close(attempt, record, JobStatus.FAILED, now, report, error=f"{type(exc).__name__}: {exc}")
             return
         await asyncio.to_thread(self.store.runs.attach_job, attempt, job_id)
         report.submitted += 1
@@ -212,7 +215,7 @@ class PipelineScheduler:
         schedule = CronSchedule(record.definition.schedule, record.definition.timezone)
         start = localize(logical_date, schedule)
         run = plan_run(record, start, schedule.next_after(start), RunTrigger.MANUAL, params)
-        (created,) = await asyncio.to_thread(self.store.runs.insert, record.id, [run])
+        (created,) = await asyncio.to_thread(self.store.runs.insert, record.id, [run], now=self.clock())
         if not created:
             raise RunExists(f"pipeline '{name}' already has a run for {start.isoformat()}", field="logical_date")
         self._wake.set()
@@ -234,7 +237,7 @@ class PipelineScheduler:
         intervals = schedule.intervals(first, last)
         ended = [(s, e) for s, e in intervals if e <= now]
         runs = [plan_run(record, s, e, RunTrigger.BACKFILL, params) for s, e in ended]
-        created = await asyncio.to_thread(self.store.runs.insert, record.id, runs)
+        created = await asyncio.to_thread(self.store.runs.insert, record.id, runs, now=now)
         self._wake.set()
         return BackfillResult(
             created=[r.logical_date for r, won in zip(runs, created) if won],
@@ -243,11 +246,11 @@ class PipelineScheduler:
         )
 
     def next_run_at(self, record: PipelineRecord) -> datetime | None:
-        """When the pipeline's next scheduled run fires; None while paused."""
+        """When the pipeline's next scheduled run fires (in UTC, like every time the API shows); None while paused."""
         if record.paused:
             return None
         schedule = CronSchedule(record.definition.schedule, record.definition.timezone)
-        return schedule.next_after(max(record.scheduled_through, self.clock()))
+        return schedule.next_after(max(record.scheduled_through, self.clock())).astimezone(timezone.utc)
 
     async def start(self) -> None:
         """Tick every ``interval_s`` seconds (sooner after a trigger or backfill) until :meth:`stop`."""

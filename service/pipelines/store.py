@@ -58,7 +58,7 @@ class PipelineStore:
         A SQLAlchemy URL (the service's ``database_url``) or an engine to share.
         The pipeline tables are created if missing.
     clock
-        Returns the current aware time; the scheduler's clock, so tests can fake it.
+        Returns the current aware time, stamped on created and updated pipelines.
     """
 
     def __init__(self, database: str | Engine, *, clock: Clock = utc_now) -> None:
@@ -66,7 +66,7 @@ class PipelineStore:
         self.engine = make_engine(database) if isinstance(database, str) else database
         self.clock = clock
         metadata.create_all(self.engine)
-        self.runs = RunStore(self.engine, clock=clock)
+        self.runs = RunStore(self.engine)
 
     def close(self) -> None:
         """Release the engine's connections, if this store made the engine."""

@@ -11,11 +11,9 @@ from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
 from jobs.errors import IdempotencyConflict, JobNotFound, QueueFull
-from jobs.sandbox import check_paths
-from jobs.sink import ensure_sink_free
 from jobs.spec import JobSpec
 from jobs.status import JobStatus
-from jobs.validate import check_spec
+from jobs.validate import validate_submission
 from service.auth import Scope, require
 from service.routes.deps import ServicesDep
 from service.schemas import ErrorBody, JobAccepted, JobLinks, JobPage, JobView
@@ -50,12 +48,6 @@ def _with_links(job: JobView, services: ServicesDep, request: Request) -> JobVie
     return job.model_copy(update={"links": _links(services, request, job.id)})
 
 
-def _validate(spec: JobSpec, roots: list[str]) -> None:
-    check_paths(spec, roots)
-    check_spec(spec)
-    ensure_sink_free(spec.sink)
-
-
 @router.post("", status_code=202, response_model=JobAccepted, responses=_ERRORS, dependencies=[require(Scope.SUBMIT)])
 async def submit_job(
     spec: JobSpec,
@@ -74,7 +66,7 @@ async def submit_job(
     queued = (await asyncio.to_thread(services.store.count_by_state))[JobStatus.PENDING]
     if queued >= services.settings.max_queued_jobs:
         raise QueueFull(f"{queued} jobs are waiting; the limit is {services.settings.max_queued_jobs}. Retry later.")
-    await asyncio.to_thread(_validate, spec, services.settings.allowed_roots)
+    await asyncio.to_thread(validate_submission, spec, services.settings.allowed_roots)
     job, created = await asyncio.to_thread(services.store.create, spec, services.cluster.backend, idempotency_key=idempotency_key)
     if not created:  # a concurrent request with the same key won the insert
         return _replay(job, spec, services, request, response)

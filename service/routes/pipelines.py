@@ -12,6 +12,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 
+from jobs.errors import SpillwayError
+from service.auth import Scope, require
 from service.pipelines import PipelineServices
 from service.pipelines.models import (
     BackfillRequest,
@@ -29,9 +31,13 @@ from service.pipelines.plans import check_definition
 from service.pipelines.store import PipelineRecord
 from service.schemas import ErrorBody
 
-router = APIRouter(prefix="/pipelines", tags=["pipelines"])
+# Reading needs a read token, changing anything a submit token: pipelines start jobs.
+router = APIRouter(prefix="/pipelines", tags=["pipelines"], dependencies=[require(Scope.READ)])
+_SUBMIT = [require(Scope.SUBMIT)]
 
 _ERRORS = {
+    401: {"model": ErrorBody, "description": "No bearer token, or an unknown one."},
+    403: {"model": ErrorBody, "description": "The token's scope does not allow this, or a path is outside the data roots."},
     404: {"model": ErrorBody, "description": "No such pipeline."},
     409: {"model": ErrorBody, "description": "The name is taken, or the run for this logical date exists."},
     422: {"model": ErrorBody, "description": "A bad schedule or time zone, or a template that does not render into a valid JobSpec."},
@@ -48,15 +54,21 @@ PipelinesDep = Annotated[PipelineServices, Depends(get_pipelines)]
 
 def _check(services: PipelineServices, definition: PipelineDefinition) -> None:
     spec = check_definition(definition, services.store.clock())
-    if services.check_job is not None:
+    if services.check_job is None:
+        return
+    try:
         services.check_job(spec)
+    except SpillwayError as exc:
+        # The check speaks of the job's fields; in a pipeline they sit under "spec".
+        exc.field = f"spec.{exc.field}" if exc.field else "spec"
+        raise
 
 
 def _view(services: PipelineServices, record: PipelineRecord) -> PipelineView:
     return record.view(services.scheduler.next_run_at(record))
 
 
-@router.post("", status_code=201, response_model=PipelineView, responses=_ERRORS)
+@router.post("", status_code=201, response_model=PipelineView, responses=_ERRORS, dependencies=_SUBMIT)
 async def create_pipeline(body: PipelineCreate, services: PipelinesDep) -> PipelineView:
     """Create a pipeline; its template is rendered for the next run's date first, so errors show now."""
     _check(services, body)
@@ -76,33 +88,33 @@ async def get_pipeline(name: str, services: PipelinesDep) -> PipelineView:
     return _view(services, await asyncio.to_thread(services.store.get, name))
 
 
-@router.put("/{name}", response_model=PipelineView, responses=_ERRORS)
+@router.put("/{name}", response_model=PipelineView, responses=_ERRORS, dependencies=_SUBMIT)
 async def update_pipeline(name: str, body: PipelineDefinition, services: PipelinesDep) -> PipelineView:
     """Replace the definition (a new version); runs already created keep the version they were made from."""
     _check(services, body)
     return _view(services, await asyncio.to_thread(services.store.update, name, body))
 
 
-@router.delete("/{name}", status_code=204, responses=_ERRORS)
+@router.delete("/{name}", status_code=204, responses=_ERRORS, dependencies=_SUBMIT)
 async def delete_pipeline(name: str, services: PipelinesDep) -> Response:
     """Delete a pipeline and its run history; its jobs stay."""
     await asyncio.to_thread(services.store.delete, name)
     return Response(status_code=204)
 
 
-@router.post("/{name}/pause", response_model=PipelineView, responses=_ERRORS)
+@router.post("/{name}/pause", response_model=PipelineView, responses=_ERRORS, dependencies=_SUBMIT)
 async def pause_pipeline(name: str, services: PipelinesDep) -> PipelineView:
     """Start no more runs (jobs in flight finish)."""
     return _view(services, await asyncio.to_thread(services.store.set_paused, name, True))
 
 
-@router.post("/{name}/resume", response_model=PipelineView, responses=_ERRORS)
+@router.post("/{name}/resume", response_model=PipelineView, responses=_ERRORS, dependencies=_SUBMIT)
 async def resume_pipeline(name: str, services: PipelinesDep) -> PipelineView:
     """Run again from the next firing instant; intervals during the pause are not caught up."""
     return _view(services, await asyncio.to_thread(services.store.set_paused, name, False))
 
 
-@router.post("/{name}/runs", status_code=201, response_model=RunView, responses=_ERRORS)
+@router.post("/{name}/runs", status_code=201, response_model=RunView, responses=_ERRORS, dependencies=_SUBMIT)
 async def trigger_run(name: str, body: TriggerRequest, services: PipelinesDep) -> RunView:
     """A manual run for one logical date, with parameter overrides; it starts when a slot is free."""
     return await services.scheduler.trigger(name, body.logical_date, body.params)
@@ -122,7 +134,7 @@ async def list_runs(
     return RunPage(items=items, total=total, limit=limit, offset=offset)
 
 
-@router.post("/{name}/backfill", status_code=202, response_model=BackfillResult, responses=_ERRORS)
+@router.post("/{name}/backfill", status_code=202, response_model=BackfillResult, responses=_ERRORS, dependencies=_SUBMIT)
 async def backfill(name: str, body: BackfillRequest, services: PipelinesDep) -> BackfillResult:
     """Queue runs for every ended interval starting in ``[start, end]``; they respect ``max_active_runs``."""
     return await services.scheduler.backfill(name, body.start, body.end, body.params)
