@@ -15,6 +15,7 @@ from cluster.factory import ClusterHandle, start_cluster
 from cluster.manager import JobManager
 from jobs.sandbox import check_paths
 from jobs.validate import validate_submission
+from service.auth import redact_tokens
 from service.config import Settings
 from service.errors import BodySizeLimit, install_error_handlers
 from service.metrics import ServiceMetrics
@@ -24,6 +25,7 @@ from service.routes import cluster as cluster_routes
 from service.routes import health as health_routes
 from service.routes import jobs as job_routes
 from service.routes import pipelines as pipeline_routes
+from service.routes import ui as ui_routes
 from service.store import JobStore
 
 log = logging.getLogger("spillway")
@@ -84,9 +86,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     install_error_handlers(app)
+    redact_tokens()
     app.add_middleware(BodySizeLimit, limit=settings.max_body_bytes)
     app.include_router(job_routes.router)
     app.include_router(cluster_routes.router)
     app.include_router(health_routes.router)
     app.include_router(pipeline_routes.router)
+    app.include_router(ui_routes.router)
     return app

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
+import re
 import secrets
 from datetime import datetime, timezone
 from enum import Enum
@@ -92,6 +94,9 @@ def require(needed: Scope):  # noqa: ANN201 - a FastAPI dependency factory
             return
         header = request.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
+        if not header and request.url.path.endswith("/events") and request.query_params.get("token"):
+            # EventSource cannot send headers; the access log redacts this (see redact_tokens).
+            scheme, token = "bearer", request.query_params["token"]
         if scheme.lower() != "bearer" or not token:
             raise Unauthenticated("this service needs a bearer token: send 'Authorization: Bearer <token>' (create one with `spillway token create`)")
         scope = scope_of(services.store, token.strip())
@@ -105,3 +110,19 @@ def require(needed: Scope):  # noqa: ANN201 - a FastAPI dependency factory
 
 ReadAccess = Annotated[None, require(Scope.READ)]
 SubmitAccess = Annotated[None, require(Scope.SUBMIT)]
+
+
+class RedactTokens(logging.Filter):
+    """Blank ``token=`` query values in uvicorn's access log lines."""
+
+    _pattern = re.compile(r"(token=)[^&\s\"]+")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(self._pattern.sub(r"\1[redacted]", a) if isinstance(a, str) else a for a in record.args)
+        return True
+
+
+def redact_tokens() -> None:
+    """Install :class:`RedactTokens` on uvicorn's access logger."""
+    logging.getLogger("uvicorn.access").addFilter(RedactTokens())

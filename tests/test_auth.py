@@ -81,3 +81,14 @@ def test_tokens_are_stored_hashed_and_never_logged(secured: Any) -> None:
     for token in tokens.values():
         assert token not in stored
         assert token not in log
+
+
+def test_event_stream_takes_a_query_token_and_the_log_redacts_it(secured: Any, sample_data: dict[str, Path], tmp_path: Path) -> None:
+    service, tokens, _ = secured
+    spec = {"source": {"format": "parquet", "path": str(sample_data["sales"])}, "steps": [{"op": "limit", "n": 3}], "sink": {"path": str(tmp_path / "q")}}
+    job_id = call(service, "POST", "/jobs", tokens["submit"], json=spec).json()["id"]
+    with httpx.Client(base_url=service.url, timeout=60) as http:
+        assert http.get(f"/jobs/{job_id}", params={"token": tokens["read"]}).status_code == 401, "query tokens only for event streams"
+        stream = http.get(f"/jobs/{job_id}/events", params={"token": tokens["read"]})
+    assert stream.status_code == 200 and "event: end" in stream.text
+    assert tokens["read"] not in service.log() and "token=[redacted]" in service.log()

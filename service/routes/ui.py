@@ -31,10 +31,18 @@ _CSP = "default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'n
 router = APIRouter(include_in_schema=False)
 
 
+def _ui_file(name: str) -> Path:
+    path = UI_DIR / name
+    if not path.is_file():
+        # An install that left out the package data: say so instead of a bare 500.
+        raise HTTPException(500, f"the web page's file {name} is not installed in {UI_DIR}: the package must ship service/ui")
+    return path
+
+
 @router.get("/", response_class=FileResponse)
 async def index() -> FileResponse:
     """The single page; it routes between jobs, job detail and cluster by the URL's #fragment."""
-    return FileResponse(UI_DIR / "index.html", media_type="text/html; charset=utf-8", headers={**_CACHE, "Content-Security-Policy": _CSP})
+    return FileResponse(_ui_file("index.html"), media_type="text/html; charset=utf-8", headers={**_CACHE, "Content-Security-Policy": _CSP})
 
 
 @router.get("/ui/static/{name}", response_class=FileResponse)
@@ -44,7 +52,7 @@ async def static(name: str) -> FileResponse:
     if media_type is None:
         # The service's error handlers turn this into the stable {"error": {...}} shape.
         raise HTTPException(404, f"no UI file {name!r}")
-    return FileResponse(UI_DIR / name, media_type=media_type, headers=_CACHE)
+    return FileResponse(_ui_file(name), media_type=media_type, headers=_CACHE)
 
 
 def mount_ui(app: FastAPI) -> None:

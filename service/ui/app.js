@@ -55,13 +55,16 @@ function h(tag, attrs = {}, ...children) {
     else if (key.startsWith("on")) el.addEventListener(key.slice(2), value);
     else el.setAttribute(key, value === true ? "" : String(value));
   }
-  for (const child of children.flat()) {
+  for (const child of children.flat(Infinity)) {
     if (child !== null && child !== undefined && child !== false) el.append(child instanceof Node ? child : String(child));
   }
   return el;
 }
 
-const view = () => document.getElementById("view");
+// Replace the page's content; like h(), skips null/false so optional sections can be written inline.
+function show(...children) {
+  document.getElementById("view").replaceChildren(...children.flat(Infinity).filter((c) => c !== null && c !== undefined && c !== false));
+}
 
 function showError(message) {
   const alert = document.getElementById("alert");
@@ -121,7 +124,8 @@ function bar(label) {
 function setBar(el, value, max, text) {
   const pct = max > 0 ? Math.min(100, Math.floor((100 * value) / max)) : 0; // floor: 100 only when complete
   el.setAttribute("aria-valuenow", pct);
-  el.querySelector(".fill").style.width = `${pct}%`;
+  // The width is exact (with a sliver for anything above zero, e.g. 70 MiB of 12 GiB); the number is floored.
+  el.querySelector(".fill").style.width = max > 0 && value > 0 ? `${Math.max(0.5, Math.min(100, (100 * value) / max)).toFixed(1)}%` : "0%";
   el.querySelector(".bar-text").textContent = text === undefined ? `${pct}%` : text;
   el.classList.toggle("high", pct >= 85);
   return el;
@@ -143,10 +147,10 @@ function jobsView(stateFilter) {
   } }, h("option", { value: "" }, "all states"), STATES.map((s) => h("option", { value: s, selected: s === stateFilter }, s)));
   const count = h("span", { class: "muted" });
   const tbody = h("tbody");
-  view().replaceChildren(
+  show(
     h("div", { class: "toolbar" }, h("h1", {}, "Jobs"), h("label", {}, "State ", select), count),
     h("table", { id: "jobs", class: "grid" },
-      h("thead", {}, h("tr", {}, ["Name", "State", "Age", "Duration", "Progress", "Id"].map((c) => h("th", {}, c)))), tbody));
+      h("thead", {}, h("tr", {}, ["Name", "State", "Age", "Duration", "Progress", "Id"].map((c) => h("th", { class: c === "Duration" ? "num" : null }, c)))), tbody));
 
   function render(entry) {
     const { job, cells } = entry;
@@ -160,6 +164,7 @@ function jobsView(stateFilter) {
 
   function upsert(job) {
     let entry = rows.get(job.id);
+    if (streams.get(job.id)?.readyState === EventSource.CLOSED) streams.delete(job.id); // failed: poll, then retry below
     if (!entry) {
       const cells = { state: h("td"), age: h("td"), duration: h("td", { class: "num" }), bar: bar(`progress of ${job.name}`) };
       const link = h("a", { href: `#/jobs/${encodeURIComponent(job.id)}` }, job.name);
@@ -225,9 +230,12 @@ function dashboardLinks(link) {
 }
 
 function table(headers, rows, attrs = {}) {
+  const body = rows.map((cells) => cells.map((c) => (c instanceof Node && c.tagName === "TD" ? c : h("td", {}, c))));
+  // A column of numbers is right-aligned, and so is its header.
+  const numeric = headers.map((_, i) => body.length > 0 && body.every((cells) => cells[i].classList.contains("num")));
   return h("table", { class: "grid", ...attrs },
-    h("thead", {}, h("tr", {}, headers.map((c) => h("th", {}, c)))),
-    h("tbody", {}, rows.map((cells) => h("tr", {}, cells.map((c) => (c instanceof Node && c.tagName === "TD" ? c : h("td", {}, c)))))));
+    h("thead", {}, h("tr", {}, headers.map((c, i) => h("th", { class: numeric[i] ? "num" : null }, c)))),
+    h("tbody", {}, body.map((cells) => h("tr", {}, cells))));
 }
 
 const num = (text) => h("td", { class: "num" }, text);
@@ -248,7 +256,7 @@ function stagesSection(progress) {
 function resourcesSection(r) {
   if (!r) return null;
   const perWorker = Object.entries(r.peak_device_memory_per_worker || {});
-  return section("GPU memory",
+  return h("section", { class: "card", id: "resources" }, h("h2", {}, "GPU memory"),
     facts([["Peak device memory", fmtBytes(r.peak_device_memory_bytes)], ["Spilled to host", fmtBytes(r.spilled_to_host_bytes)],
       ["Samples", fmtInt(r.samples)], ["Measured by", r.method]]),
     perWorker.length ? table(["Worker", "Peak device memory"], perWorker.map(([w, b]) => [w, num(fmtBytes(b))])) : null);
@@ -313,12 +321,13 @@ function jobDetailView(id) {
     const header = h("div", { class: "toolbar" },
       h("h1", {}, job.name), h("span", { id: "job-state" }, stateBadge(job.state)),
       TERMINAL.has(job.state) ? null : cancelButton(job, (j) => { stop(); render(j); }));
-    view().replaceChildren(
+    show(
       h("p", {}, h("a", { href: "#/jobs" }, "← all jobs")),
       header, dashboardLinks(job.links && job.links.dashboard), errorSection(job.error),
       section("Job", h("div", { id: "job-facts" }, jobFacts(job))),
       h("div", { id: "progress-slot" }, stagesSection(job.progress)), resourcesSection(job.resources), resultSection(job.result),
-      section("Spec", h("pre", { class: "spec", id: "job-spec" }, JSON.stringify(job.spec, null, 2))));
+      section("Spec", h("p", { class: "muted" }, "As stored, with unset (null) fields left out."),
+        h("pre", { class: "spec", id: "job-spec" }, JSON.stringify(job.spec, (k, v) => (v === null ? undefined : v), 2))));
   }
 
   function showProgress(progress) {
@@ -332,6 +341,7 @@ function jobDetailView(id) {
     if (stream) stream.close();
     clearInterval(timer);
     stream = null;
+    timer = null;
   }
 
   async function load() {
@@ -349,19 +359,25 @@ function jobDetailView(id) {
           },
           onEnd: () => { stream = null; load(); }, // the full view: result, error, finished_at
         });
-        // The stream only carries progress; a slow poll keeps timestamps and the first RUNNING fresh.
-        timer = setInterval(() => { if (!document.hidden && stream) refreshTimes(); }, POLL_MS * 2);
       }
+      // The stream carries only state and progress; the poll keeps timestamps fresh, and carries
+      // progress too if the stream has failed for good (EventSource retries network errors itself).
+      if (!timer) timer = setInterval(() => { if (!document.hidden) poll(); }, POLL_MS);
     } catch (err) {
       showError(`Could not load job ${id}: ${err.message}`);
     }
   }
 
-  async function refreshTimes() {
-    // Only the facts (started, duration): re-rendering the whole page would replace the cancel
-    // button under the user's pointer.
+  async function poll() {
     const job = await api(`/jobs/${encodeURIComponent(id)}`).catch(() => null);
-    if (job && !closed && !TERMINAL.has(job.state)) document.getElementById("job-facts")?.replaceChildren(jobFacts(job));
+    if (!job || closed) return;
+    if (TERMINAL.has(job.state)) { stop(); render(job); return; } // in case the stream's "end" never comes
+    // Not the whole page: re-rendering would replace the cancel button under the user's pointer.
+    document.getElementById("job-facts")?.replaceChildren(jobFacts(job));
+    if (!stream || stream.readyState === EventSource.CLOSED) {
+      showProgress(job.progress);
+      document.getElementById("job-state").replaceChildren(stateBadge(job.state));
+    }
   }
 
   load();
@@ -376,20 +392,22 @@ function clusterView() {
       const c = await api("/cluster");
       const gpus = c.workers.some((w) => w.gpu);
       const headers = ["Worker", "Threads", "Executing", "Host memory", "Spilled to disk"].concat(gpus ? ["GPU", "Device memory", "Spilled to host"] : []);
-      const rows = c.workers.map((w) => {
+      const workers = [...c.workers].sort((a, b) => a.name.localeCompare(b.name, "en", { numeric: true })); // stable order between refreshes
+      const rows = workers.map((w) => {
         const cells = [h("span", { title: w.address }, w.name), num(w.threads), num(w.tasks_processing),
           h("td", { class: "progress" }, memoryBar(`host memory of ${w.name}`, w.memory_used, w.memory_limit)), num(fmtBytes(w.spilled_to_disk_bytes))];
         if (gpus) {
           const g = w.gpu || {};
           const limit = g.device_memory_limit || g.memory_total;
           const extra = g.device_memory_limit && g.memory_total ? ` limit (${fmtBytes(g.memory_total)} total)` : "";
-          cells.push(g.name ? `${g.name}${g.index !== null && g.index !== undefined ? ` #${g.index}` : ""}` : "—",
+          const gpuName = g.name ? `${g.name}${g.index !== null && g.index !== undefined ? ` #${g.index}` : ""}` : "—";
+          cells.push(h("td", { class: "nowrap" }, gpuName),
             h("td", { class: "progress" }, memoryBar(`device memory of ${w.name}`, g.memory_used, limit, extra)), num(fmtBytes(g.spilled_to_host_bytes)));
         }
         return cells;
       });
       const used = c.workers.reduce((a, w) => a + w.memory_used, 0);
-      view().replaceChildren(
+      show(
         h("div", { class: "toolbar" }, h("h1", {}, "Cluster"), h("span", { class: "muted" }, `refreshed ${new Date().toLocaleTimeString()}`)),
         dashboardLinks(c.dashboard_link),
         section("Summary", facts([["Backend", h("strong", { id: "cluster-backend" }, c.backend)], ["Kind", c.kind], ["Protocol", h("span", { id: "cluster-protocol" }, c.protocol)],
