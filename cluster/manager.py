@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 INTERRUPTED = "interrupted"
+CLUSTER_LOST = "cluster_lost"
 SWEEP_DELAYS_S = (1.0, 4.0, 30.0)
 
 
@@ -120,6 +121,11 @@ class JobManager:
         self.cluster.client.subscribe_topic(PROGRESS_TOPIC, self._on_progress)
         self._runners = [asyncio.create_task(self._runner(), name=f"spillway-runner-{i}") for i in range(self.max_concurrent)]
 
+    def replace_cluster(self, cluster: ClusterHandle) -> None:
+        """Run new jobs on ``cluster`` (after the old one died)."""
+        self.cluster = cluster
+        cluster.client.subscribe_topic(PROGRESS_TOPIC, self._on_progress)
+
     async def stop(self) -> None:
         """Stop the runners; jobs still running are failed as interrupted."""
         for task in [*self._runners, *self._sweeps]:
@@ -191,8 +197,11 @@ class JobManager:
             active.writer.abort()
             await asyncio.shield(self._fail(job_id, INTERRUPTED, "the service stopped while this job ran; nothing was committed", active.progress))
             raise
-        except (_JobCancelled, FutureCancelledError, FuturesCancelledError):
+        except (_JobCancelled, FutureCancelledError, FuturesCancelledError) as exc:
             active.writer.abort()
+            if not active.cancel_requested:  # nobody asked: the cluster went away under the job
+                await self._fail(job_id, CLUSTER_LOST, f"the cluster was lost while this job ran ({exc}); nothing was committed", active.progress)
+                return
             await asyncio.to_thread(self.store.finish, job_id, JobStatus.CANCELLED, progress=active.progress)
             log.info("job %s: cancelled; nothing was committed", job_id)
             self._sweeps.add(asyncio.create_task(self._sweep_staging(active.writer)))
@@ -259,7 +268,10 @@ class JobManager:
             future.release()
         # The plugin removes itself when the job ends; this is the backstop for a
         # job that failed before its graph reached the scheduler.
-        await client.run_on_scheduler(_drop_plugin, name=plugin_name(active.job_id))
+        try:
+            await asyncio.wait_for(client.run_on_scheduler(_drop_plugin, name=plugin_name(active.job_id)), 10)
+        except (OSError, TimeoutError) as exc:  # the scheduler is gone: so is the plugin
+            log.debug("job %s: could not reach the scheduler to drop its plugin: %s", active.job_id, exc)
 
     def _on_progress(self, event: tuple[float, dict[str, Any]]) -> None:
         _, message = event

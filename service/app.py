@@ -13,6 +13,7 @@ from fastapi import FastAPI
 
 from cluster.factory import ClusterHandle, start_cluster
 from cluster.manager import JobManager
+from cluster.supervisor import ClusterSupervisor
 from jobs.sandbox import check_paths
 from jobs.validate import validate_submission
 from service.auth import redact_tokens
@@ -61,7 +62,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             metrics=metrics,
         )
         await manager.start()
-        app.state.services = Services(settings, store, cluster, manager, metrics)
+        services = app.state.services = Services(settings, store, cluster, manager, metrics)
+
+        def use_new_cluster(new: ClusterHandle) -> None:
+            services.cluster = new
+            manager.replace_cluster(new)
+
+        supervisor = ClusterSupervisor(settings.cluster, cluster, use_new_cluster)
+        supervisor.start()
         pipeline_store = PipelineStore(settings.database_url)
         submit, get_job = job_callbacks(
             store, manager.enqueue, backend=cluster.backend, validate=functools.partial(validate_submission, allowed_roots=settings.allowed_roots)
@@ -74,8 +82,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
         finally:
             await pipeline_scheduler.stop()
+            await supervisor.stop()
             await manager.stop()
-            await cluster.close()
+            await services.cluster.close()
             await asyncio.to_thread(store.close)
             await asyncio.to_thread(pipeline_store.close)
 

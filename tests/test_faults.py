@@ -46,3 +46,32 @@ def test_worker_sigkill_mid_job_is_recomputed(tmp_path: Path, big_data: dict[str
         assert job.state == JobStatus.FAILED and job.error is not None and job.error.message
         assert not out.exists()
     assert job.state == JobStatus.SUCCEEDED, f"expected Dask to recompute the lost partitions: {job.error}"
+
+
+def test_whole_cluster_dies_job_fails_with_reason_and_service_recovers(tmp_path: Path, big_data: dict[str, Path], sample_data: dict[str, Path]) -> None:
+    import psutil
+
+    service = start_service(tmp_path / "svc")
+    spec = {
+        "name": "doomed",
+        "source": {"format": "parquet", "path": str(big_data["sales"])},
+        "steps": [{"op": "sort", "by": ["amount"]}, {"op": "sort", "by": ["customer_id"]}],
+        "sink": {"path": str(tmp_path / "doomed")},
+    }
+    try:
+        with service.client() as api:
+            old_address = api.cluster().scheduler_address
+            job_id = api.submit(spec).id
+            wait_for(lambda: api.get(job_id).state == JobStatus.RUNNING, timeout=90, interval=0.05, what="the job to run")
+            cluster = next(p for p in psutil.Process(service.process.pid).children() if "cluster.local_process" in " ".join(p.cmdline()))
+            os.killpg(os.getpgid(cluster.pid), signal.SIGKILL)  # scheduler, nannies and workers at once
+            job = wait_terminal(api, job_id, timeout=120)
+            assert job.state == JobStatus.FAILED and job.error is not None
+            assert job.error.code in ("cluster_lost", "job_failed") and job.error.message
+            assert not (tmp_path / "doomed").exists()
+            wait_for(lambda: api.health().status == "ok" and api.cluster().scheduler_address != old_address, timeout=120, interval=0.5, what="a new cluster")
+            after = {"name": "after", "source": {"format": "parquet", "path": str(sample_data["sales"])}, "steps": [{"op": "limit", "n": 10}], "sink": {"path": str(tmp_path / "after")}}
+            assert wait_terminal(api, api.submit(after).id).state == JobStatus.SUCCEEDED
+            assert not api.list(state=JobStatus.RUNNING).items
+    finally:
+        service.stop()
