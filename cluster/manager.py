@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import datetime, timezone
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -15,6 +16,7 @@ from distributed.client import FutureCancelledError, FuturesCancelledError
 
 from cluster.factory import ClusterHandle
 from cluster.gpu_sampler import GpuSampler
+from cluster.job_logs import JobLog
 from cluster.plan import plan_job
 from cluster.progress import PROGRESS_TOPIC, JobProgressPlugin, plugin_name
 from jobs.errors import InvalidTransition, SpillwayError, TooManyPartitions
@@ -61,6 +63,7 @@ class _ActiveJob:
     cancel_requested: bool = False
     committing: bool = False
     gpu: GpuSampler | None = None
+    log: JobLog = field(default_factory=JobLog)
     plugin_ended: asyncio.Event = field(default_factory=asyncio.Event)
     finished: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -187,6 +190,7 @@ class JobManager:
         log.info("job %s (%s): running on %s", job_id, job.name, self.cluster.backend)
         active = _ActiveJob(job_id, SinkWriter(job.spec.sink, job_id))
         self._active[job_id] = active
+        active.log.add(f"{self._now()} RUNNING on {self.cluster.kind} ({self.cluster.backend})")
         flusher = asyncio.create_task(self._flush_progress(active))
         if self.cluster.backend == "cudf":
             active.gpu = GpuSampler(self.cluster.gpu_stats, self.progress_interval)
@@ -210,6 +214,7 @@ class JobManager:
             await self._fail(job_id, exc.code, exc.message, active.progress, field=exc.field)
         except Exception as exc:
             active.writer.abort()
+            active.log.add_exception(exc)
             log.info("job %s failed: %s: %s", job_id, type(exc).__name__, exc)
             await self._fail(job_id, "job_failed", f"{type(exc).__name__}: {exc}", active.progress)
         finally:
@@ -219,6 +224,7 @@ class JobManager:
                 await asyncio.to_thread(self.store.save_resources, job_id, resources)
             await self._cleanup(active)
             finished = await asyncio.to_thread(self.store.get, job_id)
+            await self._save_log(active, finished)
             if finished.started_at and finished.finished_at:
                 self.metrics.job_finished(finished.state, (finished.finished_at - finished.started_at).total_seconds())
             active.finished.set()
@@ -237,6 +243,7 @@ class JobManager:
         await client.register_plugin(JobProgressPlugin(job.id, plan.stage_of_key, plan.result_keys))
         if active.cancel_requested:
             raise _JobCancelled()
+        active.log.add(f"{self._now()} graph: {len(plan.graph)} tasks in {len(plan.stage_totals)} stages")
         active.futures = client.get(plan.graph, plan.result_keys, sync=False)
         await client.gather(active.futures)
         if active.cancel_requested:
@@ -249,6 +256,20 @@ class JobManager:
         manifest = await asyncio.to_thread(active.writer.commit)
         await asyncio.to_thread(self.store.finish, job.id, JobStatus.SUCCEEDED, progress=active.progress, result=manifest)
         log.info("job %s: succeeded, %d rows in %d files at %s", job.id, manifest.total_rows, len(manifest.files), manifest.location)
+
+    @staticmethod
+    def _now() -> str:
+        return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+    async def _save_log(self, active: _ActiveJob, job: JobView) -> None:
+        active.log.add(f"{self._now()} {job.state.value}" + (f": {job.error.message}" if job.error else ""))
+        if job.started_at is not None:
+            try:
+                worker_logs = await asyncio.wait_for(self.cluster.client.get_worker_logs(), 10)
+                active.log.add_worker_lines(worker_logs, job.started_at, job.finished_at or datetime.now(timezone.utc))
+            except Exception as exc:  # noqa: BLE001 - best effort: the cluster may be gone
+                active.log.add(f"(worker logs unavailable: {type(exc).__name__}: {exc})")
+        await asyncio.to_thread(self.store.save_logs, active.job_id, active.log.to_list())
 
     async def _sweep_staging(self, writer: SinkWriter) -> None:
         # Cancelled tasks that were already executing finish in their worker threads

@@ -62,6 +62,13 @@ class JobAccepted(BaseModel):
     links: JobLinks
 
 
+class JobLogs(BaseModel):
+    """``GET /jobs/{id}/logs``."""
+
+    id: str
+    lines: list[str]
+
+
 class JobPage(BaseModel):
     """One page of ``GET /jobs``, newest first."""
 

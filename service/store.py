@@ -57,6 +57,7 @@ jobs_table = Table(
     Column("result", JSON),
     Column("resources", JSON),
     Column("idempotency_key", String(200), unique=True),
+    Column("logs", JSON),
 )
 
 
@@ -224,6 +225,19 @@ class JobStore:
         """Record GPU memory and spilling measured while the job ran."""
         with self.engine.begin() as conn:
             conn.execute(update(jobs_table).where(jobs_table.c.id == job_id).values(resources=resources.model_dump(mode="json")))
+
+    def save_logs(self, job_id: str, lines: list[str]) -> None:
+        """Record a finished job's log lines."""
+        with self.engine.begin() as conn:
+            conn.execute(update(jobs_table).where(jobs_table.c.id == job_id).values(logs=lines))
+
+    def logs(self, job_id: str) -> list[str]:
+        """A job's log lines (empty while it has not finished). Raises :class:`JobNotFound`."""
+        with self.engine.connect() as conn:
+            row = conn.execute(select(jobs_table.c.logs).where(jobs_table.c.id == job_id)).first()
+        if row is None:
+            raise JobNotFound(f"no job with id '{job_id}'", field="id")
+        return list(row[0] or [])
 
     def ids_in_state(self, state: JobStatus) -> list[str]:
         """Ids of jobs in ``state``, in submission order."""

@@ -120,3 +120,16 @@ def test_runtime_failure_is_a_failed_job_with_a_reason(service: ServiceProcess, 
         with pytest.raises(Exception, match="409"):
             client.cancel(job.id)
     assert not (tmp_path / "out").exists()
+
+
+def test_failed_job_logs_carry_the_worker_traceback(service: ServiceProcess, sample_data: dict[str, Path], tmp_path: Path) -> None:
+    spec = base_spec(sample_data, tmp_path, steps=[{"op": "assign", "column": "r", "expr": "cast(region, 'int64')"}])
+    with service.client() as client:
+        job = wait_terminal(client, client.submit(spec).id)
+    with httpx.Client(base_url=service.url) as http:
+        lines = http.get(f"/jobs/{job.id}/logs").json()["lines"]
+    text = "\n".join(lines)
+    assert job.state == JobStatus.FAILED
+    assert "RUNNING on LocalCluster" in text and "Traceback" in text and "FAILED" in text
+    assert "astype" in text or "int64" in text, "the worker-side frames are in the traceback"
+    assert sum(len(line) for line in lines) <= 64 * 1024 + 100

@@ -16,7 +16,7 @@ from jobs.status import JobStatus
 from jobs.validate import validate_submission
 from service.auth import Scope, require
 from service.routes.deps import ServicesDep
-from service.schemas import ErrorBody, JobAccepted, JobLinks, JobPage, JobView
+from service.schemas import ErrorBody, JobAccepted, JobLinks, JobLogs, JobPage, JobView
 
 router = APIRouter(prefix="/jobs", tags=["jobs"], dependencies=[require(Scope.READ)])
 
@@ -105,6 +105,13 @@ async def list_jobs(
 async def get_job(job_id: str, services: ServicesDep, request: Request) -> JobView:
     """State, timestamps, progress per stage, the error or the result manifest."""
     return _with_links(await asyncio.to_thread(services.store.get, job_id), services, request)
+
+
+@router.get("/{job_id}/logs", response_model=JobLogs, responses=_ERRORS)
+async def job_logs(job_id: str, services: ServicesDep) -> JobLogs:
+    """The job's log once it has finished: service events, the worker exception with its
+    traceback, and workers' warnings and errors from while it ran (capped at 64 KiB)."""
+    return JobLogs(id=job_id, lines=await asyncio.to_thread(services.store.logs, job_id))
 
 
 @router.post("/{job_id}/cancel", response_model=JobView, status_code=202, responses=_ERRORS, dependencies=[require(Scope.SUBMIT)])
