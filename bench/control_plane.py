@@ -7,6 +7,7 @@ Measures, on the same machine and data:
 - GET /jobs/{id} requests per second (one client, sequential, keep-alive);
 - end-to-end time of a trivial job through the service (submit → SUCCEEDED);
 - the same graph run directly with a Dask client on an equal LocalCluster (build, compute, write);
+- how long POST /jobs/{id}/cancel takes to return a running job as CANCELLED (tasks released);
 and reports the overhead in milliseconds and as a ratio.
 """
 
@@ -63,6 +64,16 @@ def through_service(work: Path, data: Path, runs: int) -> dict[str, Any]:
                 if i:  # the first run warms the cluster up
                     to_running.append(running_at - start)
                     end_to_end.append(now - start)
+            cancel_ms: list[float] = []
+            for i in range(3):
+                heavy = {**trivial_spec(data, work / f"out_cancel_{i}"), "steps": [{"op": "sort", "by": ["amount"]}, {"op": "sort", "by": ["customer_id"]}]}
+                job_id = http.post("/jobs", json=heavy).json()["id"]
+                while http.get(f"/jobs/{job_id}").json()["progress"]["stages"] == []:
+                    time.sleep(0.01)
+                start = time.perf_counter()
+                state = http.post(f"/jobs/{job_id}/cancel").json()["state"]
+                cancel_ms.append((time.perf_counter() - start) * 1000)
+                assert state == JobStatus.CANCELLED.value, state
             count, start = 0, time.perf_counter()
             while time.perf_counter() - start < 5.0:
                 http.get(f"/jobs/{job_id}").raise_for_status()
@@ -70,7 +81,13 @@ def through_service(work: Path, data: Path, runs: int) -> dict[str, Any]:
             rps = count / (time.perf_counter() - start)
     finally:
         service.stop()
-    return {"submit_to_running_ms": median_ms(to_running), "end_to_end_ms": median_ms(end_to_end), "get_job_rps": round(rps, 1), "runs": runs}
+    return {
+        "submit_to_running_ms": median_ms(to_running),
+        "end_to_end_ms": median_ms(end_to_end),
+        "get_job_rps": round(rps, 1),
+        "cancel_running_job_ms": [round(x, 1) for x in cancel_ms],
+        "runs": runs,
+    }
 
 
 def direct_dask(work: Path, data: Path, runs: int) -> dict[str, Any]:
