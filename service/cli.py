@@ -2,26 +2,31 @@
 
 from __future__ import annotations
 
-import json
 import logging
-import re
 import shutil
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import httpx
 import typer
-import yaml
 from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
 from jobs.spec import JobSpec
 from jobs.status import JobStatus, ResultManifest
 from service.cli_pipelines import pipeline_app
 from service.client import DEFAULT_URL, ApiError, JobEvent, SpillwayClient
+from service.documents import DocumentError, read_mapping
 from service.launcher import launch_service
 from service.schemas import JobView
 
@@ -58,31 +63,12 @@ def _fail(message: str, code: int = 1) -> typer.Exit:
     return typer.Exit(code)
 
 
-class _SpecLoader(yaml.SafeLoader):
-    """YAML 1.2 booleans: only true/false. In YAML 1.1 a join's `on:` key would read as True."""
-
-
-_SpecLoader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-_SpecLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
-)
-
-
 def load_spec(path: Path) -> JobSpec:
     """Read a JobSpec from a YAML or JSON file, with errors that name the file and the field."""
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise _fail(f"cannot read {path}: {exc.strerror}", 2) from exc
-    try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.load(text, Loader=_SpecLoader)  # noqa: S506 - a SafeLoader subclass
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise _fail(f"{path} is not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {exc}", 2) from exc
-    if not isinstance(data, dict):
-        raise _fail(f"{path} must hold a mapping (name, source, steps, sink), not {type(data).__name__}", 2)
+        data = read_mapping(path, "name, source, steps, sink")
+    except DocumentError as exc:
+        raise _fail(str(exc), 2) from exc
     try:
         return JobSpec.model_validate(data)
     except ValidationError as exc:

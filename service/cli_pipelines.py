@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -19,6 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from service.client import DEFAULT_URL, ApiError
+from service.documents import DocumentError, read_mapping
 from service.pipelines.client import PipelineClient
 from service.pipelines.models import PipelineView, RunState, RunView
 
@@ -31,17 +31,6 @@ err = Console(stderr=True)
 
 UrlOption = Annotated[str, typer.Option("--url", envvar="SPILLWAY_URL", help="The Spillway service to talk to.")]
 ParamOption = Annotated[Optional[list[str]], typer.Option("--param", "-p", help="Override a parameter: NAME=VALUE (repeatable).")]  # noqa: UP007
-
-
-class _Loader(yaml.SafeLoader):
-    """YAML 1.2 booleans only (as `spillway submit` reads specs): in YAML 1.1 a join's `on:` key reads as True."""
-
-
-_Loader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-_Loader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:
@@ -76,14 +65,10 @@ def _options(
 def load_pipeline(path: Path) -> dict[str, Any]:
     """Read a pipeline (name, spec, schedule, ...) from a YAML or JSON file."""
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise _fail(f"cannot read {path}: {exc.strerror}", 2) from exc
-    try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise _fail(f"{path} is not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {exc}", 2) from exc
-    if not isinstance(data, dict) or "name" not in data:
+        data = read_mapping(path, "name, spec, schedule")
+    except DocumentError as exc:
+        raise _fail(str(exc), 2) from exc
+    if "name" not in data:
         raise _fail(f"{path} must hold a mapping with name, spec and schedule", 2)
     return data
 

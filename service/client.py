@@ -48,12 +48,16 @@ class SpillwayClient:
         Seconds for each request (streams are not limited).
     token
         A bearer token (``spillway token create``), when the service requires one.
+    transport
+        An httpx transport, e.g. ``httpx.ASGITransport(app)`` in tests.
     """
 
-    def __init__(self, base_url: str = DEFAULT_URL, *, timeout: float = 30.0, token: str | None = None) -> None:
+    def __init__(
+        self, base_url: str = DEFAULT_URL, *, timeout: float = 30.0, token: str | None = None, transport: httpx.BaseTransport | None = None
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=self.base_url, timeout=timeout, headers=headers)
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout, headers=headers, transport=transport)
 
     def close(self) -> None:
         self._http.close()
@@ -68,7 +72,7 @@ class SpillwayClient:
         response = self._http.request(method, path, **kwargs)
         if response.status_code >= 400:
             raise ApiError(response.status_code, _error_detail(response))
-        return response.json()
+        return response.json() if response.content else None
 
     def submit(self, spec: JobSpec | dict[str, Any], *, idempotency_key: str | None = None) -> JobAccepted:
         """Submit a job; it is validated against its sources before it is accepted.

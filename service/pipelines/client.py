@@ -5,9 +5,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-import httpx
 
-from service.client import DEFAULT_URL, ApiError
+from service.client import SpillwayClient
 from service.pipelines.models import (
     BackfillResult,
     PipelineCreate,
@@ -19,53 +18,10 @@ from service.pipelines.models import (
     RunView,
 )
 from service.pipelines.templating import ParamValue
-from service.schemas import ErrorDetail
 
 
-class PipelineClient:
-    """A synchronous client for the pipelines of one Spillway service.
-
-    Parameters
-    ----------
-    base_url
-        The service, e.g. ``http://127.0.0.1:8000``.
-    timeout
-        Seconds for each request.
-    token
-        A bearer token, when the service requires one.
-    transport
-        An httpx transport, e.g. ``httpx.ASGITransport(app)`` in tests.
-    """
-
-    def __init__(
-        self,
-        base_url: str = DEFAULT_URL,
-        *,
-        timeout: float = 30.0,
-        token: str | None = None,
-        transport: httpx.BaseTransport | None = None,
-    ) -> None:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout, headers=headers, transport=transport)
-
-    def close(self) -> None:
-        self._http.close()
-
-    def __enter__(self) -> PipelineClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def _request(self, method: str, path: str, **kwargs: Any) -> Any:
-        response = self._http.request(method, path, **kwargs)
-        if response.status_code >= 400:
-            try:
-                detail = ErrorDetail.model_validate(response.json()["error"])
-            except (ValueError, KeyError, TypeError):
-                detail = ErrorDetail(code=f"http_{response.status_code}", message=response.text[:500] or response.reason_phrase)
-            raise ApiError(response.status_code, detail)
-        return response.json() if response.content else None
+class PipelineClient(SpillwayClient):
+    """The SDK's client with the pipeline calls (same constructor as :class:`SpillwayClient`)."""
 
     def create(self, pipeline: PipelineCreate | dict[str, Any]) -> PipelineView:
         """Create a pipeline. Raises :class:`ApiError` (422 names the bad template field)."""
