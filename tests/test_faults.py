@@ -75,3 +75,26 @@ def test_whole_cluster_dies_job_fails_with_reason_and_service_recovers(tmp_path:
             assert not api.list(state=JobStatus.RUNNING).items
     finally:
         service.stop()
+
+
+def test_sink_disk_full_fails_clearly_and_commits_nothing(tmp_path: Path, big_data: dict[str, Path]) -> None:
+    import subprocess
+
+    import pytest
+
+    full = tmp_path / "tiny"
+    full.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(full)], capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs to fill up (needs root): {mounted.stderr.strip()}")
+    service = start_service(tmp_path / "svc")
+    try:
+        spec = {"name": "no_room", "source": {"format": "parquet", "path": str(big_data["sales"])}, "sink": {"path": str(full / "out")}}
+        with service.client() as api:
+            job = wait_terminal(api, api.submit(spec).id, timeout=120)
+        assert job.state == JobStatus.FAILED and job.error is not None
+        assert "No space left" in job.error.message or "ENOSPC" in job.error.message or "space" in job.error.message.lower()
+        assert list(full.iterdir()) == [], "no output and no staging left behind"
+    finally:
+        service.stop()
+        subprocess.run(["umount", str(full)], check=False)
