@@ -27,9 +27,20 @@ from service.routes import health as health_routes
 from service.routes import jobs as job_routes
 from service.routes import pipelines as pipeline_routes
 from service.routes import ui as ui_routes
+from service.schemas import ErrorBody
 from service.store import JobStore
 
 log = logging.getLogger("spillway")
+
+
+_COMMON_ERRORS = {
+    400: "Malformed JSON.",
+    401: "A bearer token is required (auth on).",
+    403: "The token's scope, or the data roots, do not allow this.",
+    413: "The request body is too large.",
+    422: "A parameter or body field is invalid; the field is named.",
+    500: "An unexpected error; the service log has the details.",
+}
 
 
 @dataclass
@@ -93,6 +104,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         summary="GPU ETL jobs on Dask: submit a spec, watch its partitions, get its result files.",
         version="0.1.0",
         lifespan=lifespan,
+        # Any route can answer these, in the stable error shape (see service/errors.py).
+        responses={code: {"model": ErrorBody, "description": text} for code, text in _COMMON_ERRORS.items()},
     )
     install_error_handlers(app)
     redact_tokens()
