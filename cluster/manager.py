@@ -81,6 +81,9 @@ class JobManager:
         Jobs running at once; the rest wait in submission order.
     max_partitions
         Most tasks one job's graph may have; a bigger job fails before it runs.
+    max_running_per_owner
+        Most jobs one token may have running; its others wait (keeping their place)
+        while other tokens' jobs go ahead. None: no per-token limit.
     progress_interval
         Seconds between progress writes to the store while a job runs.
     metrics
@@ -95,6 +98,7 @@ class JobManager:
         max_concurrent: int = 2,
         progress_interval: float = 0.5,
         max_partitions: int = 100_000,
+        max_running_per_owner: int | None = None,
         metrics: JobMetrics | None = None,
     ) -> None:
         self.store = store
@@ -102,8 +106,12 @@ class JobManager:
         self.max_concurrent = max_concurrent
         self.progress_interval = progress_interval
         self.max_partitions = max_partitions
+        self.max_running_per_owner = max_running_per_owner
         self.metrics = metrics or _NoMetrics()
-        self._queue: asyncio.Queue[str] = asyncio.Queue()
+        # Waiting jobs in submission order, with their owner (the token that submitted them).
+        self._waiting: list[tuple[str, str | None]] = []
+        self._changed = asyncio.Condition()
+        self._running_by_owner: dict[str | None, int] = {}
         self._active: dict[str, _ActiveJob] = {}
         self._runners: list[asyncio.Task[None]] = []
         self._sweeps: set[asyncio.Task[None]] = set()
@@ -120,7 +128,7 @@ class JobManager:
             await self._fail(job_id, INTERRUPTED, "the service stopped while this job ran; nothing was committed", job.progress)
             log.warning("job %s was running when the service stopped: marked FAILED (interrupted)", job_id)
         for job_id in await asyncio.to_thread(self.store.ids_in_state, JobStatus.PENDING):
-            self._queue.put_nowait(job_id)
+            self._waiting.append((job_id, (await asyncio.to_thread(self.store.get, job_id)).owner))
         self.cluster.client.subscribe_topic(PROGRESS_TOPIC, self._on_progress)
         self._runners = [asyncio.create_task(self._runner(), name=f"spillway-runner-{i}") for i in range(self.max_concurrent)]
 
@@ -136,9 +144,21 @@ class JobManager:
         await asyncio.gather(*self._runners, *self._sweeps, return_exceptions=True)
         self._runners = []
 
-    def enqueue(self, job_id: str) -> None:
+    def enqueue(self, job_id: str, owner: str | None = None) -> None:
         """Queue a PENDING job behind those already waiting."""
-        self._queue.put_nowait(job_id)
+        self._waiting.append((job_id, owner))
+        asyncio.get_running_loop().create_task(self._notify())
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    def _next_eligible(self) -> tuple[str, str | None] | None:
+        # The oldest waiting job whose owner is under its running limit; others keep their place.
+        for index, (job_id, owner) in enumerate(self._waiting):
+            if owner is None or self.max_running_per_owner is None or self._running_by_owner.get(owner, 0) < self.max_running_per_owner:
+                return self._waiting.pop(index)
+        return None
 
     async def cancel(self, job_id: str, *, timeout: float = 30.0) -> JobView:
         """Cancel a pending or running job; returns it once it is terminal (or after ``timeout``).
@@ -175,13 +195,22 @@ class JobManager:
 
     async def _runner(self) -> None:
         while True:
-            job_id = await self._queue.get()
+            async with self._changed:
+                picked = self._next_eligible()
+                while picked is None:
+                    await self._changed.wait()
+                    picked = self._next_eligible()
+            job_id, owner = picked
+            self._running_by_owner[owner] = self._running_by_owner.get(owner, 0) + 1
             try:
                 await self._run(job_id)
             except asyncio.CancelledError:
                 raise
             except Exception:  # a bug here must not kill the runner
                 log.exception("job %s: unexpected error in the runner", job_id)
+            finally:
+                self._running_by_owner[owner] -= 1
+                await self._notify()
 
     async def _run(self, job_id: str) -> None:
         job = await asyncio.to_thread(self.store.get, job_id)

@@ -70,6 +70,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             max_concurrent=settings.max_concurrent_jobs,
             progress_interval=settings.progress_interval_s,
             max_partitions=settings.max_partitions,
+            max_running_per_owner=settings.max_running_per_token,
             metrics=metrics,
         )
         await manager.start()

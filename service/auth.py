@@ -75,14 +75,18 @@ def create_token(store: JobStore, name: str, scope: Scope) -> str:
     return token
 
 
-def scope_of(store: JobStore, token: str) -> Scope | None:
-    """The scope of a live token, or None."""
+def lookup(store: JobStore, token: str) -> tuple[str, Scope] | None:
+    """The name and scope of a live token, or None."""
     digest = _digest(token)
     with store.engine.connect() as conn:
-        row = conn.execute(select(tokens_table.c.scope, tokens_table.c.token_sha256).where(tokens_table.c.token_sha256 == digest, tokens_table.c.revoked.is_(False))).first()
-    if row is None or not hmac.compare_digest(row[1], digest):
+        row = conn.execute(
+            select(tokens_table.c.name, tokens_table.c.scope, tokens_table.c.token_sha256).where(
+                tokens_table.c.token_sha256 == digest, tokens_table.c.revoked.is_(False)
+            )
+        ).first()
+    if row is None or not hmac.compare_digest(row[2], digest):
         return None
-    return Scope(row[0])
+    return row[0], Scope(row[1])
 
 
 def require(needed: Scope):  # noqa: ANN201 - a FastAPI dependency factory
@@ -99,9 +103,10 @@ def require(needed: Scope):  # noqa: ANN201 - a FastAPI dependency factory
             scheme, token = "bearer", request.query_params["token"]
         if scheme.lower() != "bearer" or not token:
             raise Unauthenticated("this service needs a bearer token: send 'Authorization: Bearer <token>' (create one with `spillway token create`)")
-        scope = scope_of(services.store, token.strip())
-        if scope is None:
+        found = lookup(services.store, token.strip())
+        if found is None:
             raise Unauthenticated("the bearer token is not valid (unknown or revoked)")
+        request.state.token_name, scope = found
         if not scope.allows(needed):
             raise Forbidden(f"this token has scope '{scope.value}'; the request needs '{needed.value}'")
 

@@ -37,6 +37,9 @@ class Settings(BaseSettings):
     )
     max_body_bytes: int = Field(default=1_048_576, gt=0, description="Largest request body accepted; larger gets 413.")
     max_queued_jobs: int = Field(default=1000, ge=1, description="PENDING jobs allowed; past this POST /jobs answers 429 with Retry-After.")
+    max_running_per_token: int | None = Field(
+        default=None, ge=1, description="Most jobs one token may have running; its other jobs wait while other tokens' jobs run."
+    )
     max_partitions: int = Field(default=100_000, ge=1, description="Most partitions (tasks) one job's graph may have; bigger jobs fail before running.")
     auth: Literal["auto", "on", "off"] = Field(
         default="auto",

@@ -58,6 +58,7 @@ jobs_table = Table(
     Column("resources", JSON),
     Column("idempotency_key", String(200), unique=True),
     Column("logs", JSON),
+    Column("owner", String(100)),
 )
 
 
@@ -115,7 +116,7 @@ class JobStore:
     def close(self) -> None:
         self.engine.dispose()
 
-    def create(self, spec: JobSpec, backend: str, *, idempotency_key: str | None = None) -> tuple[JobView, bool]:
+    def create(self, spec: JobSpec, backend: str, *, idempotency_key: str | None = None, owner: str | None = None) -> tuple[JobView, bool]:
         """Persist a new PENDING job; returns it and whether it is new.
 
         With an ``idempotency_key`` already used, nothing is inserted and the job
@@ -137,6 +138,7 @@ class JobStore:
                         updated_at=now,
                         progress=JobProgress().model_dump(mode="json"),
                         idempotency_key=idempotency_key,
+                        owner=owner,
                     )
                 )
         except IntegrityError:
@@ -271,4 +273,5 @@ def _to_view(row: Any) -> JobView:
         error=ErrorDetail.model_validate(row["error"]) if row["error"] else None,
         result=ResultManifest.model_validate(row["result"]) if row["result"] else None,
         resources=JobResources.model_validate(row["resources"]) if row["resources"] else None,
+        owner=row["owner"],
     )

@@ -92,3 +92,24 @@ def test_event_stream_takes_a_query_token_and_the_log_redacts_it(secured: Any, s
         stream = http.get(f"/jobs/{job_id}/events", params={"token": tokens["read"]})
     assert stream.status_code == 200 and "event: end" in stream.text
     assert tokens["read"] not in service.log() and "token=[redacted]" in service.log()
+
+
+def test_running_jobs_per_token_are_limited_and_others_go_ahead(tmp_path: Path, big_data: dict[str, Path]) -> None:
+    service = start_service(tmp_path / "svc", extra_env={"SPILLWAY_AUTH": "on", "SPILLWAY_MAX_RUNNING_PER_TOKEN": "1", "SPILLWAY_MAX_CONCURRENT_JOBS": "2"})
+    try:
+        alice, bob = create_token(service, "submit"), create_token(service, "submit")
+        heavy = {"source": {"format": "parquet", "path": str(big_data["sales"])}, "steps": [{"op": "sort", "by": ["amount"]}, {"op": "sort", "by": ["order_id"]}]}
+        a1 = call(service, "POST", "/jobs", alice, json={**heavy, "sink": {"path": str(tmp_path / "a1")}}).json()["id"]
+        a2 = call(service, "POST", "/jobs", alice, json={**heavy, "sink": {"path": str(tmp_path / "a2")}}).json()["id"]
+        b1 = call(service, "POST", "/jobs", bob, json={**heavy, "sink": {"path": str(tmp_path / "b1")}}).json()["id"]
+        from service.client import SpillwayClient
+        from tests.conftest import wait_terminal
+
+        with SpillwayClient(service.url, token=alice) as client:
+            jobs = {name: wait_terminal(client, job_id, timeout=180) for name, job_id in (("a1", a1), ("a2", a2), ("b1", b1))}
+    finally:
+        service.stop()
+    assert all(j.state.value == "SUCCEEDED" for j in jobs.values())
+    assert jobs["a2"].started_at >= jobs["a1"].finished_at, "alice never had two jobs running"
+    assert jobs["b1"].started_at < jobs["a1"].finished_at, "bob's job ran beside alice's first, ahead of her second"
+    assert jobs["a1"].owner == "test-submit"

@@ -67,10 +67,11 @@ async def submit_job(
     if queued >= services.settings.max_queued_jobs:
         raise QueueFull(f"{queued} jobs are waiting; the limit is {services.settings.max_queued_jobs}. Retry later.")
     await asyncio.to_thread(validate_submission, spec, services.settings.allowed_roots)
-    job, created = await asyncio.to_thread(services.store.create, spec, services.cluster.backend, idempotency_key=idempotency_key)
+    owner = getattr(request.state, "token_name", None)
+    job, created = await asyncio.to_thread(services.store.create, spec, services.cluster.backend, idempotency_key=idempotency_key, owner=owner)
     if not created:  # a concurrent request with the same key won the insert
         return _replay(job, spec, services, request, response)
-    services.manager.enqueue(job.id)
+    services.manager.enqueue(job.id, owner)
     return JobAccepted(id=job.id, state=job.state, links=_links(services, request, job.id))
 
 
