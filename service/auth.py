@@ -76,17 +76,17 @@ def create_token(store: JobStore, name: str, scope: Scope) -> str:
 
 
 def lookup(store: JobStore, token: str) -> tuple[str, Scope] | None:
-    """The name and scope of a live token, or None."""
+    """A live token's identity (``name#id``: names need not be unique) and scope, or None."""
     digest = _digest(token)
     with store.engine.connect() as conn:
         row = conn.execute(
-            select(tokens_table.c.name, tokens_table.c.scope, tokens_table.c.token_sha256).where(
+            select(tokens_table.c.name, tokens_table.c.id, tokens_table.c.scope, tokens_table.c.token_sha256).where(
                 tokens_table.c.token_sha256 == digest, tokens_table.c.revoked.is_(False)
             )
         ).first()
-    if row is None or not hmac.compare_digest(row[2], digest):
+    if row is None or not hmac.compare_digest(row[3], digest):
         return None
-    return row[0], Scope(row[1])
+    return f"{row[0]}#{row[1]}", Scope(row[2])
 
 
 def require(needed: Scope):  # noqa: ANN201 - a FastAPI dependency factory

@@ -44,7 +44,7 @@ class JobView(BaseModel):
     error: ErrorDetail | None = None
     result: ResultManifest | None = None
     resources: JobResources | None = Field(default=None, description="GPU backend: peak device memory and bytes spilled, and how they were measured.")
-    owner: str | None = Field(default=None, description="The name of the token that submitted the job (auth on).")
+    owner: str | None = Field(default=None, description="The token that submitted the job, as name#id (auth on).")
     links: JobLinks | None = None
 
     @property

@@ -112,4 +112,4 @@ def test_running_jobs_per_token_are_limited_and_others_go_ahead(tmp_path: Path, 
     assert all(j.state.value == "SUCCEEDED" for j in jobs.values())
     assert jobs["a2"].started_at >= jobs["a1"].finished_at, "alice never had two jobs running"
     assert jobs["b1"].started_at < jobs["a1"].finished_at, "bob's job ran beside alice's first, ahead of her second"
-    assert jobs["a1"].owner == "test-submit"
+    assert jobs["a1"].owner != jobs["b1"].owner and jobs["a1"].owner.startswith("test-submit#")
