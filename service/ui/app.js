@@ -31,9 +31,8 @@ async function api(path, options = {}) {
   return body;
 }
 
-// EventSource cannot send an Authorization header, so the token travels as ?token=.
-// TODO(server): bearer auth is planned but not checked yet; when it lands, /jobs/{id}/events must
-// also accept ?token= (and the access log must not print it).
+// EventSource cannot send an Authorization header, so the token travels as ?token=; the server
+// accepts it on /events only and redacts it from its access log (service/auth.py).
 function followJob(id, { onProgress, onEnd }) {
   const query = token() ? `?token=${encodeURIComponent(token())}` : "";
   const source = new EventSource(`/jobs/${encodeURIComponent(id)}/events${query}`);
