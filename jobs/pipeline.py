@@ -1,11 +1,14 @@
 """JobSpec → Dask dataframe graph. The only place the pandas/cudf backend switch lives.
 
 Every operation is a dask.dataframe method, so the graph holds only dask, pandas
-and cudf functions: workers need no Spillway code to run it.
+and cudf functions: workers need no Spillway code to run it. Helper columns that
+some steps need (an aggregated expression, a rank, a match marker) are named with
+the ``__spillway_`` prefix and dropped before the step ends.
 """
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Literal
@@ -14,8 +17,9 @@ import dask
 import dask.dataframe as dd
 
 from jobs.expr import parse_expression
-from jobs.sources import resolve_files
+from jobs.sources import parquet_schema, plain_types, resolve_files
 from jobs.spec import (
+    Aggregation,
     AssignStep,
     DropDuplicatesStep,
     FilterStep,
@@ -28,9 +32,15 @@ from jobs.spec import (
     SortStep,
     SourceSpec,
     Step,
+    TopKStep,
 )
 
 Backend = Literal["pandas", "cudf"]
+
+_HIDDEN = "__spillway_"
+# Aggregations that dask's agg() cannot combine with the others in one tree reduction:
+# each is its own reduction (median shuffles on the group keys), merged back on the keys.
+_SEPARATE_AGGS = ("nunique", "median")
 
 
 @contextmanager
@@ -45,15 +55,24 @@ def backend_config(backend: Backend) -> Iterator[None]:
 
 
 def read_source(source: SourceSpec, *, field: str = "source") -> dd.DataFrame:
-    """A lazy dataframe over a source's files (the backend comes from the dask config)."""
+    """A lazy dataframe over a source's files (the backend comes from the dask config).
+
+    Parquet decimals, dates and hive partition columns are read as plainer types:
+    see :func:`jobs.sources.plain_types`.
+    """
     files = resolve_files(source, field=field)
     if source.format == "parquet":
-        return dd.read_parquet(files, columns=source.columns, blocksize=source.blocksize or "default")
-    return dd.read_csv(files, usecols=source.columns, blocksize=source.blocksize or "64MiB")
+        frame = dd.read_parquet(files, columns=source.columns, blocksize=source.blocksize or "default")
+        casts = {column: dtype for column, dtype in plain_types(*parquet_schema(files)).items() if column in frame.columns}
+        return frame.astype(casts) if casts else frame
+    if source.format == "csv":
+        return dd.read_csv(files, usecols=source.columns, blocksize=source.blocksize or "64MiB")
+    frame = dd.read_json(files, lines=True, blocksize=source.blocksize or "64MiB")
+    return frame[list(source.columns)] if source.columns else frame
 
 
-def apply_step(frame: dd.DataFrame, step: Step, index: int) -> dd.DataFrame:
-    """Apply one spec step to a lazy dataframe."""
+def apply_step(frame: dd.DataFrame, step: Step, index: int, spec: JobSpec) -> dd.DataFrame:
+    """Apply one step of ``spec`` to a lazy dataframe."""
     field = f"steps[{index}]"
     if isinstance(step, FilterStep):
         mask = parse_expression(step.expr, field=f"{field}.expr").evaluate(frame)
@@ -68,7 +87,7 @@ def apply_step(frame: dd.DataFrame, step: Step, index: int) -> dd.DataFrame:
     if isinstance(step, RenameStep):
         return frame.rename(columns=dict(step.columns))
     if isinstance(step, GroupByStep):
-        return _groupby(frame, step)
+        return _groupby(frame, step, field)
     if isinstance(step, SortStep):
         ascending: Any = (
             [not d for d in step.descending] if isinstance(step.descending, list) else not step.descending
@@ -78,8 +97,13 @@ def apply_step(frame: dd.DataFrame, step: Step, index: int) -> dd.DataFrame:
         return frame.head(step.n, npartitions=-1, compute=False)
     if isinstance(step, DropDuplicatesStep):
         return frame.drop_duplicates(subset=list(step.subset) if step.subset else None)
+    if isinstance(step, TopKStep):
+        return _top_k(frame, step)
     if isinstance(step, JoinStep):
-        right = read_source(step.right, field=f"{field}.right")
+        source, source_field = spec.resolve(step.right, f"{field}.right")
+        right = read_source(source, field=source_field)
+        if step.how in ("semi", "anti"):
+            return _filtering_join(frame, right, step)
         return frame.merge(
             right,
             how=step.how,
@@ -90,17 +114,66 @@ def apply_step(frame: dd.DataFrame, step: Step, index: int) -> dd.DataFrame:
     raise TypeError(f"unsupported step {step!r}")  # pragma: no cover - the union is closed
 
 
-def _groupby(frame: dd.DataFrame, step: GroupByStep) -> dd.DataFrame:
+def _filtering_join(frame: dd.DataFrame, right: dd.DataFrame, step: JoinStep) -> dd.DataFrame:
+    # A merge with the right side's distinct non-null keys, renamed to the left's names,
+    # so a match neither repeats nor widens a row. Anti marks the matches and keeps the
+    # unmarked rows: cudf's merge has no indicator=True.
+    # Renamed before drop_duplicates: dask 2026.7 fails to plan a rename after it.
+    keys = (
+        right[step.right_keys]
+        .rename(columns=dict(zip(step.right_keys, step.left_keys, strict=True)))
+        .dropna()
+        .drop_duplicates()
+    )
+    if step.how == "semi":
+        return frame.merge(keys, how="inner", on=step.left_keys)
+    match = f"{_HIDDEN}match"
+    marked = frame.merge(keys.assign(**{match: 1.0}), how="left", on=step.left_keys)
+    return marked.loc[marked[match].isnull()].drop(columns=[match])
+
+
+def _top_k(frame: dd.DataFrame, step: TopKStep) -> dd.DataFrame:
+    # A global sort, then each row's position within its group in that order: dask's
+    # groupby cumcount carries counts across partitions, so no groupby-apply is needed.
+    ordered = frame.sort_values([key.column for key in step.order], ascending=[not key.descending for key in step.order])
+    keep = ordered.groupby(list(step.by), dropna=False).cumcount() < step.k
+    # Partition i of keep is partition i of ordered, row for row, but dask cannot tell (a
+    # cumcount is not blockwise): left to itself it would align the two by a shuffle on
+    # the index, losing the order and mispairing rows where partitions repeat index labels.
+    return ordered.map_partitions(operator.getitem, keep, align_dataframes=False, meta=ordered._meta)
+
+
+def _aggregated_columns(frame: dd.DataFrame, step: GroupByStep, field: str) -> tuple[dd.DataFrame, dict[str, str | None]]:
+    """``frame`` with a hidden column per distinct aggregated expression, and each aggregation's
+    input column (None for ``size``)."""
+    by_text: dict[str, str] = {}
+    values: dict[str, object] = {}
+    for name, agg in step.aggs.items():
+        if agg.expr is not None and agg.expr not in by_text:
+            by_text[agg.expr] = f"{_HIDDEN}agg{len(by_text)}"
+            values[by_text[agg.expr]] = parse_expression(agg.expr, field=f"{field}.aggs.{name}.expr").evaluate(frame)
+    inputs = {name: _input_of(agg, by_text) for name, agg in step.aggs.items()}
+    return (frame.assign(**values) if values else frame), inputs
+
+
+def _input_of(agg: Aggregation, by_text: dict[str, str]) -> str | None:
+    return by_text[agg.expr] if agg.expr is not None else agg.column
+
+
+def _groupby(frame: dd.DataFrame, step: GroupByStep, field: str) -> dd.DataFrame:
     # The {column: [funcs]} form is the one dask-cudf and dask-pandas both take (cudf
     # has no named aggregation); the (column, func) result columns are then renamed.
-    # Dask's agg() has no nunique, so each nunique is its own reduction, merged back
-    # on the group keys. "size" counts rows: any non-key column serves.
-    grouped = frame.groupby(list(step.by), dropna=False, sort=False)
-    row_column = next((c for c in frame.columns if c not in step.by), step.by[0])
+    # "size" counts rows: any non-key column serves. No keys: one constant hidden key.
+    frame, inputs = _aggregated_columns(frame, step, field)
+    keys = list(step.by) or [f"{_HIDDEN}all"]
+    if not step.by:
+        frame = frame.assign(**{keys[0]: 0})
+    grouped = frame.groupby(keys, dropna=False, sort=False)
+    row_column = next((c for c in frame.columns if c not in keys), keys[0])
     wanted: dict[str, tuple[str, str]] = {
-        name: (agg.column if agg.column is not None else row_column, agg.func)
+        name: (inputs[name] or row_column, agg.func)
         for name, agg in step.aggs.items()
-        if agg.func != "nunique"
+        if agg.func not in _SEPARATE_AGGS
     }
     parts: list[dd.DataFrame] = []
     if wanted:
@@ -115,19 +188,20 @@ def _groupby(frame: dd.DataFrame, step: GroupByStep) -> dd.DataFrame:
         named.columns = list(wanted)
         parts.append(named.reset_index())
     parts += [
-        grouped[agg.column].nunique().to_frame(name).reset_index()
+        getattr(grouped[inputs[name] or row_column], agg.func)().to_frame(name).reset_index()
         for name, agg in step.aggs.items()
-        if agg.func == "nunique"
+        if agg.func in _SEPARATE_AGGS
     ]
     result = parts[0]
     for part in parts[1:]:
-        result = result.merge(part, on=list(step.by), how="outer")
+        result = result.merge(part, on=keys, how="outer")
     return result[[*step.by, *step.aggs]]
 
 
 def build_frame(spec: JobSpec) -> dd.DataFrame:
     """The spec's output as a lazy dataframe; call inside :func:`backend_config`."""
-    frame = read_source(spec.source)
+    source, field = spec.resolve(spec.source, "source")
+    frame = read_source(source, field=field)
     for index, step in enumerate(spec.steps):
-        frame = apply_step(frame, step, index)
+        frame = apply_step(frame, step, index, spec)
     return frame

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from jobs.errors import SpecError
-from jobs.spec import JobSpec, JoinStep
+from jobs.spec import JobSpec
 
 _GLOB_CHARS = "*?["
 
@@ -26,10 +26,8 @@ class PathNotAllowed(SpecError):
 
 def job_paths(spec: JobSpec) -> Iterator[tuple[str, str, bool]]:
     """(field, path, is_sink) for every path a job touches."""
-    yield "source.path", spec.source.path, False
-    for index, step in enumerate(spec.steps):
-        if isinstance(step, JoinStep):
-            yield f"steps[{index}].right.path", step.right.path, False
+    for field, source in spec.source_fields():
+        yield f"{field}.path", source.path, False
     yield "sink.path", spec.sink.path, True
 
 

@@ -1,4 +1,10 @@
-"""Finding source files and reading their schema, cheaply and before any cluster work."""
+"""Finding source files and reading their schema, cheaply and before any cluster work.
+
+Parquet sources are opened as a pyarrow dataset with hive partitioning, the way
+``dask.dataframe.read_parquet`` opens them, so ``key=value`` folders show up as
+columns here too. :func:`plain_types` says which columns Spillway reads as plainer
+types than the files hold (see its docstring).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +13,7 @@ import os
 
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
+import pyarrow.dataset as pads
 
 from jobs.errors import SourceNotFound, SpecError, UnknownColumn
 from jobs.spec import SourceSpec
@@ -15,7 +21,11 @@ from jobs.spec import SourceSpec
 #: Column name → coarse kind ("numeric", "string", "datetime", "bool", "other", "unknown").
 Schema = dict[str, str]
 
-_SUFFIXES = {"parquet": (".parquet", ".parq", ".pq"), "csv": (".csv", ".csv.gz", ".tsv")}
+_SUFFIXES = {
+    "parquet": (".parquet", ".parq", ".pq"),
+    "csv": (".csv", ".csv.gz", ".tsv"),
+    "jsonl": (".jsonl", ".ndjson", ".json"),
+}
 
 
 def resolve_files(source: SourceSpec, *, field: str = "source") -> list[str]:
@@ -47,11 +57,17 @@ def arrow_kind(dtype: pa.DataType) -> str:
         return "bool"
     if pa.types.is_integer(dtype) or pa.types.is_floating(dtype) or pa.types.is_decimal(dtype):
         return "numeric"
-    if pa.types.is_string(dtype) or pa.types.is_large_string(dtype) or pa.types.is_dictionary(dtype):
+    if pa.types.is_string(dtype) or pa.types.is_large_string(dtype) or pa.types.is_dictionary(dtype) or _is_string_view(dtype):
         return "string"
     if pa.types.is_timestamp(dtype) or pa.types.is_date(dtype):
         return "datetime"
     return "other"
+
+
+def _is_string_view(dtype: pa.DataType) -> bool:
+    # string_view (what tpchgen-cli writes) has a type test only from pyarrow 16 on.
+    test = getattr(pa.types, "is_string_view", None)
+    return bool(test and test(dtype))
 
 
 def pandas_kind(dtype: object) -> str:
@@ -67,6 +83,40 @@ def pandas_kind(dtype: object) -> str:
     return "other"
 
 
+def parquet_schema(files: list[str]) -> tuple[pa.Schema, list[str]]:
+    """The Arrow schema of parquet ``files`` with any hive partition columns, and those columns' names.
+
+    The footer of the first file is read, and the paths are parsed for ``key=value``
+    folders, as dask's reader does.
+    """
+    dataset = pads.dataset(files, format="parquet", partitioning="hive")
+    physical = next(dataset.get_fragments()).physical_schema.names
+    return dataset.schema, [name for name in dataset.schema.names if name not in physical]
+
+
+def plain_types(schema: pa.Schema, partition_columns: list[str]) -> dict[str, object]:
+    """Column → the dtype Spillway reads it as, where that differs from the file's.
+
+    * decimals → float64: pandas' Arrow decimals overflow their precision in products
+      and means, and cuDF's support only some operations; float64 keeps about 15
+      significant digits.
+    * dates → datetime64[us]: so they compare with ``date("...")`` literals, take
+      intervals and ``year()`` alike on pandas and cuDF; microseconds reach far past
+      sentinels such as 9999-12-31.
+    * hive partition columns → their plain type, not the categorical dask makes of
+      them, so they order, compare and compute like any column.
+    """
+    casts: dict[str, object] = {}
+    for field in schema:
+        if pa.types.is_decimal(field.type):
+            casts[field.name] = "float64"
+        elif pa.types.is_date(field.type):
+            casts[field.name] = "datetime64[us]"
+        elif field.name in partition_columns:
+            casts[field.name] = str if arrow_kind(field.type) == "string" else field.type.to_pandas_dtype()
+    return casts
+
+
 def read_schema(source: SourceSpec, *, field: str = "source") -> Schema:
     """Column names and kinds of a source, read from the first file's footer or header.
 
@@ -78,12 +128,13 @@ def read_schema(source: SourceSpec, *, field: str = "source") -> Schema:
         If the first file cannot be read as the declared format, or ``columns``
         names a column the file does not have.
     """
-    first = resolve_files(source, field=field)[0]
+    files = resolve_files(source, field=field)
+    first = files[0]
     try:
         if source.format == "parquet":
-            schema = {f.name: arrow_kind(f.type) for f in pq.read_schema(first)}
+            schema = {f.name: arrow_kind(f.type) for f in parquet_schema(files)[0]}
         else:
-            head = pd.read_csv(first, nrows=1000)
+            head = pd.read_csv(first, nrows=1000) if source.format == "csv" else pd.read_json(first, lines=True, nrows=1000)
             schema = {str(name): pandas_kind(dtype) for name, dtype in head.dtypes.items()}
     except (OSError, ValueError, pa.ArrowException, pd.errors.ParserError) as exc:
         raise SpecError(f"cannot read '{first}' as {source.format}: {exc}", field=f"{field}.path") from exc

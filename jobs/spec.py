@@ -1,23 +1,39 @@
 """The JobSpec: one pydantic model shared by REST, SDK, CLI, scheduler and tests.
 
-A job reads one source, applies steps in order and writes one sink::
+A job reads a source, applies steps in order and writes one sink::
 
     name: revenue_by_region
+    sources:
+      products: {format: csv, path: data/products.csv}
     source: {format: parquet, path: data/sales/*.parquet}
     steps:
       - {op: filter, expr: "amount > 0 and region != 'test'"}
-      - {op: groupby, by: [region], aggs: {revenue: {func: sum, column: amount}}}
+      - {op: join, right: products, on: [product_id]}
+      - {op: groupby, by: [region], aggs: {revenue: {func: sum, expr: "amount * (1 - discount)"}}}
     sink: {path: out/revenue_by_region}
 
-Models only check shape and types; whether columns exist is checked against the
-source's real schema by :mod:`jobs.validate` before any cluster work.
+``source`` and a join's ``right`` are either a source written inline or the name of
+one under ``sources``. Models check shape, types and that every name is defined;
+whether columns exist is checked against the sources' real schemas by
+:mod:`jobs.validate` before any cluster work.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from collections.abc import Iterator
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+    model_validator,
+)
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 ColumnName = Annotated[str, Field(min_length=1, max_length=256)]
 ColumnList = Annotated[list[ColumnName], Field(min_length=1)]
@@ -29,16 +45,41 @@ class _Strict(BaseModel):
 
 
 class SourceSpec(_Strict):
-    """Where input rows come from: parquet or CSV files, a path, directory or glob."""
+    """Where input rows come from: parquet, CSV or JSON-lines files, a path, directory or glob.
 
-    format: Literal["parquet", "csv"] = Field(description="File format of the source.")
-    path: str = Field(min_length=1, max_length=4096, description="A file, a directory or a glob such as `data/*.parquet`.")
+    A parquet directory laid out as ``key=value/`` folders (hive partitioning) adds
+    each key as a column.
+    """
+
+    format: Literal["parquet", "csv", "jsonl"] = Field(description="File format of the source; `jsonl` is one JSON object per line.")
+    path: str = Field(
+        min_length=1,
+        max_length=4096,
+        description="A file, a directory (hive-partitioned parquet included) or a glob such as `data/*.parquet`.",
+    )
     columns: list[ColumnName] | None = Field(default=None, description="Read only these columns (all when omitted).")
     blocksize: str | None = Field(
         default=None,
         pattern=r"^\d+(\.\d+)?\s*([KMGT]i?B)?$",
         description="Target partition size, e.g. '128MiB'. Smaller partitions bound each task's memory (dask-cudf's default is 1/32 of the GPU).",
     )
+
+
+SourceName = Annotated[
+    str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$", description="The name of a source under `sources`.")
+]
+_SOURCE_NAME = TypeAdapter(SourceName)
+
+
+def _named_or_inline(value: Any, handler: ValidatorFunctionWrapHandler) -> SourceSpec | str:
+    # Not the plain union: pydantic would prefix each error's location with the member
+    # tried ("source.SourceSpec.format"); this keeps the path a user wrote ("source.format").
+    if isinstance(value, str):
+        return _SOURCE_NAME.validate_python(value)
+    return SourceSpec.model_validate(value)
+
+
+SourceRef = Annotated[SourceSpec | SourceName, WrapValidator(_named_or_inline)]
 
 
 class FilterStep(_Strict):
@@ -70,33 +111,41 @@ class RenameStep(_Strict):
     columns: Annotated[dict[ColumnName, ColumnName], Field(min_length=1)]
 
 
-AggFunc = Literal["sum", "mean", "min", "max", "count", "size", "std", "var", "nunique", "first"]
-NUMERIC_AGGS = frozenset({"sum", "mean", "std", "var"})
+AggFunc = Literal["sum", "mean", "median", "min", "max", "count", "size", "std", "var", "nunique", "first"]
+NUMERIC_AGGS = frozenset({"sum", "mean", "median", "std", "var"})
 
 
 class Aggregation(_Strict):
-    """One output column of a groupby: ``func`` applied to ``column`` per group.
+    """One output column of a groupby: ``func`` applied per group to ``column`` or to ``expr``.
 
-    ``size`` counts rows and takes no column; ``count`` counts non-null values.
+    ``size`` counts rows and takes neither; ``count`` counts non-null values;
+    ``expr`` aggregates a computed value, e.g. ``{func: sum, expr: "price * (1 - discount)"}``.
     """
 
     func: AggFunc
     column: ColumnName | None = None
+    expr: Expr | None = None
 
     @model_validator(mode="after")
-    def _column_matches_func(self) -> Aggregation:
-        if self.func == "size" and self.column is not None:
+    def _input_matches_func(self) -> Aggregation:
+        if self.column is not None and self.expr is not None:
+            raise ValueError("give either 'column' or 'expr', not both")
+        if self.func == "size" and (self.column is not None or self.expr is not None):
             raise ValueError("'size' counts rows per group and takes no column")
-        if self.func != "size" and self.column is None:
-            raise ValueError(f"'{self.func}' needs a column")
+        if self.func != "size" and self.column is None and self.expr is None:
+            raise ValueError(f"'{self.func}' needs a column or an expr")
         return self
 
 
 class GroupByStep(_Strict):
-    """Group by key columns and aggregate; output has the keys plus one column per aggregation."""
+    """Group by key columns and aggregate; output has the keys plus one column per aggregation.
+
+    With ``by: []`` every row is in one group, so the output is one row (none when
+    there are no input rows, unlike SQL's global aggregate, which gives one row of nulls).
+    """
 
     op: Literal["groupby"]
-    by: ColumnList
+    by: list[ColumnName] = Field(description="Group key columns; empty aggregates all rows into one.")
     aggs: Annotated[dict[ColumnName, Aggregation], Field(min_length=1, description="Output column name → aggregation.")]
 
 
@@ -114,6 +163,25 @@ class SortStep(_Strict):
         return self
 
 
+class SortKey(_Strict):
+    """One key of an ordering."""
+
+    column: ColumnName
+    descending: bool = False
+
+
+class TopKStep(_Strict):
+    """Keep the first ``k`` rows of each group in ``order``; the rows come out in that order.
+
+    Ties at the k-th place are broken arbitrarily, as by SQL's ``ROW_NUMBER() <= k``.
+    """
+
+    op: Literal["top_k"]
+    by: ColumnList = Field(description="Group key columns.")
+    order: Annotated[list[SortKey], Field(min_length=1, description="Ordering within each group.")]
+    k: int = Field(ge=1, le=1_000_000, description="Rows kept per group.")
+
+
 class LimitStep(_Strict):
     """Keep the first ``n`` rows (after any sort)."""
 
@@ -129,15 +197,17 @@ class DropDuplicatesStep(_Strict):
 
 
 class JoinStep(_Strict):
-    """Join the current rows with a second source.
+    """Join the current rows with a second source, inline or named under ``sources``.
 
     Give ``on`` when the key columns share names, or ``left_on`` and ``right_on``.
-    Right-side columns whose names clash get ``right_suffix``.
+    Right-side columns whose names clash get ``right_suffix``. ``semi`` keeps the
+    rows that have a match and ``anti`` those that have none, adding no column; as
+    in SQL's ``EXISTS``, a null key matches nothing.
     """
 
     op: Literal["join"]
-    right: SourceSpec
-    how: Literal["inner", "left", "right", "outer"] = "inner"
+    right: SourceRef
+    how: Literal["inner", "left", "right", "outer", "semi", "anti"] = "inner"
     on: ColumnList | None = None
     left_on: ColumnList | None = None
     right_on: ColumnList | None = None
@@ -164,10 +234,12 @@ class JoinStep(_Strict):
 
 
 Step = Annotated[
-    Union[FilterStep, SelectStep, AssignStep, RenameStep, GroupByStep, SortStep, LimitStep, DropDuplicatesStep, JoinStep],
+    Union[
+        FilterStep, SelectStep, AssignStep, RenameStep, GroupByStep, SortStep, LimitStep, DropDuplicatesStep, JoinStep, TopKStep
+    ],
     Field(discriminator="op"),
 ]
-STEP_OPS = ("filter", "select", "assign", "rename", "groupby", "sort", "limit", "drop_duplicates", "join")
+STEP_OPS = ("filter", "select", "assign", "rename", "groupby", "sort", "limit", "drop_duplicates", "join", "top_k")
 
 
 class SinkSpec(_Strict):
@@ -183,6 +255,46 @@ class JobSpec(_Strict):
     """A complete ETL job: source → steps → sink."""
 
     name: str = Field(default="job", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$", description="A label for people and logs.")
-    source: SourceSpec
+    sources: dict[SourceName, SourceSpec] = Field(
+        default_factory=dict, max_length=64, description="Named sources that `source` and joins can refer to by name."
+    )
+    source: SourceRef = Field(description="The rows the steps start from: a source inline, or the name of one under `sources`.")
     steps: list[Step] = Field(default_factory=list, max_length=200)
     sink: SinkSpec
+
+    @model_validator(mode="after")
+    def _names_are_defined(self) -> JobSpec:
+        refs: list[tuple[tuple[str | int, ...], SourceSpec | str]] = [(("source",), self.source)]
+        refs += [(("steps", i, step.op, "right"), step.right) for i, step in enumerate(self.steps) if isinstance(step, JoinStep)]
+        known = ", ".join(self.sources) or "(none)"
+        errors = [
+            InitErrorDetails(
+                type=PydanticCustomError(
+                    "unknown_source", "no source named '{name}' under sources; defined: {known}", {"name": ref, "known": known}
+                ),
+                loc=loc,
+                input=ref,
+            )
+            for loc, ref in refs
+            if isinstance(ref, str) and ref not in self.sources
+        ]
+        if errors:
+            # Raised as a ValidationError so each error keeps its own location (steps[3].right).
+            raise ValidationError.from_exception_data(type(self).__name__, errors)
+        return self
+
+    def resolve(self, ref: SourceSpec | str, field: str) -> tuple[SourceSpec, str]:
+        """The source ``ref`` stands for, and the field that defines it (``sources.<name>`` for a name)."""
+        if isinstance(ref, str):
+            return self.sources[ref], f"sources.{ref}"
+        return ref, field
+
+    def source_fields(self) -> Iterator[tuple[str, SourceSpec]]:
+        """(field, source) for every source this job defines, each once."""
+        if isinstance(self.source, SourceSpec):
+            yield "source", self.source
+        for name, source in self.sources.items():
+            yield f"sources.{name}", source
+        for index, step in enumerate(self.steps):
+            if isinstance(step, JoinStep) and isinstance(step.right, SourceSpec):
+                yield f"steps[{index}].right", step.right

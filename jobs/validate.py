@@ -23,12 +23,15 @@ from jobs.spec import (
     RenameStep,
     SelectStep,
     SortStep,
+    SourceSpec,
     Step,
+    TopKStep,
 )
 
 SchemaReader = Callable[..., Schema]
 
-_AGG_KIND = {"count": "numeric", "size": "numeric", "nunique": "numeric", "mean": "numeric", "std": "numeric", "var": "numeric"}
+_AGG_KIND = {kind: "numeric" for kind in ("count", "size", "nunique", "mean", "median", "std", "var")}
+_SourceSchemas = Callable[[SourceSpec | str, str], Schema]  # (inline source or name, field) → schema
 
 
 def _require(schema: Schema, columns: Iterable[str], *, where: str, field: str) -> None:
@@ -48,16 +51,26 @@ def check_spec(spec: JobSpec, read: SchemaReader = read_schema) -> Schema:
     SourceNotFound, UnknownColumn, ExpressionError, SpecError
         With ``field`` set to the offending part, e.g. ``steps[2].expr``.
     """
-    schema = read(spec.source, field="source")
+    named: dict[str, Schema] = {}
+
+    def schema_of(ref: SourceSpec | str, field: str) -> Schema:
+        source, defined_at = spec.resolve(ref, field)
+        if not isinstance(ref, str):
+            return read(source, field=defined_at)
+        if ref not in named:  # a named source is read once, however many steps use it
+            named[ref] = read(source, field=defined_at)
+        return named[ref]
+
+    schema = schema_of(spec.source, "source")
     for index, step in enumerate(spec.steps):
-        schema = _check_step(schema, step, index, read)
+        schema = _check_step(schema, step, index, schema_of)
     _require(schema, spec.sink.partition_on, where="sink", field="sink.partition_on")
     if spec.sink.partition_on and len(spec.sink.partition_on) >= len(schema):
         raise SpecError("partition_on must leave at least one column to write", field="sink.partition_on")
     return schema
 
 
-def _check_step(schema: Schema, step: Step, index: int, read: SchemaReader) -> Schema:
+def _check_step(schema: Schema, step: Step, index: int, schema_of: _SourceSchemas) -> Schema:
     where = f"step {index} ({step.op})"
     field = f"steps[{index}]"
     if isinstance(step, FilterStep):
@@ -76,6 +89,11 @@ def _check_step(schema: Schema, step: Step, index: int, read: SchemaReader) -> S
         return {step.columns.get(c, c): kind for c, kind in schema.items()}
     if isinstance(step, GroupByStep):
         return _check_groupby(schema, step, where, field)
+    if isinstance(step, TopKStep):
+        _require(schema, step.by, where=where, field=f"{field}.by")
+        for position, key in enumerate(step.order):
+            _require(schema, [key.column], where=where, field=f"{field}.order[{position}].column")
+        return schema
     if isinstance(step, SortStep):
         _require(schema, step.by, where=where, field=f"{field}.by")
         return schema
@@ -85,7 +103,7 @@ def _check_step(schema: Schema, step: Step, index: int, read: SchemaReader) -> S
     if isinstance(step, LimitStep):
         return schema
     if isinstance(step, JoinStep):
-        return _check_join(schema, step, where, field, read)
+        return _check_join(schema, step, where, field, schema_of)
     raise SpecError(f"{where}: unsupported step", field=f"{field}.op")  # pragma: no cover - the union is closed
 
 
@@ -94,6 +112,9 @@ def _check_groupby(schema: Schema, step: GroupByStep, where: str, field: str) ->
     out: Schema = {c: schema[c] for c in step.by}
     for name, agg in step.aggs.items():
         agg_field = f"{field}.aggs.{name}"
+        if agg.expr is not None:
+            expr = parse_expression(agg.expr, field=f"{agg_field}.expr")
+            _require(schema, sorted(expr.columns), where=where, field=f"{agg_field}.expr")
         if agg.column is not None:
             _require(schema, [agg.column], where=where, field=f"{agg_field}.column")
             kind = schema[agg.column]
@@ -108,10 +129,12 @@ def _check_groupby(schema: Schema, step: GroupByStep, where: str, field: str) ->
     return out
 
 
-def _check_join(schema: Schema, step: JoinStep, where: str, field: str, read: SchemaReader) -> Schema:
-    right = read(step.right, field=f"{field}.right")
+def _check_join(schema: Schema, step: JoinStep, where: str, field: str, schema_of: _SourceSchemas) -> Schema:
+    right = schema_of(step.right, f"{field}.right")
     _require(schema, step.left_keys, where=f"{where} left side", field=f"{field}.{'on' if step.on else 'left_on'}")
     _require(right, step.right_keys, where=f"{where} right side", field=f"{field}.{'on' if step.on else 'right_on'}")
+    if step.how in ("semi", "anti"):
+        return dict(schema)
     out = dict(schema)
     shared_keys = set(step.on or [])
     for column, kind in right.items():

@@ -1,0 +1,207 @@
+"""TPC-H as the yardstick, DuckDB as the referee.
+
+Each spec under examples/tpch runs through the live service on SF 0.1 data from
+tpchgen-cli; its committed parquet output must equal DuckDB's answer to the official
+TPC-H SQL (validation parameters) over the same files: same columns, same rows, in
+the same order where the query orders them, numbers within 1e-9 relative (decimals
+compared as floats, dates as timestamps).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from jobs.status import JobStatus
+from service.client import ApiError, SpillwayClient
+from service.documents import read_mapping
+from tests.conftest import ROOT, wait_terminal
+
+duckdb = pytest.importorskip("duckdb")
+pytestmark = pytest.mark.slow
+
+TABLES = ("region", "nation", "customer", "supplier", "part", "partsupp", "orders", "lineitem")
+SPECS = ROOT / "examples" / "tpch"
+
+QUERIES: dict[str, str] = {
+    "q01": """
+        select l_returnflag, l_linestatus,
+               sum(l_quantity) as sum_qty,
+               sum(l_extendedprice) as sum_base_price,
+               sum(l_extendedprice * (1 - l_discount)) as sum_disc_price,
+               sum(l_extendedprice * (1 - l_discount) * (1 + l_tax)) as sum_charge,
+               avg(l_quantity) as avg_qty,
+               avg(l_extendedprice) as avg_price,
+               avg(l_discount) as avg_disc,
+               count(*) as count_order
+        from lineitem
+        where l_shipdate <= date '1998-12-01' - interval '90' day
+        group by l_returnflag, l_linestatus
+        order by l_returnflag, l_linestatus
+    """,
+    "q03": """
+        select l_orderkey, sum(l_extendedprice * (1 - l_discount)) as revenue, o_orderdate, o_shippriority
+        from customer, orders, lineitem
+        where c_mktsegment = 'BUILDING'
+          and c_custkey = o_custkey
+          and l_orderkey = o_orderkey
+          and o_orderdate < date '1995-03-15'
+          and l_shipdate > date '1995-03-15'
+        group by l_orderkey, o_orderdate, o_shippriority
+        order by revenue desc, o_orderdate
+        limit 10
+    """,
+    "q05": """
+        select n_name, sum(l_extendedprice * (1 - l_discount)) as revenue
+        from customer, orders, lineitem, supplier, nation, region
+        where c_custkey = o_custkey
+          and l_orderkey = o_orderkey
+          and l_suppkey = s_suppkey
+          and c_nationkey = s_nationkey
+          and s_nationkey = n_nationkey
+          and n_regionkey = r_regionkey
+          and r_name = 'ASIA'
+          and o_orderdate >= date '1994-01-01'
+          and o_orderdate < date '1994-01-01' + interval '1' year
+        group by n_name
+        order by revenue desc
+    """,
+    "q06": """
+        select sum(l_extendedprice * l_discount) as revenue
+        from lineitem
+        where l_shipdate >= date '1994-01-01'
+          and l_shipdate < date '1994-01-01' + interval '1' year
+          and l_discount between 0.06 - 0.01 and 0.06 + 0.01
+          and l_quantity < 24
+    """,
+    "q10": """
+        select c_custkey, c_name, sum(l_extendedprice * (1 - l_discount)) as revenue,
+               c_acctbal, n_name, c_address, c_phone, c_comment
+        from customer, orders, lineitem, nation
+        where c_custkey = o_custkey
+          and l_orderkey = o_orderkey
+          and o_orderdate >= date '1993-10-01'
+          and o_orderdate < date '1993-10-01' + interval '3' month
+          and l_returnflag = 'R'
+          and c_nationkey = n_nationkey
+        group by c_custkey, c_name, c_acctbal, c_phone, n_name, c_address, c_comment
+        order by revenue desc
+        limit 20
+    """,
+    "q12": """
+        select l_shipmode,
+               sum(case when o_orderpriority = '1-URGENT' or o_orderpriority = '2-HIGH' then 1 else 0 end) as high_line_count,
+               sum(case when o_orderpriority <> '1-URGENT' and o_orderpriority <> '2-HIGH' then 1 else 0 end) as low_line_count
+        from orders, lineitem
+        where o_orderkey = l_orderkey
+          and l_shipmode in ('MAIL', 'SHIP')
+          and l_commitdate < l_receiptdate
+          and l_shipdate < l_commitdate
+          and l_receiptdate >= date '1994-01-01'
+          and l_receiptdate < date '1994-01-01' + interval '1' year
+        group by l_shipmode
+        order by l_shipmode
+    """,
+    "q14": """
+        select 100.00 * sum(case when p_type like 'PROMO%' then l_extendedprice * (1 - l_discount) else 0 end)
+               / sum(l_extendedprice * (1 - l_discount)) as promo_revenue
+        from lineitem, part
+        where l_partkey = p_partkey
+          and l_shipdate >= date '1995-09-01'
+          and l_shipdate < date '1995-09-01' + interval '1' month
+    """,
+}
+
+
+def tpchgen() -> str | None:
+    beside_python = Path(sys.executable).parent / "tpchgen-cli"
+    return str(beside_python) if beside_python.exists() else shutil.which("tpchgen-cli")
+
+
+@pytest.fixture(scope="session")
+def tpch_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """TPC-H SF 0.1 as parquet, each table in up to 4 files (so dask has several partitions)."""
+    generator = tpchgen()
+    if generator is None:
+        pytest.skip("tpchgen-cli is not installed: pip install tpchgen-cli")
+    root = tmp_path_factory.mktemp("tpch-sf0.1")
+    subprocess.run([generator, "parquet", "--scale-factor", "0.1", "--parts", "4", "--output-dir", str(root), "--quiet"], check=True)
+    return root
+
+
+@pytest.fixture(scope="session")
+def referee(tpch_data: Path) -> Any:
+    """DuckDB with one view per table over the same parquet files."""
+    con = duckdb.connect()
+    for table in TABLES:
+        con.execute(f"create view {table} as select * from read_parquet('{tpch_data / table}/*.parquet')")
+    yield con
+    con.close()
+
+
+def load_spec(name: str, data: Path, out: Path) -> dict[str, Any]:
+    """The example spec with ``{data}`` filled in, read as the CLI reads it, writing to ``out``."""
+    filled = out.parent / f"{name}.yaml"
+    filled.write_text((SPECS / f"{name}.yaml").read_text().replace("{data}", str(data)))
+    spec = read_mapping(filled, "name, sources, source, steps, sink")
+    spec["sink"]["path"] = str(out)
+    return spec
+
+
+def committed_output(api: SpillwayClient, job_id: str, out: Path) -> pd.DataFrame:
+    """The sink's part files, in manifest (= partition) order."""
+    manifest = api.result(job_id)
+    frames = [pd.read_parquet(out / entry.path) for entry in manifest.files]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def plain_column(column: pd.Series) -> pd.Series:
+    """Decimals as floats and dates as timestamps, so both sides compare alike."""
+    values = column.dropna()
+    if len(values) and all(isinstance(v, (int, float, np.number)) or type(v).__name__ == "Decimal" for v in values):
+        return column.astype("float64")
+    if pd.api.types.is_datetime64_any_dtype(column) or (len(values) and all(hasattr(v, "isoformat") for v in values)):
+        return pd.to_datetime(column).astype("datetime64[us]")
+    return column
+
+
+def assert_same_answer(actual: pd.DataFrame, expected: pd.DataFrame) -> None:
+    assert list(actual.columns) == list(expected.columns)
+    assert len(actual) == len(expected), f"{len(actual)} rows, DuckDB has {len(expected)}"
+    for name in expected.columns:
+        got, want = plain_column(actual[name].reset_index(drop=True)), plain_column(expected[name].reset_index(drop=True))
+        if pd.api.types.is_float_dtype(want) or pd.api.types.is_integer_dtype(want):
+            np.testing.assert_allclose(got.astype("float64"), want.astype("float64"), rtol=1e-9, atol=0, err_msg=name)
+        else:
+            assert list(got.astype(str)) == list(want.astype(str)), name
+
+
+def test_specs_and_queries_match() -> None:
+    assert sorted(p.stem for p in SPECS.glob("*.yaml")) == sorted(QUERIES)
+
+
+@pytest.mark.parametrize("name", sorted(QUERIES))
+def test_tpch_query_matches_duckdb(api: SpillwayClient, tpch_data: Path, referee: Any, tmp_path: Path, name: str) -> None:
+    out = tmp_path / name
+    accepted = api.submit(load_spec(name, tpch_data, out))
+    job = wait_terminal(api, accepted.id, timeout=240)
+    assert job.state == JobStatus.SUCCEEDED, job.error
+    expected = referee.execute(QUERIES[name]).df()
+    assert len(expected) > 0
+    assert_same_answer(committed_output(api, accepted.id, out), expected)
+
+
+def test_unknown_source_name_is_refused_with_its_field(api: SpillwayClient, tpch_data: Path, tmp_path: Path) -> None:
+    spec = load_spec("q12", tpch_data, tmp_path / "never")
+    spec["steps"][1]["right"] = "order"
+    with pytest.raises(ApiError) as info:
+        api.submit(spec)
+    assert info.value.status == 422 and info.value.detail.field == "steps[1].right"
+    assert "no source named 'order'" in info.value.detail.message
