@@ -88,6 +88,24 @@ class _Const:
 # Runtime helpers: each takes scalars or pandas/dask/cudf Series alike.
 
 
+def _calendar_offset(value: Any, offset: pd.DateOffset) -> Any:
+    """cuDF shifts dates by its own DateOffset (months only); pandas and dask take pandas'."""
+    meta = getattr(value, "_meta", value)
+    if type(meta).__module__.split(".")[0] == "cudf":
+        import cudf
+
+        return cudf.DateOffset(months=offset.kwds.get("months", 0))
+    return offset
+
+
+def _add_offset(value: Any, offset: pd.DateOffset) -> Any:
+    return value + _calendar_offset(value, offset)
+
+
+def _sub_offset(value: Any, offset: pd.DateOffset) -> Any:
+    return value - _calendar_offset(value, offset)
+
+
 def _is_scalar(value: Any) -> bool:
     return value is None or isinstance(value, _SCALARS)
 
@@ -424,6 +442,8 @@ class _Compiler:
         left, right = self.compile(node.left), self.compile(node.right)
         if symbol == "+" and isinstance(left(None) if isinstance(left, _Const) else None, (pd.DateOffset, timedelta)):
             left, right = right, left  # interval + column: column + interval is the form every backend takes
+        if symbol in ("+", "-") and isinstance(right, _Const) and isinstance(right(None), pd.DateOffset):
+            fn = _add_offset if symbol == "+" else _sub_offset
         if symbol != "+" and any(isinstance(a, _Const) and isinstance(a(None), str) for a in (left, right)):
             # rules out "%" formatting and huge repetition ("x" * 10 ** 9)
             col = self.find(symbol, node.left, node.right)

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.gpu
 
 
 def test_gpu_service_matches_pandas(tmp_path: Path, sample_data: dict[str, Path], sales_frame: pd.DataFrame) -> None:
-    env = {"SPILLWAY_CLUSTER__BACKEND": "cudf", "SPILLWAY_CLUSTER__DASHBOARD_ADDRESS": "127.0.0.1:0"}
+    env = {"SPILLWAY_CLUSTER__BACKEND": "cudf", "SPILLWAY_CLUSTER__DASHBOARD_ADDRESS": "127.0.0.1:0", "SPILLWAY_ALLOWED_ROOTS": '["/tmp"]'}
     service = launch_service(tmp_path / "svc", env, timeout=300)
     try:
         with service.client() as client:
