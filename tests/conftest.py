@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -74,6 +76,31 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess
 def api(service: ServiceProcess) -> Iterator[SpillwayClient]:
     with service.client() as client:
         yield client
+
+
+POSTGRES_URL = os.environ.get("SPILLWAY_TEST_POSTGRES_URL")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database URL: a SQLite file, or a fresh schema of its own on PostgreSQL (dropped after)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'spillway.db'}"
+        return
+    if not POSTGRES_URL:
+        pytest.skip("PostgreSQL test skipped: set SPILLWAY_TEST_POSTGRES_URL (e.g. postgresql+psycopg://postgres@127.0.0.1:5432/test)")
+    from sqlalchemy import text
+
+    from service.store import make_engine
+
+    schema = f"t_{uuid.uuid4().hex[:8]}"
+    engine = make_engine(POSTGRES_URL)
+    with engine.begin() as conn:
+        conn.execute(text(f"CREATE SCHEMA {schema}"))
+    yield POSTGRES_URL + ("&" if "?" in POSTGRES_URL else "?") + f"options=-csearch_path%3D{schema}"
+    with engine.begin() as conn:
+        conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+    engine.dispose()
 
 
 def wait_terminal(client: SpillwayClient, job_id: str, timeout: float = 120.0) -> JobView:

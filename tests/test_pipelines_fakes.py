@@ -5,9 +5,7 @@ file, or a fresh schema on PostgreSQL when SPILLWAY_TEST_POSTGRES_URL is set).""
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
-import uuid
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -15,7 +13,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from sqlalchemy import text
 
 from jobs.errors import JobNotFound
 from jobs.spec import JobSpec
@@ -23,9 +20,7 @@ from jobs.status import ColumnSchema, ErrorDetail, JobStatus, ResultManifest
 from service.pipelines import PipelineScheduler, PipelineStore
 from service.pipelines.models import PipelineCreate, RunView
 from service.pipelines.scheduler import TickReport
-from service.store import make_engine
 
-POSTGRES_URL = os.environ.get("SPILLWAY_TEST_POSTGRES_URL")
 UTC = timezone.utc
 
 
@@ -141,22 +136,10 @@ def states(runs: list[RunView]) -> list[str]:
     return [r.state.value for r in runs]
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A database URL: a SQLite file, or a fresh schema on PostgreSQL."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'pipelines.db'}"
-        return
-    if not POSTGRES_URL:
-        pytest.skip("PostgreSQL test skipped: set SPILLWAY_TEST_POSTGRES_URL (e.g. postgresql+psycopg://postgres@127.0.0.1:5432/test)")
-    schema = f"p_{uuid.uuid4().hex[:8]}"
-    engine = make_engine(POSTGRES_URL)
-    with engine.begin() as conn:
-        conn.execute(text(f"CREATE SCHEMA {schema}"))
-    yield POSTGRES_URL + ("&" if "?" in POSTGRES_URL else "?") + f"options=-csearch_path%3D{schema}"
-    with engine.begin() as conn:
-        conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
-    engine.dispose()
+@pytest.fixture()
+def database(database_url: str) -> str:
+    """A database URL: a SQLite file, or a fresh schema on PostgreSQL (conftest's database_url)."""
+    return database_url
 
 
 @pytest.fixture()

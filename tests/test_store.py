@@ -2,42 +2,23 @@
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from sqlalchemy import text
 
 from jobs.errors import JobNotFound
 from jobs.spec import JobSpec
 from jobs.status import JobProgress, JobStatus, StageProgress
-from service.store import JobStore, make_engine
+from service.store import JobStore
 
-POSTGRES_URL = os.environ.get("SPILLWAY_TEST_POSTGRES_URL")
 SPEC = JobSpec.model_validate({"source": {"format": "parquet", "path": "x"}, "sink": {"path": "y"}})
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[JobStore]:
-    if request.param == "sqlite":
-        yield JobStore(f"sqlite:///{tmp_path / 'jobs.db'}")
-        return
-    if not POSTGRES_URL:
-        pytest.skip("PostgreSQL test skipped: set SPILLWAY_TEST_POSTGRES_URL (e.g. postgresql+psycopg://postgres@127.0.0.1:5432/test)")
-    # Each test gets its own schema, so runs never see each other's jobs.
-    schema = f"t_{uuid.uuid4().hex[:8]}"
-    engine = make_engine(POSTGRES_URL)
-    with engine.begin() as conn:
-        conn.execute(text(f"CREATE SCHEMA {schema}"))
-    url = POSTGRES_URL + ("&" if "?" in POSTGRES_URL else "?") + f"options=-csearch_path%3D{schema}"
-    store = JobStore(url)
+@pytest.fixture()
+def store(database_url: str) -> Iterator[JobStore]:
+    store = JobStore(database_url)
     yield store
     store.close()
-    with engine.begin() as conn:
-        conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
-    engine.dispose()
 
 
 def test_lifecycle_and_terminal_states_are_final(store: JobStore) -> None:
