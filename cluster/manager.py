@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from datetime import datetime, timezone
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -261,7 +262,9 @@ class JobManager:
 
     async def _execute(self, job: JobView, active: _ActiveJob) -> None:
         client = self.cluster.client
+        phase = time.perf_counter()
         plan = await asyncio.to_thread(plan_job, job.spec, self.cluster.backend, active.writer, self.cluster.planner)
+        planned_s = time.perf_counter() - phase
         if len(plan.graph) > self.max_partitions:
             raise TooManyPartitions(
                 f"the job's graph has {len(plan.graph)} partitions (tasks), over the limit of {self.max_partitions}; "
@@ -272,9 +275,11 @@ class JobManager:
         await client.register_plugin(JobProgressPlugin(job.id, plan.stage_of_key, plan.result_keys))
         if active.cancel_requested:
             raise _JobCancelled()
-        active.log.add(f"{self._now()} graph: {len(plan.graph)} tasks in {len(plan.stage_totals)} stages")
+        active.log.add(f"{self._now()} graph: {len(plan.graph)} tasks in {len(plan.stage_totals)} stages, planned in {planned_s:.3f} s")
+        phase = time.perf_counter()
         active.futures = client.get(plan.graph, plan.result_keys, sync=False)
         await client.gather(active.futures)
+        computed_s = time.perf_counter() - phase
         if active.cancel_requested:
             raise _JobCancelled()
         try:  # the plugin's last event carries the final counts
@@ -282,9 +287,13 @@ class JobManager:
         except TimeoutError:
             log.warning("job %s: no final progress event within 5 s; keeping the last counts seen", job.id)
         active.committing = True
+        phase = time.perf_counter()
         manifest = await asyncio.to_thread(active.writer.commit)
+        committed_s = time.perf_counter() - phase
         await asyncio.to_thread(self.store.finish, job.id, JobStatus.SUCCEEDED, progress=active.progress, result=manifest)
-        log.info("job %s: succeeded, %d rows in %d files at %s", job.id, manifest.total_rows, len(manifest.files), manifest.location)
+        timings = f"plan {planned_s:.3f} s, compute {computed_s:.3f} s, commit {committed_s:.3f} s"
+        active.log.add(f"{self._now()} {timings}")
+        log.info("job %s: succeeded, %d rows in %d files at %s (%s)", job.id, manifest.total_rows, len(manifest.files), manifest.location, timings)
 
     @staticmethod
     def _now() -> str:

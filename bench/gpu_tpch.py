@@ -1,0 +1,305 @@
+"""TPC-H through Spillway's specs, side by side with cudf-polars, Polars CPU and DuckDB.
+
+Every engine reads the same tpchgen-cli parquet files in every query (nothing is held in
+memory between queries). Spillway runs the specs of ``examples/tpch`` as jobs over REST
+on its own cluster and writes each answer as parquet; the others return theirs in memory.
+Every answer is checked against DuckDB's answer to the official SQL
+(``examples/tpch/sql``): same rows, same order, numbers within ``--rtol``.
+
+On the GPU machine (see bench/RESULTS.md for the staging)::
+
+    source /tmp/site/gpu-env.sh && PYTHONPATH=$PWD:/tmp/site \\
+        python3 bench/gpu_tpch.py --out $OUT --sf 10 --gpus 0 --gpus 0,1
+
+On a CPU (a smoke test of the harness; Spillway on pandas)::
+
+    .venv/bin/python bench/gpu_tpch.py --out /tmp/tpch-out --sf 0.1 --backend pandas --engines spillway,duckdb
+
+The Polars engines take their queries from cudf-polars' own PDS-H harness
+(``cudf_polars.streaming.benchmarks.pdsh``), so they are the queries cudf-polars is
+published with, not ours.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from service.documents import read_mapping  # noqa: E402
+from service.launcher import ServiceProcess, launch_service  # noqa: E402
+
+SPECS = ROOT / "examples" / "tpch"
+TABLES = ("region", "nation", "customer", "supplier", "part", "partsupp", "orders", "lineitem")
+ENGINES = ("spillway", "cudf-polars", "polars-cpu", "duckdb")
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def tpchgen_binary() -> str:
+    for candidate in (Path(sys.executable).parent / "tpchgen-cli", Path("/tmp/site/bin/tpchgen-cli")):
+        if candidate.exists():
+            candidate.chmod(0o755)
+            return str(candidate)
+    found = shutil.which("tpchgen-cli")
+    if not found:
+        raise SystemExit("tpchgen-cli not found: pip install tpchgen-cli")
+    return found
+
+
+def generate(work: Path, sf: float, parts: int) -> Path:
+    """``tpchgen-cli`` parquet, each table a directory of ``parts`` files (dask partitions)."""
+    data = work / f"sf{sf:g}"
+    if not (data / "lineitem").is_dir():
+        shutil.rmtree(data, ignore_errors=True)
+        started = time.perf_counter()
+        subprocess.run([tpchgen_binary(), "parquet", "--scale-factor", f"{sf:g}", "--parts", str(parts), "--output-dir", str(data), "--quiet"], check=True)
+        log(f"generated SF {sf:g} in {time.perf_counter() - started:.1f} s")
+    return data
+
+
+def plain(column: pd.Series) -> pd.Series:
+    """Decimals as floats, dates as timestamps, so engines compare alike."""
+    values = column.dropna()
+    if pd.api.types.is_datetime64_any_dtype(column) or (len(values) and all(hasattr(v, "isoformat") for v in values[:5])):
+        return pd.to_datetime(column).astype("datetime64[us]")
+    if pd.api.types.is_numeric_dtype(column) or (len(values) and all(type(v).__name__ == "Decimal" for v in values[:5])):
+        return column.astype("float64")
+    return column.astype(str)
+
+
+def same_answer(actual: pd.DataFrame, expected: pd.DataFrame, rtol: float) -> str | None:
+    """None when equal (by position: names differ between engines), else why not."""
+    if actual.shape != expected.shape:
+        return f"shape {actual.shape} != DuckDB's {expected.shape}"
+    for position, name in enumerate(expected.columns):
+        got, want = plain(actual.iloc[:, position].reset_index(drop=True)), plain(expected[name].reset_index(drop=True))
+        if pd.api.types.is_float_dtype(want):
+            if not np.allclose(got.astype("float64"), want, rtol=rtol, atol=0, equal_nan=True):
+                worst = float(((got.astype("float64") - want).abs() / want.abs()).max())
+                return f"column {name}: max relative difference {worst:.3g} > {rtol}"
+        elif list(got.astype(str)) != list(want.astype(str)):
+            return f"column {name}: values differ"
+    return None
+
+
+def spec_for(query: str, data: Path, sink: Path) -> dict[str, Any]:
+    filled = sink.parent / f"{query}.yaml"
+    filled.write_text((SPECS / f"{query}.yaml").read_text().replace("{data}", str(data)))
+    spec = read_mapping(filled, "name, sources, source, steps, sink")
+    spec["sink"]["path"] = str(sink)
+    return spec
+
+
+def committed(sink: Path) -> pd.DataFrame:
+    manifest = json.loads((sink / "_manifest.json").read_text())
+    frames = [pd.read_parquet(sink / entry["path"]) for entry in manifest["files"]]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+class Run:
+    """Results of one benchmark run, saved after every measurement."""
+
+    def __init__(self, out: Path, args: argparse.Namespace) -> None:
+        self.path = out / f"tpch_sf{args.sf:g}.json"
+        self.data: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}, "queries": {}, "errors": {}}
+        self.started = time.perf_counter()
+        self.deadline = args.deadline
+
+    def left(self) -> float:
+        return self.deadline - (time.perf_counter() - self.started)
+
+    def record(self, engine: str, query: str, entry: dict[str, Any]) -> None:
+        self.data["queries"].setdefault(query, {})[engine] = entry
+        self.save()
+
+    def save(self) -> None:
+        self.path.write_text(json.dumps(self.data, indent=2, default=str))
+
+
+def time_engine(run: Run, engine: str, queries: list[str], iterations: int, execute: Callable[[str], pd.DataFrame], expected: dict[str, pd.DataFrame], rtol: float) -> None:
+    for query in queries:
+        if run.left() < 20:
+            run.data["errors"][f"{engine}/{query}"] = "skipped: deadline"
+            continue
+        times, problem = [], None
+        try:
+            for _ in range(iterations):
+                started = time.perf_counter()
+                answer = execute(query)
+                times.append(round(time.perf_counter() - started, 4))
+            if query in expected:
+                problem = same_answer(answer, expected[query], rtol)
+        except Exception as exc:  # noqa: BLE001 - record and go on
+            problem = f"{type(exc).__name__}: {str(exc)[:500]}"
+        run.record(engine, query, {"times_s": times, "warm_s": times[-1] if times else None, "check": problem or "equal to DuckDB"})
+        log(f"{engine} {query}: {times} {problem or 'ok'}")
+
+
+def duckdb_engine(data: Path, threads: int | None) -> Callable[[str], pd.DataFrame]:
+    import duckdb
+
+    con = duckdb.connect()
+    if threads:
+        con.execute(f"set threads = {threads}")
+    for table in TABLES:
+        con.execute(f"create view {table} as select * from read_parquet('{data / table}/*.parquet')")
+    sql = {path.stem: path.read_text() for path in (SPECS / "sql").glob("q*.sql")}
+    return lambda query: con.execute(sql[query]).df()
+
+
+def polars_engine(data: Path, sf: float, engine: Any) -> Callable[[str], pd.DataFrame]:
+    from cudf_polars.streaming.benchmarks.pdsh import PDSHQueries
+
+    config = SimpleNamespace(dataset_path=str(data), suffix="", scale_factor=sf)
+
+    def execute(query: str) -> pd.DataFrame:
+        result = getattr(PDSHQueries, f"q{int(query[1:])}")(config)
+        return result.frame.collect(engine=engine).to_pandas()
+
+    return execute
+
+
+def spillway_engine(service: ServiceProcess, data: Path, scratch: Path, timeout: float) -> Callable[[str], pd.DataFrame]:
+    counter = iter(range(10_000))
+
+    def execute(query: str) -> pd.DataFrame:
+        sink = scratch / f"{query}_{next(counter)}"
+        with service.client() as client:
+            job = client.wait(client.submit(spec_for(query, data, sink)).id, timeout=timeout)
+        if job.state.value != "SUCCEEDED":
+            raise RuntimeError(f"job {job.id} {job.state.value}: {job.error.message if job.error else ''}")
+        execute.jobs.append({"query": query, "run_s": (job.finished_at - job.started_at).total_seconds(), "tasks_per_worker": job.progress.tasks_per_worker})  # type: ignore[attr-defined]
+        return committed(sink)
+
+    execute.jobs = []  # type: ignore[attr-defined]
+    return execute
+
+
+def service_env(args: argparse.Namespace, gpus: str) -> dict[str, str]:
+    env = {
+        "SPILLWAY_ALLOWED_ROOTS": json.dumps([str(args.work)]),
+        "SPILLWAY_CLUSTER__BACKEND": args.backend,
+        "SPILLWAY_CLUSTER__DASHBOARD_ADDRESS": "127.0.0.1:0",
+        "SPILLWAY_CLUSTER__LOCAL_DIRECTORY": str(args.work / "dask"),
+        "SPILLWAY_MAX_PARTITIONS": "100000",
+    }
+    if args.backend == "cudf":
+        env.update(SPILLWAY_CLUSTER__CUDA_VISIBLE_DEVICES=gpus, SPILLWAY_CLUSTER__PROTOCOL=args.protocol, SPILLWAY_CLUSTER__RMM_POOL_SIZE=args.rmm_pool)
+    else:
+        env.update(SPILLWAY_CLUSTER__N_WORKERS=str(args.cpu_workers), SPILLWAY_CLUSTER__THREADS_PER_WORKER="1")
+    return env
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True, help="Where tpch_sf<SF>.json and service logs go.")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/spw_tpch"), help="Scratch: data, stores, outputs.")
+    parser.add_argument("--sf", type=float, default=10, help="TPC-H scale factor.")
+    parser.add_argument("--parts", type=int, default=16, help="Files per table (dask partitions per table).")
+    parser.add_argument("--queries", default=",".join(sorted(p.stem for p in SPECS.glob("q*.yaml"))), help="Comma-separated, e.g. q01,q06.")
+    parser.add_argument("--engines", default=",".join(ENGINES), help=f"Comma-separated subset of {', '.join(ENGINES)}.")
+    parser.add_argument("--backend", choices=("cudf", "pandas"), default="cudf", help="Spillway's backend.")
+    parser.add_argument("--gpus", action="append", help="CUDA_VISIBLE_DEVICES of one Spillway run; repeat for 1 and 2 GPUs (default: 0).")
+    parser.add_argument("--protocol", default="tcp", choices=("tcp", "ucx"))
+    parser.add_argument("--rmm-pool", default="32GB")
+    parser.add_argument("--cpu-workers", type=int, default=2, help="Spillway workers on the pandas backend.")
+    parser.add_argument("--iterations", type=int, default=2, help="Runs per query; the last is reported as warm.")
+    parser.add_argument("--rtol", type=float, default=1e-6, help="Relative tolerance against DuckDB.")
+    parser.add_argument("--deadline", type=float, default=1e9, help="Seconds; what would start later is skipped.")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    args.work.mkdir(parents=True, exist_ok=True)
+    engines = args.engines.split(",")
+    queries = args.queries.split(",")
+    run = Run(args.out, args)
+
+    started = time.perf_counter()
+    data = generate(args.work, args.sf, args.parts)
+    run.data["data"] = {"path": str(data), "bytes": sum(f.stat().st_size for f in data.rglob("*.parquet")), "generate_s": round(time.perf_counter() - started, 2)}
+
+    log("DuckDB: the referee's answers (and its times)")
+    referee = duckdb_engine(data, None)
+    expected = {query: referee(query) for query in queries}
+    if "duckdb" in engines:
+        time_engine(run, "duckdb", queries, args.iterations, referee, {}, args.rtol)
+
+    if "cudf-polars" in engines or "polars-cpu" in engines:
+        try:
+            import polars as pl
+
+            run.data["polars_version"] = pl.__version__
+            if "polars-cpu" in engines:
+                time_engine(run, "polars-cpu", queries, args.iterations, polars_engine(data, args.sf, "streaming"), expected, args.rtol)
+            if "cudf-polars" in engines:
+                gpu = pl.GPUEngine(executor="in-memory", raise_on_fail=True)
+                time_engine(run, "cudf-polars", queries, args.iterations, polars_engine(data, args.sf, gpu), expected, args.rtol)
+        except ImportError as exc:
+            run.data["errors"]["polars"] = f"skipped: {exc}"
+            log(f"polars engines skipped: {exc}")
+
+    if "spillway" in engines:
+        for gpus in args.gpus or ["0"]:
+            name = f"spillway-{args.backend}" + (f"-{len(gpus.split(','))}gpu" if args.backend == "cudf" else "")
+            if run.left() < 60:
+                run.data["errors"][name] = "skipped: deadline"
+                continue
+            scratch = args.work / f"out_{name}"
+            shutil.rmtree(scratch, ignore_errors=True)
+            scratch.mkdir(parents=True)
+            service = launch_service(args.work / f"svc_{name}", service_env(args, gpus), timeout=300)
+            try:
+                execute = spillway_engine(service, data, scratch, timeout=max(60.0, run.left()))
+                time_engine(run, name, queries, args.iterations, execute, expected, args.rtol)
+                run.data.setdefault("spillway_jobs", {})[name] = execute.jobs  # type: ignore[attr-defined]
+            except Exception:  # noqa: BLE001
+                run.data["errors"][name] = traceback.format_exc()[-3000:]
+            finally:
+                service.stop()
+                (args.out / f"service_{name}.log").write_text(service.log()[-200_000:])
+    run.save()
+    table(run.data, args.out)
+
+
+def table(data: dict[str, Any], out: Path) -> None:
+    """A markdown table: warm seconds per query and engine, with the sum."""
+    engines = sorted({engine for per in data["queries"].values() for engine in per})
+    lines = ["| query | " + " | ".join(engines) + " |", "|---" * (len(engines) + 1) + "|"]
+    sums = dict.fromkeys(engines, 0.0)
+    for query, per in sorted(data["queries"].items()):
+        cells = []
+        for engine in engines:
+            entry = per.get(engine)
+            if not entry or entry["warm_s"] is None:
+                cells.append("—")
+                continue
+            sums[engine] += entry["warm_s"]
+            mark = "" if entry["check"] == "equal to DuckDB" else " ✗"
+            cells.append(f"{entry['warm_s']:.3f}{mark}")
+        lines.append(f"| {query} | " + " | ".join(cells) + " |")
+    lines.append("| **sum** | " + " | ".join(f"**{sums[e]:.2f}**" for e in engines) + " |")
+    text = "\n".join(lines)
+    (out / "tpch_table.md").write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("KVIKIO_COMPAT_MODE", "on")
+    main()
