@@ -33,6 +33,13 @@ class ExpressionError(SpecError):
     code = "invalid_expression"
 
 
+class TypeMismatch(SpecError):
+    """Values of kinds that cannot meet: a string compared with a number, a sum of dates,
+    join keys of different kinds. The message names the parts and both kinds."""
+
+    code = "type_mismatch"
+
+
 class UnknownColumn(SpecError):
     """A step refers to a column its input does not have."""
 

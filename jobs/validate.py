@@ -1,15 +1,16 @@
 """Check a JobSpec against its sources' real schemas before any cluster work.
 
-Walks the steps with a symbolic schema (column name → kind), so an unknown column
-is reported with the step and field that names it, not as a KeyError from a worker.
+Walks the steps with a symbolic schema (column name → kind), so an unknown column or
+a mix of kinds (a string compared with a number, join keys of different kinds) is
+reported with the step and field that names it, not as a KeyError from a worker.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from jobs.errors import SpecError, UnknownColumn
-from jobs.expr import parse_expression
+from jobs.errors import SpecError, TypeMismatch, UnknownColumn
+from jobs.expr import kinds_compatible, parse_expression, shorten
 from jobs.sources import Schema, read_schema
 from jobs.spec import (
     NUMERIC_AGGS,
@@ -31,6 +32,8 @@ from jobs.spec import (
 SchemaReader = Callable[..., Schema]
 
 _AGG_KIND = {kind: "numeric" for kind in ("count", "size", "nunique", "mean", "median", "std", "var")}
+_NOT_SUMMABLE = ("string", "datetime", "other")
+_CONDITION_KINDS = ("bool", "unknown", "other")
 _SourceSchemas = Callable[[SourceSpec | str, str], Schema]  # (inline source or name, field) → schema
 
 
@@ -43,12 +46,22 @@ def _require(schema: Schema, columns: Iterable[str], *, where: str, field: str) 
             )
 
 
+def _expression_kind(text: str, schema: Schema, *, where: str, field: str) -> str:
+    """Parse ``text``, check that the columns it reads exist, and return the kind it yields."""
+    expr = parse_expression(text, field=field)
+    _require(schema, sorted(expr.columns), where=where, field=field)
+    try:
+        return expr.infer_kind(schema)
+    except TypeMismatch as exc:  # name the step, as every error here does
+        raise TypeMismatch(f"{where}: {exc.message}", field=field) from None
+
+
 def check_spec(spec: JobSpec, read: SchemaReader = read_schema) -> Schema:
     """Validate every step of ``spec`` and return the schema of its output.
 
     Raises
     ------
-    SourceNotFound, UnknownColumn, ExpressionError, SpecError
+    SourceNotFound, UnknownColumn, ExpressionError, TypeMismatch, SpecError
         With ``field`` set to the offending part, e.g. ``steps[2].expr``.
     """
     named: dict[str, Schema] = {}
@@ -74,13 +87,15 @@ def _check_step(schema: Schema, step: Step, index: int, schema_of: _SourceSchema
     where = f"step {index} ({step.op})"
     field = f"steps[{index}]"
     if isinstance(step, FilterStep):
-        expr = parse_expression(step.expr, field=f"{field}.expr")
-        _require(schema, sorted(expr.columns), where=where, field=f"{field}.expr")
+        kind = _expression_kind(step.expr, schema, where=where, field=f"{field}.expr")
+        if kind not in _CONDITION_KINDS:
+            raise TypeMismatch(
+                f"{where}: a filter needs a condition (bool), got '{shorten(step.expr)}' ({kind})",
+                field=f"{field}.expr",
+            )
         return schema
     if isinstance(step, AssignStep):
-        expr = parse_expression(step.expr, field=f"{field}.expr")
-        _require(schema, sorted(expr.columns), where=where, field=f"{field}.expr")
-        return {**schema, step.column: "unknown"}
+        return {**schema, step.column: _expression_kind(step.expr, schema, where=where, field=f"{field}.expr")}
     if isinstance(step, SelectStep):
         _require(schema, step.columns, where=where, field=f"{field}.columns")
         return {c: schema[c] for c in step.columns}
@@ -112,20 +127,26 @@ def _check_groupby(schema: Schema, step: GroupByStep, where: str, field: str) ->
     out: Schema = {c: schema[c] for c in step.by}
     for name, agg in step.aggs.items():
         agg_field = f"{field}.aggs.{name}"
+        kind = "unknown"  # size reads no input
         if agg.expr is not None:
-            expr = parse_expression(agg.expr, field=f"{agg_field}.expr")
-            _require(schema, sorted(expr.columns), where=where, field=f"{agg_field}.expr")
+            kind = _expression_kind(agg.expr, schema, where=where, field=f"{agg_field}.expr")
+            if agg.func in NUMERIC_AGGS and kind in _NOT_SUMMABLE:
+                raise TypeMismatch(
+                    f"{where}: cannot {agg.func} expression '{shorten(agg.expr)}' of kind {kind}",
+                    field=f"{agg_field}.func",
+                )
         if agg.column is not None:
             _require(schema, [agg.column], where=where, field=f"{agg_field}.column")
             kind = schema[agg.column]
-            if agg.func in NUMERIC_AGGS and kind in ("string", "datetime", "other"):
-                raise SpecError(
+            if agg.func in NUMERIC_AGGS and kind in _NOT_SUMMABLE:
+                raise TypeMismatch(
                     f"{where}: cannot {agg.func} column '{agg.column}' of kind {kind}",
                     field=f"{agg_field}.func",
                 )
         if name in out:
             raise SpecError(f"{where}: output column '{name}' is also a group key", field=agg_field)
-        out[name] = _AGG_KIND.get(agg.func, schema.get(agg.column or "", "unknown"))
+        # A sum of bools counts them; min, max and first keep their input's kind.
+        out[name] = _AGG_KIND.get(agg.func, "numeric" if agg.func == "sum" and kind == "bool" else kind)
     return out
 
 
@@ -133,6 +154,13 @@ def _check_join(schema: Schema, step: JoinStep, where: str, field: str, schema_o
     right = schema_of(step.right, f"{field}.right")
     _require(schema, step.left_keys, where=f"{where} left side", field=f"{field}.{'on' if step.on else 'left_on'}")
     _require(right, step.right_keys, where=f"{where} right side", field=f"{field}.{'on' if step.on else 'right_on'}")
+    for left_key, right_key in zip(step.left_keys, step.right_keys, strict=True):
+        if not kinds_compatible(schema[left_key], right[right_key]):
+            raise TypeMismatch(
+                f"{where}: cannot match left key '{left_key}' ({schema[left_key]}) "
+                f"with right key '{right_key}' ({right[right_key]}): join keys must have matching kinds",
+                field=f"{field}.{'on' if step.on else 'left_on'}",
+            )
     if step.how in ("semi", "anti"):
         return dict(schema)
     out = dict(schema)
@@ -149,7 +177,7 @@ def validate_submission(spec: JobSpec, allowed_roots: list[str]) -> None:
 
     Raises
     ------
-    PathNotAllowed, SourceNotFound, UnknownColumn, ExpressionError, SpecError, SinkExists
+    PathNotAllowed, SourceNotFound, UnknownColumn, ExpressionError, TypeMismatch, SpecError, SinkExists
     """
     from jobs.sandbox import check_paths
     from jobs.sink import ensure_sink_free
