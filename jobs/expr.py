@@ -242,6 +242,18 @@ def _astype(value: Any, name: str) -> Any:
     return value.astype(_DTYPES[name])
 
 
+_REGEX_SPECIAL = frozenset(".^$*+?()[]{}|\\")
+
+
+def _like_regex(pattern: str) -> str:
+    """SQL LIKE as an anchored regex: ``%`` is any run of characters, ``_`` one; the rest is literal.
+
+    Only ``.``, ``*``, anchors and escapes are emitted: the subset cuDF's regex engine shares with ``re``.
+    """
+    parts = {"%": ".*", "_": "."}
+    return "^" + "".join(parts.get(char, "\\" + char if char in _REGEX_SPECIAL else char) for char in pattern) + "$"
+
+
 def _substr(value: Any, start: int, length: int | None = None) -> Any:
     stop = None if length is None else start + length
     return value[start:stop] if _is_scalar(value) else value.str.slice(start, stop)
@@ -269,6 +281,7 @@ class _Func:
 
 _LITERALS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "text": ("a string literal", lambda v: isinstance(v, str)),
+    "pattern": ("a LIKE pattern literal ('%' any run of characters, '_' one character)", lambda v: isinstance(v, str) and len(v) <= 200),
     "int": ("an integer literal", lambda v: type(v) is int),  # not bool
     "count": ("a non-negative integer literal", lambda v: type(v) is int and v >= 0),
     "dtype": ("one of " + ", ".join(map(repr, _DTYPES)), lambda v: isinstance(v, str) and v in _DTYPES),
@@ -292,6 +305,9 @@ _FUNCS: dict[str, _Func] = {
     "upper": _Func("upper(s)", 1, 1, _elementwise(lambda s: s.str.upper(), str.upper)),
     "contains": _Func('contains(s, "text")', 2, 2, _elementwise(
         lambda s, t: _cond(s.str.contains(t, regex=False)), lambda v, t: t in v), _STR),
+    "like": _Func('like(s, "pattern")', 2, 2, _elementwise(
+        lambda s, p: _cond(s.str.contains(_like_regex(p), regex=True)), lambda v, p: re.match(_like_regex(p), v) is not None),
+        {1: "pattern"}),
     "startswith": _Func(
         'startswith(s, "text")', 2, 2, _elementwise(lambda s, t: _cond(s.str.startswith(t)), str.startswith), _STR),
     "endswith": _Func(
@@ -313,7 +329,7 @@ _BINOPS: dict[type, tuple[str, Callable[[Any, Any], Any]]] = {
     ast.Mod: ("%", operator.mod), ast.Pow: ("**", _power),
 }
 _UNARY: dict[type, Callable[[Any], Any]] = {ast.USub: operator.neg, ast.UAdd: operator.pos}
-_PREDICATES = {"isnull", "notnull", "between", "contains", "startswith", "endswith"}  # these return _cond results
+_PREDICATES = {"isnull", "notnull", "between", "contains", "like", "startswith", "endswith"}  # these return _cond results
 _BITWISE = {ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^", ast.LShift: "<<", ast.RShift: ">>", ast.MatMult: "@"}
 _BITWISE_HINTS = {"&": ": use 'and' to combine conditions", "|": ": use 'or' to combine conditions"}
 _LIST_HINT = "lists are only allowed on the right of 'in', e.g. x in (1, 2)"
@@ -606,7 +622,7 @@ _MIXED_ARITHMETIC: dict[tuple[str, str, str], str] = {
 _SIGNATURES: dict[str, tuple[str | None, str]] = {
     "isnull": (None, "bool"), "notnull": (None, "bool"), "abs": ("numeric", "numeric"), "round": ("numeric", "numeric"),
     "lower": ("string", "string"), "upper": ("string", "string"), "substr": ("string", "string"),
-    "contains": ("string", "bool"), "startswith": ("string", "bool"), "endswith": ("string", "bool"),
+    "contains": ("string", "bool"), "like": ("string", "bool"), "startswith": ("string", "bool"), "endswith": ("string", "bool"),
     "length": ("string", "numeric"),
     "year": ("datetime", "numeric"), "month": ("datetime", "numeric"), "day": ("datetime", "numeric"),
     "date": (None, "datetime"), "timestamp": (None, "datetime"), "interval": (None, _DURATION),

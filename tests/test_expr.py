@@ -152,6 +152,10 @@ STRINGS: dict[str, Ref] = {
     "upper(name)": _py(str.upper),
     "contains(name, 'an')": lambda df: df.name.map(lambda v: isinstance(v, str) and "an" in v),
     "contains(name, 'a.')": lambda df: df.name.map(lambda v: isinstance(v, str) and "a." in v),  # not a regex
+    "like(name, 'a%e')": lambda df: df.name.map(lambda v: isinstance(v, str) and v.startswith("a") and v.endswith("e")),
+    "like(name, '_pp%')": lambda df: df.name.map(lambda v: isinstance(v, str) and len(v) >= 3 and v[1:3] == "pp"),
+    "like(name, 'a.%')": lambda df: df.name.map(lambda v: isinstance(v, str) and v.startswith("a.")),  # '.' is literal
+    "not like(name, '%an%a%')": lambda df: ~df.name.map(lambda v: isinstance(v, str) and "an" in v and "a" in v[v.index("an") + 2:]),
     "startswith(name, 'app')": lambda df: df.name.map(lambda v: isinstance(v, str) and v.startswith("app")),
     "endswith(name, 'e')": lambda df: df.name.map(lambda v: isinstance(v, str) and v.endswith("e")),
     "substr(name, 1, 3)": _py(lambda v: v[1:4]),
@@ -415,7 +419,7 @@ def test_expression_is_frozen_hashable_and_picklable(pdf: pd.DataFrame) -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     "text",
-    ["amount * qty + 1", "lower(name)", "contains(name, 'an')", "case(amount > 150, 'high', amount > 50, 'mid', 'low')",
+    ["amount * qty + 1", "lower(name)", "contains(name, 'an')", "like(name, '%an%a%')", "not like(name, 'a_p%')", "case(amount > 150, 'high', amount > 50, 'mid', 'low')",
      "qty if flag else None", "coalesce(amount, discount, 0)", 'ship_date + interval(10, "days")', "year(ship_date)",
      "category in ('a', 'b') and not flag", "'big' if amount > 100 else 'small'", "name != 'Apple'",
      'ship_date + interval(1, "year")', 'cast(amount, "string")'],
