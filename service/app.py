@@ -26,6 +26,7 @@ from service.routes import cluster as cluster_routes
 from service.routes import health as health_routes
 from service.routes import jobs as job_routes
 from service.routes import pipelines as pipeline_routes
+from service.routes import schema as schema_routes
 from service.routes import ui as ui_routes
 from service.schemas import ErrorBody
 from service.store import JobStore
@@ -115,5 +116,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(cluster_routes.router)
     app.include_router(health_routes.router)
     app.include_router(pipeline_routes.router)
+    app.include_router(schema_routes.router)
     app.include_router(ui_routes.router)
     return app
