@@ -34,6 +34,7 @@ from jobs.spec import (
     Step,
     TopKStep,
 )
+from jobs.storage import storage_options
 
 Backend = Literal["pandas", "cudf"]
 
@@ -58,16 +59,20 @@ def read_source(source: SourceSpec, *, field: str = "source") -> dd.DataFrame:
     """A lazy dataframe over a source's files (the backend comes from the dask config).
 
     Parquet decimals, dates and hive partition columns are read as plainer types:
-    see :func:`jobs.sources.plain_types`.
+    see :func:`jobs.sources.plain_types`. Object-store options go into the graph as
+    ``storage_options``, so the workers open the files exactly as the service listed them.
     """
     files = resolve_files(source, field=field)
+    options = storage_options(files[0]) or None
     if source.format == "parquet":
-        frame = dd.read_parquet(files, columns=source.columns, blocksize=source.blocksize or "default")
+        frame = dd.read_parquet(files, columns=source.columns, blocksize=source.blocksize or "default", storage_options=options)
         casts = {column: dtype for column, dtype in plain_types(*parquet_schema(files)).items() if column in frame.columns}
         return frame.astype(casts) if casts else frame
     if source.format == "csv":
-        return dd.read_csv(files, usecols=source.columns, blocksize=source.blocksize or "64MiB")
-    frame = dd.read_json(files, lines=True, blocksize=source.blocksize or "64MiB")
+        # A gzipped file cannot be split: one partition per file (dask warns and does the same).
+        blocksize = None if files[0].endswith(".gz") else source.blocksize or "64MiB"
+        return dd.read_csv(files, usecols=source.columns, blocksize=blocksize, storage_options=options)
+    frame = dd.read_json(files, lines=True, blocksize=source.blocksize or "64MiB", storage_options=options)
     return frame[list(source.columns)] if source.columns else frame
 
 

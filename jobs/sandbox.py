@@ -1,8 +1,11 @@
 """Data roots: every source and sink of a job must resolve inside an allowed root.
 
-Paths are resolved the way the workers will open them (symlinks followed, ``..``
-collapsed), so a link or a relative path cannot lead outside a root. URL schemes
-(``file://``, ``s3://`` …) are refused unless a root is that URL prefix.
+Local paths are resolved the way the workers will open them (symlinks followed,
+``..`` collapsed), so a link or a relative path cannot lead outside a root. A URL is
+allowed only when it is an object-store URL (``s3://``) under a root that is a URL
+prefix such as ``s3://bucket/etl/``; it may not hold ``.`` or ``..`` segments
+(object keys are not normalised, but some clients normalise request paths) nor
+chain filesystems with ``::``. Every other scheme (``file://``, ``http://`` …) is refused.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from pathlib import Path
 
 from jobs.errors import SpecError
 from jobs.spec import JobSpec
+from jobs.storage import OBJECT_STORE_SCHEMES
 
 _GLOB_CHARS = "*?["
 
@@ -47,13 +51,15 @@ def check_paths(spec: JobSpec, roots: Iterable[str]) -> None:
     PathNotAllowed
         Naming the field, the path and the allowed roots.
     """
-    url_roots = [r for r in roots if "://" in r]
+    roots = list(roots)
+    url_roots = [r.rstrip("/") for r in roots if "://" in r]
     local_roots = [_real(r) for r in roots if "://" not in r]
     allowed = ", ".join(roots) or "(none configured)"
     for field, raw, is_sink in job_paths(spec):
+        if "::" in raw:
+            raise PathNotAllowed(f"'{raw}' chains filesystems with '::', which is not allowed; allowed roots: {allowed}", field=field)
         if "://" in raw:
-            if ".." in raw.split("/") or not any(raw.startswith(r.rstrip("/") + "/") for r in url_roots):
-                raise PathNotAllowed(f"'{raw}' is not under an allowed URL root; allowed roots: {allowed}", field=field)
+            _check_url(raw, url_roots, allowed, field)
             continue
         if ".." in Path(raw).parts:
             raise PathNotAllowed(f"'{raw}' contains '..'; give a path inside an allowed root: {allowed}", field=field)
@@ -68,6 +74,26 @@ def check_paths(spec: JobSpec, roots: Iterable[str]) -> None:
             real = _real(match)
             if not _inside(real, local_roots):
                 raise PathNotAllowed(f"'{match}' links to '{real}', outside the allowed roots: {allowed}", field=field)
+
+
+def url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be (or lie under) a data root; None when it can."""
+    scheme, _, rest = url.partition("://")
+    if scheme not in OBJECT_STORE_SCHEMES:
+        return f"only {', '.join(f'{s}://' for s in sorted(OBJECT_STORE_SCHEMES))} URLs are supported, not '{scheme}://'"
+    if any(segment in (".", "..") for segment in rest.split("/")) or "\\" in rest:
+        return "it contains '.' or '..' segments"
+    if not rest.split("/", 1)[0]:
+        return "it names no bucket"
+    return None
+
+
+def _check_url(raw: str, url_roots: list[str], allowed: str, field: str) -> None:
+    problem = url_problem(raw)
+    if problem is None and not any(raw == root or raw.startswith(root + "/") for root in url_roots):
+        problem = "no root is a prefix of it"
+    if problem is not None:
+        raise PathNotAllowed(f"'{raw}' is not under an allowed URL root: {problem}; allowed roots: {allowed}", field=field)
 
 
 def _walk(path: str) -> Iterator[str]:

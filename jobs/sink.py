@@ -1,117 +1,304 @@
-"""Writing results: into a hidden temporary directory, then one atomic rename.
+"""Writing results: parquet or CSV part files, ``_manifest.json`` and ``_SUCCESS``, one atomic commit per job.
 
-Readers never see a half-written sink: the final directory appears only on commit,
-already holding every part file, ``_manifest.json`` and the ``_SUCCESS`` marker.
-A failed or cancelled job leaves no committed output.
+On local disk the job writes into a hidden staging directory beside the sink
+(``.spillway-tmp-<job>-<name>``); the commit is one rename (a new sink), an atomic
+swap of the two directories (``overwrite``) or moving the new files in and then
+replacing ``_manifest.json`` (``append``). Object stores have no rename: the workers
+write part files named after the job straight under the sink prefix, and writing
+``_manifest.json`` is the commit. Commits to one sink hold its lock, so concurrent
+appends and overwrites apply one after another and none loses another's files.
+docs/sinks.md says what a reader sees at each step. A failed or cancelled job
+leaves nothing that a manifest lists.
 """
 
 from __future__ import annotations
 
-import json
+import logging
 import os
+import re
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import dask
 import dask.dataframe as dd
-import pyarrow.dataset as ds
-import pyarrow.parquet as pq
+from dask.delayed import Delayed
+from fsspec import AbstractFileSystem
 
-from jobs.errors import SinkExists
+from jobs.commit import (
+    SinkSchemaMismatch,
+    check_column_names,
+    check_mode,
+    local_state,
+    remote_state,
+    replace_file,
+    swap_directories,
+    write_markers,
+)
+from jobs.errors import SinkExists, SpecError, SpillwayError
+from jobs.manifest import column_difference, describe_files, frame_columns
 from jobs.spec import SinkSpec
 from jobs.status import ColumnSchema, ResultFile, ResultManifest
+from jobs.storage import MANIFEST_NAME, SUCCESS_MARKER, commit_lock, filesystem, is_url, load_manifest, storage_options
+
+__all__ = ["MANIFEST_NAME", "SUCCESS_MARKER", "TMP_PREFIX", "SinkSchemaMismatch", "SinkWriter", "ensure_sink_free", "read_manifest"]
+
+log = logging.getLogger(__name__)
 
 TMP_PREFIX = ".spillway-tmp-"
-SUCCESS_MARKER = "_SUCCESS"
-MANIFEST_NAME = "_manifest.json"
-PART_NAME = "part.{:06d}.parquet"
+_JOB_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
-def ensure_sink_free(sink: SinkSpec, *, field: str = "sink.path") -> None:
-    """Refuse a sink that already holds data (an empty directory is fine).
+def ensure_sink_free(sink: SinkSpec, *, field: str = "sink.path", columns: Iterable[str] | None = None) -> None:
+    """Refuse, at submit, a sink that the job's ``mode`` cannot write.
+
+    ``error`` needs a sink without data (an empty directory is fine). ``overwrite`` and
+    ``append`` take a sink without data or one Spillway wrote (it has ``_manifest.json``);
+    ``append`` also needs the same format and ``partition_on``, and, given the job's
+    output ``columns``, the same column names.
 
     Raises
     ------
     SinkExists
-        If the path is a file or a non-empty directory.
+        If the sink holds data the mode may not replace or extend.
+    SinkSchemaMismatch
+        If an append does not match the existing data; ``field`` is ``sink.format``,
+        ``sink.partition_on`` or ``sink.mode`` (for columns).
     """
-    path = Path(sink.path).expanduser()
-    if path.is_file() or (path.is_dir() and any(path.iterdir())):
-        raise SinkExists(f"'{sink.path}' already holds data; Spillway never overwrites output", field=field)
+    fs, root = filesystem(sink.path, field=field)
+    try:
+        state = remote_state(fs, root, sink.path) if is_url(sink.path) else local_state(fs, root, sink.path)
+    except SpillwayError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - unreachable, no permission, no credentials: each store has its own error types
+        raise SpecError(f"cannot inspect the sink '{sink.path}': {exc}", field=field) from exc
+    check_mode(sink, state, field=field)
+    if columns is not None and sink.mode == "append" and state.manifest is not None:
+        check_column_names(sink, state.manifest, list(columns))
 
 
 class SinkWriter:
-    """Writes one job's output to a temporary sibling of the sink and commits it."""
+    """Writes one job's output for its sink and commits it.
+
+    Parameters
+    ----------
+    sink
+        Where and how to write.
+    job_id
+        Names the staging directory and, wherever the sink may already hold files,
+        the part files (``part.<job>.<n>.parquet``), so they never collide with others.
+    """
 
     def __init__(self, sink: SinkSpec, job_id: str) -> None:
+        if not _JOB_ID.match(job_id):
+            raise ValueError(f"job id {job_id!r} is not usable in file names")
         self.sink = sink
-        self.final = Path(sink.path).expanduser().absolute()
-        # A sibling, so the commit is a rename within one filesystem.
+        self.job_id = job_id
+        self.remote = is_url(sink.path)
+        #: The sink as a directory path or a URL without a trailing slash.
+        self.location = sink.path.rstrip("/") if self.remote else str(Path(os.path.expanduser(sink.path)).absolute())
+        # Local sinks only: the directory, and a sibling to stage in (so the commit is a rename within one filesystem).
+        self.final = Path(self.location)
         self.staging = self.final.parent / f"{TMP_PREFIX}{job_id}-{self.final.name}"
+        self._meta: Any = None
+
+    @property
+    def _stem(self) -> str:
+        # A first write on local disk is renamed into place whole, so plain names cannot
+        # collide; zero-padded, so name order is partition order (a sorted job reads back sorted).
+        if not self.remote and self.sink.mode == "error":
+            return "part.{:06d}"
+        return f"part.{self.job_id}.{{:06d}}"
 
     def write_graph(self, frame: dd.DataFrame) -> Any:
-        """The lazy write of ``frame`` into the staging directory."""
+        """The lazy write of ``frame``: into the staging directory, or under the sink prefix of an object store."""
         self.abort()
-        self.staging.parent.mkdir(parents=True, exist_ok=True)
+        self._meta = frame._meta
+        if self.sink.mode == "append":  # fail before any work when the names already cannot match
+            previous = load_manifest(*filesystem(self.location))
+            if previous is not None:
+                check_column_names(self.sink, previous, [str(c) for c in frame.columns])
+        if not self.remote:
+            self.staging.parent.mkdir(parents=True, exist_ok=True)
+        target = self.location if self.remote else str(self.staging)
+        options = storage_options(self.location) or None
+        # str.format methods as name functions: workers need no Spillway code.
+        if self.sink.format == "csv":
+            extension = ".csv.gz" if self.sink.codec == "gzip" else ".csv"
+            writes = frame.to_csv(
+                f"{target}/{self._stem.replace('{:06d}', '*')}{extension}",
+                name_function="{:06d}".format,
+                index=False,
+                compression=self.sink.codec,
+                storage_options=options,
+                compute=False,
+            )
+            collected = dask.delayed(writes)
+            return _CollectedWrites(collected.key, collected.dask)
         return frame.to_parquet(
-            str(self.staging),
+            target,
             compute=False,
             write_index=False,
             write_metadata_file=False,
             partition_on=list(self.sink.partition_on) or None,
-            compression=None if self.sink.compression == "none" else self.sink.compression,
-            # Zero-padded, so listing the files in name order is partition order
-            # (a sorted job reads back sorted). A str method: workers need no Spillway code.
-            name_function=PART_NAME.format,
+            compression=self.sink.codec,
+            name_function=(self._stem + ".parquet").format,
+            storage_options=options,
+            **_row_group_option(frame, self.sink.row_group_size),
         )
 
     def commit(self) -> ResultManifest:
-        """Describe the staged files, mark success and rename into place.
+        """Describe the new files, check the mode still holds, and commit (under the sink's lock).
 
         Raises
         ------
         SinkExists
-            If data appeared at the sink path while the job ran; the staged output is
-            removed and nothing is overwritten.
+            If data the mode may not touch appeared at the sink while the job ran.
+        SinkSchemaMismatch
+            If an append no longer matches the data committed meanwhile.
+        In both cases, and on any I/O error, this job's uncommitted files are removed.
         """
-        manifest = self._manifest()
-        (self.staging / MANIFEST_NAME).write_text(manifest.model_dump_json(indent=2))
-        (self.staging / SUCCESS_MARKER).write_text("")
-        if self.final.is_dir() and not any(self.final.iterdir()):
-            self.final.rmdir()
         try:
-            ensure_sink_free(self.sink)
-            os.rename(self.staging, self.final)
+            with commit_lock(self.location):
+                return self._commit_remote() if self.remote else self._commit_local()
         except (SinkExists, OSError):
             self.abort()
             raise
-        return manifest
 
     def abort(self) -> None:
-        """Remove the staging directory, if any."""
-        shutil.rmtree(self.staging, ignore_errors=True)
+        """Remove what this job wrote and no manifest lists: its staging directory and stray part files.
 
-    def _manifest(self) -> ResultManifest:
-        files: list[ResultFile] = []
-        for path in sorted(self.staging.rglob("*.parquet")):
-            relative = path.relative_to(self.staging)
-            if any(part.startswith(("_", ".")) for part in relative.parts):
-                continue
-            files.append(
-                ResultFile(path=relative.as_posix(), size_bytes=path.stat().st_size, rows=pq.read_metadata(path).num_rows)
-            )
-        partitioning = "hive" if self.sink.partition_on else None
-        schema = ds.dataset(str(self.staging), format="parquet", partitioning=partitioning).schema if files else None
+        Best effort and never raising: it runs while another failure is being handled.
+        """
+        if not self.remote:
+            shutil.rmtree(self.staging, ignore_errors=True)
+            if self.sink.mode != "append" or not self.final.is_dir():
+                return  # only a local append moves files into the sink before its commit point
+        try:
+            fs, root = filesystem(self.location)
+            manifest = load_manifest(fs, root)
+            listed = {f.path for f in manifest.files} if manifest else set()
+            stray = [path for relative, (path, _) in self._own_files(fs, root).items() if relative not in listed]
+            if stray:
+                fs.rm(stray)
+        except Exception as exc:  # noqa: BLE001 - see the docstring
+            log.warning("could not remove uncommitted files of job %s at %s: %s", self.job_id, self.location, exc)
+
+    def _own_files(self, fs: AbstractFileSystem, root: str) -> dict[str, tuple[str, int]]:
+        """Path relative to ``root`` → (full path, bytes) of this job's part files under ``root``, in name order."""
+        prefix = f"part.{self.job_id}."
+        try:
+            found = fs.find(root, detail=True)
+        except FileNotFoundError:
+            return {}
+        return {
+            path[len(root) + 1 :]: (path, info["size"])
+            for path, info in sorted(found.items())
+            if path.rsplit("/", 1)[-1].startswith(prefix) and not _hidden(path[len(root) + 1 :])
+        }
+
+    def _commit_local(self) -> ResultManifest:
+        fs, staging = filesystem(str(self.staging))
+        state = local_state(fs, str(self.final), self.sink.path)
+        check_mode(self.sink, state, field="sink.path")
+        found = sorted(fs.find(staging, detail=True).items())
+        sizes = {path[len(staging) + 1 :]: info["size"] for path, info in found if not _hidden(path[len(staging) + 1 :])}
+        manifest = self._manifest(fs, staging, sizes, state.manifest)
+        if state.manifest is None:  # a free sink (_check_mode refused any other without a manifest)
+            write_markers(self.staging, manifest)
+            if self.final.is_dir():
+                self.final.rmdir()  # empty, or _check_mode would have refused it
+            os.rename(self.staging, self.final)
+        elif self.sink.mode == "overwrite":
+            write_markers(self.staging, manifest)
+            old = swap_directories(self.staging, self.final)
+            shutil.rmtree(old, ignore_errors=True)  # after the new output is in place
+        else:
+            for relative in sizes:
+                target = self.final / relative
+                if target.exists():  # cannot happen: the name carries this job's id
+                    raise SinkExists(f"'{target}' already exists; nothing was appended", field="sink.path")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.rename(self.staging / relative, target)
+            replace_file(self.final / MANIFEST_NAME, manifest.model_dump_json(indent=2), temp_name=f"{TMP_PREFIX}{self.job_id}-{MANIFEST_NAME}")
+            (self.final / SUCCESS_MARKER).touch()
+            shutil.rmtree(self.staging, ignore_errors=True)
+        return manifest
+
+    def _commit_remote(self) -> ResultManifest:
+        fs, root = filesystem(self.location)
+        state = remote_state(fs, root, self.sink.path)
+        check_mode(self.sink, state, field="sink.path")
+        sizes = {relative: size for relative, (_, size) in self._own_files(fs, root).items()}
+        manifest = self._manifest(fs, root, sizes, state.manifest)
+        # One PUT replaces the whole object: readers get the old manifest or the new one. The commit point.
+        fs.pipe_file(f"{root}/{MANIFEST_NAME}", manifest.model_dump_json(indent=2).encode())
+        if not fs.exists(f"{root}/{SUCCESS_MARKER}"):
+            fs.pipe_file(f"{root}/{SUCCESS_MARKER}", b"")
+        if self.sink.mode == "overwrite" and state.manifest is not None:
+            try:  # committed already: a failure here leaves unlisted files, not a failed job
+                fs.rm([f"{root}/{f.path}" for f in state.manifest.files])
+            except Exception as exc:  # noqa: BLE001
+                log.warning("job %s committed %s but could not remove the replaced files: %s", self.job_id, self.location, exc)
+        return manifest
+
+    def _manifest(self, fs: AbstractFileSystem, root: str, sizes: dict[str, int], previous: ResultManifest | None) -> ResultManifest:
+        files, columns = describe_files(
+            fs, root, sizes, format=self.sink.format, job_id=self.job_id, partitioned=bool(self.sink.partition_on)
+        )
+        if not columns and self._meta is not None:  # CSV, or no file written
+            columns = _with_partitions_last(frame_columns(self._meta), self.sink.partition_on)
+        kept: list[ResultFile] = []
+        if self.sink.mode == "append" and previous is not None:
+            # No new file (an empty partitioned output) changes nothing, whatever its planned types.
+            difference = files and column_difference(previous.columns, columns, format=self.sink.format)
+            if difference:
+                raise SinkSchemaMismatch(f"append to '{self.sink.path}': the job's columns differ from the sink's ({difference})", field="sink.mode")
+            kept, columns = previous.files, previous.columns
+        every = [*kept, *files]
         return ResultManifest(
-            location=str(self.final),
-            files=files,
-            total_rows=sum(f.rows for f in files),
-            total_bytes=sum(f.size_bytes for f in files),
-            columns=[ColumnSchema(name=f.name, type=str(f.type)) for f in schema] if schema is not None else [],
+            location=self.location,
+            format=self.sink.format,
+            files=every,
+            total_rows=sum(f.rows for f in every),
+            total_bytes=sum(f.size_bytes for f in every),
+            columns=columns,
             partition_on=list(self.sink.partition_on),
+            mode=self.sink.mode,
+            version=previous.version + 1 if previous is not None else 1,
         )
 
 
+class _CollectedWrites(Delayed):
+    """The CSV part writes as one collection, with the ``optimize()`` that dataframe collections have."""
+
+    def optimize(self) -> Delayed:
+        return dask.optimize(self)[0]
+
+
 def read_manifest(path: str | Path) -> dict[str, Any]:
-    """The manifest a committed sink carries."""
-    return json.loads((Path(path) / MANIFEST_NAME).read_text())
+    """The manifest a committed sink carries, local or on an object store."""
+    fs, root = filesystem(str(path))
+    manifest = load_manifest(fs, root)
+    if manifest is None:
+        raise FileNotFoundError(f"{path} has no {MANIFEST_NAME}")
+    return manifest.model_dump()
+
+
+def _hidden(relative: str) -> bool:
+    return any(part.startswith(("_", ".")) for part in relative.split("/"))
+
+
+def _with_partitions_last(columns: list[ColumnSchema], partition_on: list[str]) -> list[ColumnSchema]:
+    # As a hive dataset lists them: data columns, then the partition keys.
+    return [c for c in columns if c.name not in partition_on] + [c for c in columns if c.name in partition_on]
+
+
+def _row_group_option(frame: dd.DataFrame, rows: int | None) -> dict[str, int]:
+    if rows is None:
+        return {}
+    # cuDF's writer names it row_group_size_rows; pyarrow's write_table, row_group_size.
+    return {"row_group_size_rows" if type(frame._meta).__module__.startswith("cudf") else "row_group_size": rows}
+
+

@@ -1,5 +1,8 @@
 """Finding source files and reading their schema, cheaply and before any cluster work.
 
+Paths are local or object-store URLs (``s3://bucket/prefix/*.parquet``); both are
+listed here, on the service, with the options of :mod:`jobs.storage`.
+
 Parquet sources are opened as a pyarrow dataset with hive partitioning, the way
 ``dask.dataframe.read_parquet`` opens them, so ``key=value`` folders show up as
 columns here too. :func:`plain_types` says which columns Spillway reads as plainer
@@ -14,9 +17,11 @@ import os
 import pandas as pd
 import pyarrow as pa
 import pyarrow.dataset as pads
+from fsspec import AbstractFileSystem
 
-from jobs.errors import SourceNotFound, SpecError, UnknownColumn
+from jobs.errors import SourceNotFound, SpecError, SpillwayError, UnknownColumn
 from jobs.spec import SourceSpec
+from jobs.storage import MANIFEST_NAME, filesystem, is_url, load_manifest, storage_options
 
 #: Column name → coarse kind ("numeric", "string", "datetime", "bool", "other", "unknown").
 Schema = dict[str, str]
@@ -29,26 +34,75 @@ _SUFFIXES = {
 
 
 def resolve_files(source: SourceSpec, *, field: str = "source") -> list[str]:
-    """The files a source reads, sorted; a directory means every data file inside it.
+    """The files a source reads, in name order; a directory means every data file inside it.
+
+    A directory holding ``_manifest.json`` (a Spillway sink) means exactly the files
+    that manifest lists, so a job reading another job's output sees its last commit
+    and never the part files of a commit still in progress. Paths come back as the
+    source gave them: local paths, or URLs for an object store.
 
     Raises
     ------
     SourceNotFound
         If the path, directory or glob matches no file.
+    SpecError
+        If the directory's manifest cannot be read.
     """
-    path = os.path.expanduser(source.path)
-    if os.path.isdir(path):
-        files = [
-            os.path.join(root, name)
-            for root, _, names in os.walk(path)
-            for name in names
-            if name.endswith(_SUFFIXES[source.format]) and not name.startswith(("_", "."))
-        ]
-    else:
-        files = [p for p in glob.glob(path, recursive=True) if os.path.isfile(p)]
+    files = _url_files(source, field) if is_url(source.path) else _local_files(source, field)
     if not files:
         raise SourceNotFound(f"no {source.format} file matches '{source.path}'", field=f"{field}.path")
-    return sorted(files)
+    return files
+
+
+def _local_files(source: SourceSpec, field: str) -> list[str]:
+    path = os.path.expanduser(source.path)
+    if not os.path.isdir(path):
+        return sorted(p for p in glob.glob(path, recursive=True) if os.path.isfile(p))
+    listed = _manifest_files(filesystem(path)[0], path, source, field)
+    if listed is not None:
+        return listed
+    return sorted(
+        os.path.join(root, name)
+        for root, _, names in os.walk(path)
+        for name in names
+        if _is_data_file(os.path.relpath(os.path.join(root, name), path), source.format)
+    )
+
+
+def _url_files(source: SourceSpec, field: str) -> list[str]:
+    fs, path = filesystem(source.path, field=f"{field}.path")
+    try:
+        if any(c in path for c in "*?["):
+            found = sorted(p for p, info in fs.glob(path, detail=True).items() if info["type"] == "file")
+        elif fs.isdir(path):
+            listed = _manifest_files(fs, path, source, field)
+            found = listed if listed is not None else sorted(p for p in fs.find(path) if _is_data_file(p[len(path) + 1 :], source.format))
+        else:
+            found = [path] if fs.isfile(path) else []
+    except FileNotFoundError:  # no such bucket
+        found = []
+    except SpillwayError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - unreachable, no permission, no credentials: each store has its own error types
+        raise SpecError(f"cannot list '{source.path}': {exc}", field=f"{field}.path") from exc
+    return [fs.unstrip_protocol(p) for p in found]
+
+
+def _is_data_file(relative: str, format: str) -> bool:
+    # Dask's rule: names starting with '_' or '.' (markers, staging, metadata) are not data.
+    parts = relative.replace(os.sep, "/").split("/")
+    return parts[-1].endswith(_SUFFIXES[format]) and not any(part.startswith(("_", ".")) for part in parts)
+
+
+def _manifest_files(fs: AbstractFileSystem, directory: str, source: SourceSpec, field: str) -> list[str] | None:
+    try:
+        manifest = load_manifest(fs, directory)
+    except ValueError as exc:
+        raise SpecError(f"'{source.path}' has an unreadable {MANIFEST_NAME}: {exc}", field=f"{field}.path") from exc
+    if manifest is None:
+        return None
+    # Manifest order is the order the data was committed in (and, within a job, partition order).
+    return [f"{directory.rstrip('/')}/{f.path}" for f in manifest.files if f.path.endswith(_SUFFIXES[source.format])]
 
 
 def arrow_kind(dtype: pa.DataType) -> str:
@@ -89,7 +143,11 @@ def parquet_schema(files: list[str]) -> tuple[pa.Schema, list[str]]:
     The footer of the first file is read, and the paths are parsed for ``key=value``
     folders, as dask's reader does.
     """
-    dataset = pads.dataset(files, format="parquet", partitioning="hive")
+    if is_url(files[0]):
+        fs, _ = filesystem(files[0])
+        dataset = pads.dataset([fs._strip_protocol(f) for f in files], format="parquet", partitioning="hive", filesystem=fs)
+    else:
+        dataset = pads.dataset(files, format="parquet", partitioning="hive")
     physical = next(dataset.get_fragments()).physical_schema.names
     return dataset.schema, [name for name in dataset.schema.names if name not in physical]
 
@@ -134,7 +192,12 @@ def read_schema(source: SourceSpec, *, field: str = "source") -> Schema:
         if source.format == "parquet":
             schema = {f.name: arrow_kind(f.type) for f in parquet_schema(files)[0]}
         else:
-            head = pd.read_csv(first, nrows=1000) if source.format == "csv" else pd.read_json(first, lines=True, nrows=1000)
+            options = storage_options(first) or None  # pandas refuses options with a local path
+            head = (
+                pd.read_csv(first, nrows=1000, storage_options=options)
+                if source.format == "csv"
+                else pd.read_json(first, lines=True, nrows=1000, storage_options=options)
+            )
             schema = {str(name): pandas_kind(dtype) for name, dtype in head.dtypes.items()}
     except (OSError, ValueError, pa.ArrowException, pd.errors.ParserError) as exc:
         raise SpecError(f"cannot read '{first}' as {source.format}: {exc}", field=f"{field}.path") from exc

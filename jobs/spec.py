@@ -29,8 +29,10 @@ from pydantic import (
     Field,
     TypeAdapter,
     ValidationError,
+    ValidationInfo,
     ValidatorFunctionWrapHandler,
     WrapValidator,
+    field_validator,
     model_validator,
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
@@ -243,12 +245,48 @@ STEP_OPS = ("filter", "select", "assign", "rename", "groupby", "sort", "limit", 
 
 
 class SinkSpec(_Strict):
-    """Where results go: a parquet directory that must not already hold data."""
+    """Where results go: a directory (or object-store prefix) of parquet or CSV part files.
 
-    format: Literal["parquet"] = "parquet"
-    path: str = Field(min_length=1, max_length=4096, description="Output directory; created on commit, never overwritten.")
-    partition_on: list[ColumnName] = Field(default_factory=list, description="Hive-partition the output by these columns.")
-    compression: Literal["snappy", "zstd", "gzip", "lz4", "none"] = "snappy"
+    ``mode`` says what to do when the sink already holds output: ``error`` refuses the
+    job, ``overwrite`` replaces the output, ``append`` adds files to it. Every commit
+    is atomic for readers of ``_manifest.json``; docs/sinks.md says exactly what each
+    kind of reader sees, on local disk and on object stores.
+    """
+
+    format: Literal["parquet", "csv"] = Field(default="parquet", description="File format of the output part files.")
+    path: str = Field(min_length=1, max_length=4096, description="Output directory or object-store prefix (s3://bucket/prefix).")
+    mode: Literal["error", "overwrite", "append"] = Field(
+        default="error",
+        description="When the sink holds output: 'error' refuses the job at submit; 'overwrite' replaces the output; "
+        "'append' adds this job's files (same columns required).",
+    )
+    partition_on: list[ColumnName] = Field(default_factory=list, description="Hive-partition the output by these columns (parquet only).")
+    compression: Literal["snappy", "zstd", "gzip", "lz4", "none"] | None = Field(
+        default=None, description="Codec: parquet takes any (default snappy); CSV takes gzip or none (the default)."
+    )
+    row_group_size: int | None = Field(
+        default=None, ge=1, le=1_000_000_000, description="Most rows per parquet row group (parquet only); the writer's default when unset."
+    )
+
+    @field_validator("partition_on", "row_group_size")
+    @classmethod
+    def _parquet_only(cls, value: Any, info: ValidationInfo) -> Any:
+        if value and info.data.get("format") == "csv":
+            raise ValueError(f"{info.field_name} applies to parquet sinks only; this sink's format is csv")
+        return value
+
+    @field_validator("compression")
+    @classmethod
+    def _codec_fits_format(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value not in (None, "none", "gzip") and info.data.get("format") == "csv":
+            raise ValueError(f"a csv sink takes compression 'gzip' or 'none', not '{value}'")
+        return value
+
+    @property
+    def codec(self) -> str | None:
+        """The codec to write with (None: uncompressed), the format's default filled in."""
+        chosen = self.compression or ("snappy" if self.format == "parquet" else "none")
+        return None if chosen == "none" else chosen
 
 
 class JobSpec(_Strict):

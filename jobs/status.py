@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class JobStatus(str, Enum):
@@ -89,9 +89,18 @@ class ResultFile(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    path: str = Field(description="Path relative to the sink directory.")
+    path: str = Field(description="Path relative to the sink directory, '/'-separated.")
     size_bytes: int
     rows: int
+    job_id: str | None = Field(default=None, description="The job that wrote the file (appends add files of several jobs).")
+
+    @field_validator("path")
+    @classmethod
+    def _inside_the_sink(cls, path: str) -> str:
+        # Readers join this to the sink directory: a manifest must not lead them elsewhere.
+        if not path or path.startswith("/") or "://" in path or "\\" in path or any(p in ("", ".", "..") for p in path.split("/")):
+            raise ValueError(f"'{path}' is not a plain relative path inside the sink")
+        return path
 
 
 class ColumnSchema(BaseModel):
@@ -104,14 +113,20 @@ class ColumnSchema(BaseModel):
 
 
 class ResultManifest(BaseModel):
-    """Where a finished job's output lives and what it holds."""
+    """What a committed sink holds: ``_manifest.json`` in the sink, and a job's result.
+
+    It lists every file of the sink's current contents, so after an append it covers
+    the earlier jobs' files too; ``version`` counts the sink's commits.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
-    location: str = Field(description="The committed sink directory.")
+    location: str = Field(description="The committed sink directory or URL.")
     format: str = "parquet"
     files: list[ResultFile]
     total_rows: int
     total_bytes: int
-    columns: list[ColumnSchema] = Field(description="The output schema.")
+    columns: list[ColumnSchema] = Field(description="The output schema (for CSV, the types the job produced).")
     partition_on: list[str] = Field(default_factory=list)
+    mode: str = Field(default="error", description="The write mode of the commit that produced this version.")
+    version: int = Field(default=1, ge=1, description="1 for the first commit to the sink, then one more per overwrite or append.")

@@ -183,5 +183,5 @@ def validate_submission(spec: JobSpec, allowed_roots: list[str]) -> None:
     from jobs.sink import ensure_sink_free
 
     check_paths(spec, allowed_roots)
-    check_spec(spec)
-    ensure_sink_free(spec.sink)
+    schema = check_spec(spec)
+    ensure_sink_free(spec.sink, columns=schema)

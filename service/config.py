@@ -1,18 +1,22 @@
 """One Settings object for the whole service, from ``SPILLWAY_*`` environment variables.
 
-Nested cluster settings use a double underscore: ``SPILLWAY_CLUSTER__N_WORKERS=4``.
+Nested settings use a double underscore: ``SPILLWAY_CLUSTER__N_WORKERS=4``,
+``SPILLWAY_STORAGE__S3_ENDPOINT_URL=http://127.0.0.1:9000``.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import os
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from cluster.settings import ClusterSettings
+from jobs.sandbox import url_problem
+from jobs.storage import StorageSettings
+from jobs.storage import configure as configure_storage
 
 
 class Settings(BaseSettings):
@@ -47,6 +51,23 @@ class Settings(BaseSettings):
     )
     log_level: str = Field(default="INFO", description="Python logging level of the service.")
     cluster: ClusterSettings = Field(default_factory=ClusterSettings, description="The Dask cluster jobs run on.")
+    storage: StorageSettings = Field(
+        default_factory=StorageSettings,
+        description="Object stores (s3://): endpoint, region and extra fsspec options. Credentials come from the "
+        "provider's usual chain (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, ~/.aws, an instance role) in each process.",
+    )
+
+    @field_validator("allowed_roots")
+    @classmethod
+    def _url_roots_are_object_stores(cls, roots: list[str]) -> list[str]:
+        for root in roots:
+            if "://" in root and (problem := url_problem(root)):
+                raise ValueError(f"data root '{root}' cannot be used: {problem}")
+        return roots
+
+    def model_post_init(self, context: Any, /) -> None:
+        # The sources, sinks and graphs this process builds all open paths through jobs.storage.
+        configure_storage(self.storage)
 
     @property
     def auth_required(self) -> bool:

@@ -1,0 +1,79 @@
+"""Describing written part files for ``_manifest.json``: sizes, rows and schema.
+
+Works through fsspec, so the same code describes a local staging directory and
+part files under an object-store prefix.
+"""
+
+from __future__ import annotations
+
+import csv
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.dataset as pads
+import pyarrow.parquet as pq
+from fsspec import AbstractFileSystem
+
+from jobs.status import ColumnSchema, ResultFile
+
+
+def describe_files(
+    fs: AbstractFileSystem, root: str, sizes: dict[str, int], *, format: str, job_id: str, partitioned: bool
+) -> tuple[list[ResultFile], list[ColumnSchema]]:
+    """One entry per file (``sizes``: path relative to ``root`` → bytes, in order) and their schema.
+
+    Parquet rows come from the footers, the schema from the first file's footer plus
+    any hive ``key=value`` folders. CSV rows are counted by reading the files (quoted
+    newlines included); CSV files carry no types, so their schema is left to the caller.
+    """
+    files = [
+        ResultFile(path=relative, size_bytes=size, rows=_rows(fs, f"{root}/{relative}", format), job_id=job_id)
+        for relative, size in sizes.items()
+    ]
+    if format != "parquet" or not files:
+        return files, []
+    dataset = pads.dataset(
+        [f"{root}/{f.path}" for f in files],
+        format="parquet",
+        filesystem=fs,
+        partitioning="hive" if partitioned else None,
+        partition_base_dir=root,
+    )
+    return files, [ColumnSchema(name=field.name, type=str(field.type)) for field in dataset.schema]
+
+
+def frame_columns(meta: Any) -> list[ColumnSchema]:
+    """The Arrow schema of a (pandas or cudf) dataframe's columns."""
+    frame = meta.to_pandas() if hasattr(meta, "to_pandas") else meta  # cudf has to_pandas, pandas does not
+    schema = pa.Schema.from_pandas(frame, preserve_index=False)
+    return [ColumnSchema(name=field.name, type=str(field.type)) for field in schema]
+
+
+def column_difference(existing: list[ColumnSchema], new: list[ColumnSchema], *, format: str) -> str | None:
+    """How ``new`` columns differ from ``existing`` ones, in words; None when they match.
+
+    Parquet readers match columns by name and need one type per column; CSV readers
+    match them by position and infer types from the text, so for CSV the names and
+    their order must match and the types need not.
+    """
+    old_types = {c.name: c.type for c in existing}
+    new_types = {c.name: c.type for c in new}
+    problems = []
+    if missing := [name for name in old_types if name not in new_types]:
+        problems.append(f"missing {', '.join(missing)}")
+    if extra := [name for name in new_types if name not in old_types]:
+        problems.append(f"new {', '.join(extra)}")
+    if format == "parquet" and (changed := [f"{n} {old_types[n]} → {t}" for n, t in new_types.items() if old_types.get(n, t) != t]):
+        problems.append(f"changed types: {', '.join(changed)}")
+    if format == "csv" and not problems and list(old_types) != list(new_types):
+        problems.append(f"order {', '.join(new_types)} instead of {', '.join(old_types)}")
+    return "; ".join(problems) or None
+
+
+def _rows(fs: AbstractFileSystem, path: str, format: str) -> int:
+    if format == "parquet":
+        with fs.open(path, "rb") as handle:
+            return pq.ParquetFile(handle).metadata.num_rows
+    compression = "gzip" if path.endswith(".gz") else None
+    with fs.open(path, "rt", compression=compression, newline="", encoding="utf-8") as handle:
+        return max(sum(1 for _ in csv.reader(handle)) - 1, 0)  # less the header
