@@ -67,7 +67,9 @@ def read_source(source: SourceSpec, *, field: str = "source") -> dd.DataFrame:
     if source.format == "parquet":
         frame = dd.read_parquet(files, columns=source.columns, blocksize=source.blocksize or "default", storage_options=options)
         casts = {column: dtype for column, dtype in plain_types(*parquet_schema(files)).items() if column in frame.columns}
-        return frame.astype(casts) if casts else frame
+        # One cast per column: a frame-wide astype would need every column, so dask could
+        # no longer push a job's column projection into the read.
+        return frame.assign(**{column: frame[column].astype(dtype) for column, dtype in casts.items()}) if casts else frame
     if source.format == "csv":
         # A gzipped file cannot be split: one partition per file (dask warns and does the same).
         blocksize = None if files[0].endswith(".gz") else source.blocksize or "64MiB"
@@ -81,9 +83,7 @@ def apply_step(frame: dd.DataFrame, step: Step, index: int, spec: JobSpec) -> dd
     field = f"steps[{index}]"
     if isinstance(step, FilterStep):
         mask = parse_expression(step.expr, field=f"{field}.expr").evaluate(frame)
-        # .loc, not []: dask 2026.7's frame[mask] returns the mask itself when the
-        # mask ends in .astype(bool), which the expression layer emits for null safety.
-        return frame.loc[mask]
+        return _filter(frame, mask)
     if isinstance(step, AssignStep):
         value = parse_expression(step.expr, field=f"{field}.expr").evaluate(frame)
         return frame.assign(**{step.column: value})
@@ -117,6 +117,17 @@ def apply_step(frame: dd.DataFrame, step: Step, index: int, spec: JobSpec) -> dd
             suffixes=("", step.right_suffix),
         )
     raise TypeError(f"unsupported step {step!r}")  # pragma: no cover - the union is closed
+
+
+def _filter(frame: dd.DataFrame, mask: Any) -> dd.DataFrame:
+    """The rows of ``frame`` where ``mask`` holds, as a dask Filter: unlike ``.loc``, dask
+    pushes column projections through it, so a job reads only the columns it uses."""
+    if not isinstance(mask, dd.Series):
+        return frame.loc[mask]
+    # `& True` keeps an .astype(bool), which the expression layer ends conditions with,
+    # off the top of the mask: dask (2026.8, dask/dask#12172) rewrites a Filter whose mask
+    # is an astype into that astype of the mask alone, returning the mask, not the rows.
+    return frame[mask & True]
 
 
 def _filtering_join(frame: dd.DataFrame, right: dd.DataFrame, step: JoinStep) -> dd.DataFrame:
