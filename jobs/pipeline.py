@@ -9,7 +9,7 @@ the ``__spillway_`` prefix and dropped before the step ends.
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Literal
 
@@ -21,6 +21,7 @@ from jobs.sources import parquet_schema, plain_types, resolve_files
 from jobs.spec import (
     Aggregation,
     AssignStep,
+    DerivedSource,
     DropDuplicatesStep,
     FilterStep,
     GroupByStep,
@@ -37,6 +38,8 @@ from jobs.spec import (
 from jobs.storage import storage_options
 
 Backend = Literal["pandas", "cudf"]
+
+FrameOf = Callable[[SourceSpec | str, str], dd.DataFrame]  # (inline source or name, field) → its rows
 
 _HIDDEN = "__spillway_"
 # Aggregations that dask's agg() cannot combine with the others in one tree reduction:
@@ -67,7 +70,9 @@ def read_source(source: SourceSpec, *, field: str = "source") -> dd.DataFrame:
     if source.format == "parquet":
         frame = dd.read_parquet(files, columns=source.columns, blocksize=source.blocksize or "default", storage_options=options)
         casts = {column: dtype for column, dtype in plain_types(*parquet_schema(files)).items() if column in frame.columns}
-        return frame.astype(casts) if casts else frame
+        # One cast per column: a frame-wide astype would need every column, so dask could
+        # no longer push a job's column projection into the read.
+        return frame.assign(**{column: frame[column].astype(dtype) for column, dtype in casts.items()}) if casts else frame
     if source.format == "csv":
         # A gzipped file cannot be split: one partition per file (dask warns and does the same).
         blocksize = None if files[0].endswith(".gz") else source.blocksize or "64MiB"
@@ -76,14 +81,12 @@ def read_source(source: SourceSpec, *, field: str = "source") -> dd.DataFrame:
     return frame[list(source.columns)] if source.columns else frame
 
 
-def apply_step(frame: dd.DataFrame, step: Step, index: int, spec: JobSpec) -> dd.DataFrame:
-    """Apply one step of ``spec`` to a lazy dataframe."""
-    field = f"steps[{index}]"
+def apply_step(frame: dd.DataFrame, step: Step, field: str, frame_of: FrameOf) -> dd.DataFrame:
+    """Apply one step, found at ``field`` (``steps[2]``), to a lazy dataframe; ``frame_of``
+    gives a join's right side."""
     if isinstance(step, FilterStep):
         mask = parse_expression(step.expr, field=f"{field}.expr").evaluate(frame)
-        # .loc, not []: dask 2026.7's frame[mask] returns the mask itself when the
-        # mask ends in .astype(bool), which the expression layer emits for null safety.
-        return frame.loc[mask]
+        return _filter(frame, mask)
     if isinstance(step, AssignStep):
         value = parse_expression(step.expr, field=f"{field}.expr").evaluate(frame)
         return frame.assign(**{step.column: value})
@@ -105,8 +108,7 @@ def apply_step(frame: dd.DataFrame, step: Step, index: int, spec: JobSpec) -> dd
     if isinstance(step, TopKStep):
         return _top_k(frame, step)
     if isinstance(step, JoinStep):
-        source, source_field = spec.resolve(step.right, f"{field}.right")
-        right = read_source(source, field=source_field)
+        right = frame_of(step.right, f"{field}.right")
         if step.how in ("semi", "anti"):
             return _filtering_join(frame, right, step)
         return frame.merge(
@@ -117,6 +119,17 @@ def apply_step(frame: dd.DataFrame, step: Step, index: int, spec: JobSpec) -> dd
             suffixes=("", step.right_suffix),
         )
     raise TypeError(f"unsupported step {step!r}")  # pragma: no cover - the union is closed
+
+
+def _filter(frame: dd.DataFrame, mask: Any) -> dd.DataFrame:
+    """The rows of ``frame`` where ``mask`` holds, as a dask Filter: unlike ``.loc``, dask
+    pushes column projections through it, so a job reads only the columns it uses."""
+    if not isinstance(mask, dd.Series):
+        return frame.loc[mask]
+    # `& True` keeps an .astype(bool), which the expression layer ends conditions with,
+    # off the top of the mask: dask (2026.8, dask/dask#12172) rewrites a Filter whose mask
+    # is an astype into that astype of the mask alone, returning the mask, not the rows.
+    return frame[mask & True]
 
 
 def _filtering_join(frame: dd.DataFrame, right: dd.DataFrame, step: JoinStep) -> dd.DataFrame:
@@ -203,10 +216,38 @@ def _groupby(frame: dd.DataFrame, step: GroupByStep, field: str) -> dd.DataFrame
     return result[[*step.by, *step.aggs]]
 
 
+class NamedFrames:
+    """The lazy dataframe of each source a job names, each built once.
+
+    Every use of a name gets the same object, so the graph holds its part once and
+    dask computes it once however many steps read it.
+    """
+
+    def __init__(self, spec: JobSpec) -> None:
+        self.spec = spec
+        self._built: dict[str, dd.DataFrame] = {}
+
+    def frame_of(self, ref: SourceSpec | str, field: str) -> dd.DataFrame:
+        """The rows ``ref`` stands for: an inline source (at ``field``) or a named one."""
+        if isinstance(ref, str) and ref in self._built:
+            return self._built[ref]
+        source, defined_at = self.spec.resolve(ref, field)
+        if isinstance(source, DerivedSource):  # JobSpec refuses cycles, so this recursion ends
+            start = self.frame_of(source.from_, f"{defined_at}.from")
+            frame = self.apply_steps(start, source.steps, f"{defined_at}.steps")
+        else:
+            frame = read_source(source, field=defined_at)
+        if isinstance(ref, str):
+            self._built[ref] = frame
+        return frame
+
+    def apply_steps(self, frame: dd.DataFrame, steps: list[Step], at: str) -> dd.DataFrame:
+        for index, step in enumerate(steps):
+            frame = apply_step(frame, step, f"{at}[{index}]", self.frame_of)
+        return frame
+
+
 def build_frame(spec: JobSpec) -> dd.DataFrame:
     """The spec's output as a lazy dataframe; call inside :func:`backend_config`."""
-    source, field = spec.resolve(spec.source, "source")
-    frame = read_source(source, field=field)
-    for index, step in enumerate(spec.steps):
-        frame = apply_step(frame, step, index, spec)
-    return frame
+    frames = NamedFrames(spec)
+    return frames.apply_steps(frames.frame_of(spec.source, "source"), spec.steps, "steps")

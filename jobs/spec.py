@@ -13,14 +13,16 @@ A job reads a source, applies steps in order and writes one sink::
     sink: {path: out/revenue_by_region}
 
 ``source`` and a join's ``right`` are either a source written inline or the name of
-one under ``sources``. Models check shape, types and that every name is defined;
-whether columns exist is checked against the sources' real schemas by
-:mod:`jobs.validate` before any cluster work.
+one under ``sources``. A named source is files (:class:`SourceSpec`) or derived from
+another named source by steps of its own (:class:`DerivedSource`, ``{from: name, steps:
+[...]}``), as a SQL view or subquery is. Models check shape, types, that every name is
+defined and that derived sources form no cycle; whether columns exist is checked against
+the sources' real schemas by :mod:`jobs.validate` before any cluster work.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
@@ -242,6 +244,40 @@ Step = Annotated[
     Field(discriminator="op"),
 ]
 STEP_OPS = ("filter", "select", "assign", "rename", "groupby", "sort", "limit", "drop_duplicates", "join", "top_k")
+Steps = Annotated[list[Step], Field(max_length=200)]
+
+
+class DerivedSource(_Strict):
+    """A named source computed from another one: the rows of ``from`` through ``steps``.
+
+    ``from`` names a source under ``sources`` (files or derived); the steps are any steps,
+    joins with other named sources included. Wherever the name is used, the same rows
+    are meant, and the pipeline computes them once.
+    """
+
+    model_config = ConfigDict(extra="forbid", serialize_by_alias=True)
+
+    from_: SourceName = Field(alias="from", description="The named source whose rows the steps start from.")
+    steps: Steps = Field(description="What to do with those rows, in order, as a job's steps.")
+
+
+def _files_or_derived(value: Any, handler: ValidatorFunctionWrapHandler) -> SourceSpec | DerivedSource:
+    # Told apart by `from`, not tried in turn as a plain union would be: errors then name the
+    # fields the user wrote (sources.late.steps[0].expr), without a member's name in the path.
+    if isinstance(value, DerivedSource) or (isinstance(value, dict) and "from" in value):
+        return DerivedSource.model_validate(value)
+    return SourceSpec.model_validate(value)
+
+
+NamedSource = Annotated[SourceSpec | DerivedSource, WrapValidator(_files_or_derived)]
+Loc = tuple[str | int, ...]
+
+
+def _join_references(at: Loc, steps: Sequence[Step]) -> Iterator[tuple[Loc, SourceSpec | str]]:
+    for index, step in enumerate(steps):
+        if isinstance(step, JoinStep):
+            # The step's op is in the location, as pydantic puts a union member's tag there.
+            yield (*at, index, step.op, "right"), step.right
 
 
 class SinkSpec(_Strict):
@@ -293,17 +329,18 @@ class JobSpec(_Strict):
     """A complete ETL job: source → steps → sink."""
 
     name: str = Field(default="job", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$", description="A label for people and logs.")
-    sources: dict[SourceName, SourceSpec] = Field(
-        default_factory=dict, max_length=64, description="Named sources that `source` and joins can refer to by name."
+    sources: dict[SourceName, NamedSource] = Field(
+        default_factory=dict,
+        max_length=64,
+        description="Named sources that `source` and joins can refer to by name: files, or `{from: name, steps: [...]}` "
+        "for rows derived from another named source.",
     )
     source: SourceRef = Field(description="The rows the steps start from: a source inline, or the name of one under `sources`.")
-    steps: list[Step] = Field(default_factory=list, max_length=200)
+    steps: Steps = Field(default_factory=list)
     sink: SinkSpec
 
     @model_validator(mode="after")
-    def _names_are_defined(self) -> JobSpec:
-        refs: list[tuple[tuple[str | int, ...], SourceSpec | str]] = [(("source",), self.source)]
-        refs += [(("steps", i, step.op, "right"), step.right) for i, step in enumerate(self.steps) if isinstance(step, JoinStep)]
+    def _names_are_defined_and_acyclic(self) -> JobSpec:
         known = ", ".join(self.sources) or "(none)"
         errors = [
             InitErrorDetails(
@@ -313,26 +350,87 @@ class JobSpec(_Strict):
                 loc=loc,
                 input=ref,
             )
-            for loc, ref in refs
+            for loc, ref in self._references()
             if isinstance(ref, str) and ref not in self.sources
         ]
+        if not errors and (cycle := self._cycle()) is not None:
+            loc, names = cycle
+            errors.append(
+                InitErrorDetails(
+                    type=PydanticCustomError(
+                        "source_cycle",
+                        "sources form a cycle: {cycle}; a derived source cannot depend on itself",
+                        {"cycle": " → ".join(names)},
+                    ),
+                    loc=loc,
+                    input=names[-1],
+                )
+            )
         if errors:
             # Raised as a ValidationError so each error keeps its own location (steps[3].right).
             raise ValidationError.from_exception_data(type(self).__name__, errors)
         return self
 
-    def resolve(self, ref: SourceSpec | str, field: str) -> tuple[SourceSpec, str]:
+    def derived_sources(self) -> dict[str, DerivedSource]:
+        """The named sources that are derived from others, by name, in definition order."""
+        return {name: source for name, source in self.sources.items() if isinstance(source, DerivedSource)}
+
+    def _references(self) -> Iterator[tuple[Loc, SourceSpec | str]]:
+        """(location, reference) for every source reference: ``source``, joins, and each derived
+        source's ``from`` and joins."""
+        yield ("source",), self.source
+        yield from _join_references(("steps",), self.steps)
+        for name in self.derived_sources():
+            yield from self._dependencies(name)
+
+    def _dependencies(self, name: str) -> Iterator[tuple[Loc, SourceSpec | str]]:
+        derived = self.derived_sources()[name]
+        yield ("sources", name, "from"), derived.from_
+        yield from _join_references(("sources", name, "steps"), derived.steps)
+
+    def _cycle(self) -> tuple[Loc, list[str]] | None:
+        """The first cycle among derived sources, searched in definition order: the location of
+        the reference that closes it, and the names around it (the first one repeated last)."""
+        derived = self.derived_sources()
+        done: set[str] = set()
+        path: list[str] = []
+
+        def visit(name: str) -> tuple[Loc, list[str]] | None:
+            path.append(name)
+            for loc, ref in self._dependencies(name):
+                if not isinstance(ref, str) or ref not in derived or ref in done:
+                    continue  # files end a chain, and a finished name leads to no cycle
+                if ref in path:
+                    return loc, [*path[path.index(ref) :], ref]
+                if (found := visit(ref)) is not None:
+                    return found
+            path.pop()
+            done.add(name)
+            return None
+
+        return next((found for name in derived if name not in done and (found := visit(name)) is not None), None)
+
+    def resolve(self, ref: SourceSpec | str, field: str) -> tuple[SourceSpec | DerivedSource, str]:
         """The source ``ref`` stands for, and the field that defines it (``sources.<name>`` for a name)."""
         if isinstance(ref, str):
             return self.sources[ref], f"sources.{ref}"
         return ref, field
 
     def source_fields(self) -> Iterator[tuple[str, SourceSpec]]:
-        """(field, source) for every source this job defines, each once."""
+        """(field, source) for every source of files this job defines, each once: inline,
+        named, and inline in the joins of the job's and its derived sources' steps."""
         if isinstance(self.source, SourceSpec):
             yield "source", self.source
         for name, source in self.sources.items():
-            yield f"sources.{name}", source
-        for index, step in enumerate(self.steps):
-            if isinstance(step, JoinStep) and isinstance(step.right, SourceSpec):
-                yield f"steps[{index}].right", step.right
+            if isinstance(source, SourceSpec):
+                yield f"sources.{name}", source
+        for at, steps in self.step_lists():
+            for index, step in enumerate(steps):
+                if isinstance(step, JoinStep) and isinstance(step.right, SourceSpec):
+                    yield f"{at}[{index}].right", step.right
+
+    def step_lists(self) -> Iterator[tuple[str, list[Step]]]:
+        """(field, steps) for the job's steps and each derived source's, e.g. ``sources.late.steps``."""
+        yield "steps", self.steps
+        for name, derived in self.derived_sources().items():
+            yield f"sources.{name}.steps", derived.steps

@@ -15,6 +15,7 @@ from jobs.sources import Schema, read_schema
 from jobs.spec import (
     NUMERIC_AGGS,
     AssignStep,
+    DerivedSource,
     DropDuplicatesStep,
     FilterStep,
     GroupByStep,
@@ -57,35 +58,50 @@ def _expression_kind(text: str, schema: Schema, *, where: str, field: str) -> st
 
 
 def check_spec(spec: JobSpec, read: SchemaReader = read_schema) -> Schema:
-    """Validate every step of ``spec`` and return the schema of its output.
+    """Validate every step of ``spec`` and of its derived sources, and return the schema of its output.
+
+    Every named source is checked, used or not, in definition order; a derived source's
+    schema comes from walking its steps, once however many steps use its name.
 
     Raises
     ------
     SourceNotFound, UnknownColumn, ExpressionError, TypeMismatch, SpecError
-        With ``field`` set to the offending part, e.g. ``steps[2].expr``.
+        With ``field`` set to the offending part, e.g. ``steps[2].expr`` or
+        ``sources.late_lines.steps[0].expr``.
     """
     named: dict[str, Schema] = {}
 
     def schema_of(ref: SourceSpec | str, field: str) -> Schema:
+        if isinstance(ref, str) and ref in named:  # a named source is checked once, however many steps use it
+            return named[ref]
         source, defined_at = spec.resolve(ref, field)
-        if not isinstance(ref, str):
-            return read(source, field=defined_at)
-        if ref not in named:  # a named source is read once, however many steps use it
-            named[ref] = read(source, field=defined_at)
-        return named[ref]
+        if isinstance(source, DerivedSource):  # JobSpec refuses cycles, so this recursion ends
+            start = schema_of(source.from_, f"{defined_at}.from")
+            schema = _check_steps(start, source.steps, f"{defined_at}.steps", f"source '{ref}' ", schema_of)
+        else:
+            schema = read(source, field=defined_at)
+        if isinstance(ref, str):
+            named[ref] = schema
+        return schema
 
-    schema = schema_of(spec.source, "source")
-    for index, step in enumerate(spec.steps):
-        schema = _check_step(schema, step, index, schema_of)
+    for name in spec.sources:
+        schema_of(name, f"sources.{name}")
+    schema = _check_steps(schema_of(spec.source, "source"), spec.steps, "steps", "", schema_of)
     _require(schema, spec.sink.partition_on, where="sink", field="sink.partition_on")
     if spec.sink.partition_on and len(spec.sink.partition_on) >= len(schema):
         raise SpecError("partition_on must leave at least one column to write", field="sink.partition_on")
     return schema
 
 
-def _check_step(schema: Schema, step: Step, index: int, schema_of: _SourceSchemas) -> Schema:
-    where = f"step {index} ({step.op})"
-    field = f"steps[{index}]"
+def _check_steps(schema: Schema, steps: list[Step], at: str, label: str, schema_of: _SourceSchemas) -> Schema:
+    """The schema after ``steps`` (whose field is ``at``), starting from ``schema``; messages
+    name each step as ``{label}step {index} ({op})``."""
+    for index, step in enumerate(steps):
+        schema = _check_step(schema, step, f"{label}step {index} ({step.op})", f"{at}[{index}]", schema_of)
+    return schema
+
+
+def _check_step(schema: Schema, step: Step, where: str, field: str, schema_of: _SourceSchemas) -> Schema:
     if isinstance(step, FilterStep):
         kind = _expression_kind(step.expr, schema, where=where, field=f"{field}.expr")
         if kind not in _CONDITION_KINDS:

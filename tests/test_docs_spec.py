@@ -42,7 +42,7 @@ DOC = ROOT / "docs" / "spec.md"
 NULL = "null"
 DECIMALS = 4  # floats in the doc's tables are rounded to this many places
 # Examples also run through the live service and read back from their sink.
-HTTP_EXAMPLES = ["join_named_sources", "sort_then_limit", "top_k_per_status", "sink_partitioned"]
+HTTP_EXAMPLES = ["join_named_sources", "derived_scalar", "sort_then_limit", "top_k_per_status", "sink_partitioned"]
 # Steps that keep the order a sort (or top_k) made; any other step reorders rows.
 _KEEP_ORDER = {"filter", "select", "assign", "rename", "limit"}
 
@@ -314,10 +314,12 @@ def absolute(spec: dict[str, Any], root: Path, out: Path) -> dict[str, Any]:
 
     fix(spec.get("source"))
     for source in spec.get("sources", {}).values():
-        fix(source)
-    for step in spec.get("steps", []):
-        if step["op"] == "join":
-            fix(step["right"])
+        if "from" not in source:
+            fix(source)
+    for steps in _step_lists(spec):
+        for step in steps:
+            if step["op"] == "join":
+                fix(step["right"])
     spec["sink"]["path"] = str(out)
     return spec
 
@@ -369,8 +371,14 @@ def test_error_example_gets_the_body_the_doc_shows(example: Example, service: Se
 # The doc keeps up with the language
 
 
+def _step_lists(spec: dict[str, Any]) -> Iterator[list[dict[str, Any]]]:
+    """The job's steps and each derived source's."""
+    yield spec.get("steps", [])
+    yield from (source["steps"] for source in spec.get("sources", {}).values() if "from" in source)
+
+
 def _expressions(spec: dict[str, Any]) -> Iterator[str]:
-    for step in spec.get("steps", []):
+    for step in (step for steps in _step_lists(spec) for step in steps):
         if step["op"] in ("filter", "assign"):
             yield step["expr"]
         for agg in step.get("aggs", {}).values() if step["op"] == "groupby" else ():
@@ -379,16 +387,20 @@ def _expressions(spec: dict[str, Any]) -> Iterator[str]:
 
 
 def _sources(spec: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every source of files: inline, named, and inline in joins."""
     yield from (s for s in [spec.get("source")] if isinstance(s, dict))
-    yield from spec.get("sources", {}).values()
-    yield from (step["right"] for step in spec.get("steps", []) if step["op"] == "join" and isinstance(step["right"], dict))
+    yield from (s for s in spec.get("sources", {}).values() if "from" not in s)
+    for steps in _step_lists(spec):
+        yield from (step["right"] for step in steps if step["op"] == "join" and isinstance(step["right"], dict))
 
 
 def _used() -> dict[str, set[str]]:
     """What the examples with an output table use: step ops, functions, operators, ..."""
-    used: dict[str, set[str]] = {key: set() for key in ("ops", "functions", "syntax", "aggs", "hows", "formats", "source options")}
+    kinds = ("ops", "functions", "syntax", "aggs", "hows", "formats", "source options", "named sources")
+    used: dict[str, set[str]] = {key: set() for key in kinds}
     for example in RUNS:
-        steps = example.spec.get("steps", [])
+        steps = [step for steps in _step_lists(example.spec) for step in steps]
+        used["named sources"] |= {"derived" if "from" in s else "files" for s in example.spec.get("sources", {}).values()}
         used["ops"] |= {step["op"] for step in steps}
         used["aggs"] |= {agg["func"] for step in steps if step["op"] == "groupby" for agg in step["aggs"].values()}
         used["hows"] |= {step.get("how", "inner") for step in steps if step["op"] == "join"}
@@ -416,6 +428,7 @@ def test_examples_cover_the_whole_language() -> None:
         "hows": set(typing.get_args(JoinStep.model_fields["how"].annotation)),
         "formats": set(typing.get_args(SourceSpec.model_fields["format"].annotation)),
         "source options": set(SourceSpec.model_fields),
+        "named sources": {"files", "derived"},
     }
     used = _used()
     missing = {kind: sorted(names - used[kind]) for kind, names in wanted.items() if names - used[kind]}

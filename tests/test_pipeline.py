@@ -122,3 +122,43 @@ def test_csv_source_with_column_subset(tmp_path: Path) -> None:
     out = run({}, [{"op": "filter", "expr": "a >= 90"}], source={"format": "csv", "path": str(tmp_path / "*.csv"), "columns": ["a", "b"]})
     assert list(out.columns) == ["a", "b"]
     assert list(out.a) == list(range(90, 100))
+
+
+def test_a_job_reads_only_the_columns_it_uses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Decimals and dates are cast on read (jobs.sources.plain_types); the casts must not stop
+    # dask from pushing the job's two columns into the parquet read.
+    import datetime
+    import decimal
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from dask.dataframe.io.parquet.arrow import ArrowDatasetEngine
+
+    days = [datetime.date(2024, 1, 1) + datetime.timedelta(days=i % 60) for i in range(300)]
+    table = pa.table(
+        {
+            "id": pa.array(range(300), pa.int64()),
+            "day": pa.array(days, pa.date32()),
+            "price": pa.array([decimal.Decimal(f"{i}.25") for i in range(300)], pa.decimal128(10, 2)),
+            "rate": pa.array([decimal.Decimal("0.05")] * 300, pa.decimal128(4, 2)),
+            "note": pa.array([f"n{i}" for i in range(300)]),
+        }
+    )
+    for part in range(3):
+        pq.write_table(table.slice(part * 100, 100), tmp_path / f"part-{part}.parquet")
+    read_partition = ArrowDatasetEngine.read_partition.__func__
+    columns_read: list[list[str]] = []
+
+    def recording(cls: Any, fs: Any, pieces: Any, columns: Any, *args: Any, **kwargs: Any) -> Any:
+        columns_read.append(sorted(columns))
+        return read_partition(cls, fs, pieces, columns, *args, **kwargs)
+
+    monkeypatch.setattr(ArrowDatasetEngine, "read_partition", classmethod(recording))
+    steps = [
+        {"op": "filter", "expr": "day >= date('2024-02-01')"},
+        {"op": "groupby", "by": [], "aggs": {"total": {"func": "sum", "column": "price"}}},
+    ]
+    out = run({}, steps, source={"format": "parquet", "path": str(tmp_path)})
+    frame = table.to_pandas()
+    assert out.total.iloc[0] == pytest.approx(float(frame.price[frame.day >= datetime.date(2024, 2, 1)].sum()))
+    assert columns_read == [["day", "price"]] * 3

@@ -361,6 +361,7 @@ def _tpch_schemas() -> dict[str, Schema]:
         "supplier": "s_suppkey:n s_name:s s_address:s s_nationkey:n s_phone:s s_acctbal:n s_comment:s",
         "customer": "c_custkey:n c_name:s c_address:s c_nationkey:n c_phone:s c_acctbal:n c_mktsegment:s c_comment:s",
         "part": "p_partkey:n p_name:s p_mfgr:s p_brand:s p_type:s p_size:n p_container:s p_retailprice:n p_comment:s",
+        "partsupp": "ps_partkey:n ps_suppkey:n ps_availqty:n ps_supplycost:n ps_comment:s",
         "orders": "o_orderkey:n o_custkey:n o_orderstatus:s o_totalprice:n o_orderdate:d o_orderpriority:s o_clerk:s "
         "o_shippriority:n o_comment:s",
         "lineitem": "l_orderkey:n l_partkey:n l_suppkey:n l_linenumber:n l_quantity:n l_extendedprice:n l_discount:n l_tax:n "
