@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 import dask
 import dask.dataframe as dd
+import pandas as pd
+import pyarrow as pa
 
 from jobs.expr import parse_expression
 from jobs.sources import parquet_schema, plain_types, resolve_files
@@ -68,7 +70,7 @@ def read_source(source: SourceSpec, *, field: str = "source") -> dd.DataFrame:
     files = resolve_files(source, field=field)
     options = storage_options(files[0]) or None
     if source.format == "parquet":
-        frame = dd.read_parquet(files, columns=source.columns, blocksize=source.blocksize or "default", storage_options=options)
+        frame = _read_parquet(files, columns=source.columns, blocksize=source.blocksize or "default", storage_options=options)
         casts = {column: dtype for column, dtype in plain_types(*parquet_schema(files)).items() if column in frame.columns}
         # One cast per column: a frame-wide astype would need every column, so dask could
         # no longer push a job's column projection into the read.
@@ -79,6 +81,33 @@ def read_source(source: SourceSpec, *, field: str = "source") -> dd.DataFrame:
         return dd.read_csv(files, usecols=source.columns, blocksize=blocksize, storage_options=options)
     frame = dd.read_json(files, lines=True, blocksize=source.blocksize or "64MiB", storage_options=options)
     return frame[list(source.columns)] if source.columns else frame
+
+
+# Ways to build dask-cudf's metadata for parquet DATE columns, tried in order. dask maps
+# DATE to pandas' date32[pyarrow], which cudf.from_pandas refuses (dask-cudf 26.10 builds
+# its meta through pandas); the real partitions come from cuDF and are cast afterwards
+# (plain_types), so only the metadata's dtype changes: a timestamp mapped at the Arrow
+# level, else plain numpy datetime64.
+_DATE_META_FALLBACKS: tuple[tuple[dict[str, Any], dict[str, Any]], ...] = (
+    ({}, {"arrow_to_pandas": {"types_mapper": lambda t: pd.ArrowDtype(pa.timestamp("ms")) if pa.types.is_date(t) else None}}),
+    ({"dataframe.convert-string": False}, {"arrow_to_pandas": {"date_as_object": False}}),
+)
+
+
+def _read_parquet(files: list[str], **kwargs: Any) -> dd.DataFrame:
+    """``dd.read_parquet``, working around cuDF's missing support for date32 metadata."""
+    try:
+        return dd.read_parquet(files, **kwargs)
+    except NotImplementedError as exc:
+        if dask.config.get("dataframe.backend") != "cudf" or "date" not in str(exc):
+            raise
+        for config, extra in _DATE_META_FALLBACKS:
+            try:
+                with dask.config.set(config):
+                    return dd.read_parquet(files, **kwargs, **extra)
+            except NotImplementedError:
+                continue
+        raise
 
 
 def apply_step(frame: dd.DataFrame, step: Step, field: str, frame_of: FrameOf) -> dd.DataFrame:
@@ -212,7 +241,9 @@ def _groupby(frame: dd.DataFrame, step: GroupByStep, field: str) -> dd.DataFrame
     ]
     result = parts[0]
     for part in parts[1:]:
-        result = result.merge(part, on=keys, how="outer")
+        # One partition each, like the tree-reduced agg() part: dask 2026.7 outer-merges a
+        # one-partition frame with a shuffled one wrongly (unmatched copies of most groups).
+        result = result.repartition(npartitions=1).merge(part.repartition(npartitions=1), on=keys, how="outer")
     return result[[*step.by, *step.aggs]]
 
 
