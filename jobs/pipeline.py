@@ -15,8 +15,6 @@ from typing import Any, Literal
 
 import dask
 import dask.dataframe as dd
-import pandas as pd
-import pyarrow as pa
 
 from jobs.expr import parse_expression
 from jobs.sources import parquet_schema, plain_types, resolve_files
@@ -83,15 +81,12 @@ def read_source(source: SourceSpec, *, field: str = "source") -> dd.DataFrame:
     return frame[list(source.columns)] if source.columns else frame
 
 
-# Ways to build dask-cudf's metadata for parquet DATE columns, tried in order. dask maps
-# DATE to pandas' date32[pyarrow], which cudf.from_pandas refuses (dask-cudf 26.10 builds
-# its meta through pandas); the real partitions come from cuDF and are cast afterwards
-# (plain_types), so only the metadata's dtype changes: a timestamp mapped at the Arrow
-# level, else plain numpy datetime64.
-_DATE_META_FALLBACKS: tuple[tuple[dict[str, Any], dict[str, Any]], ...] = (
-    ({}, {"arrow_to_pandas": {"types_mapper": lambda t: pd.ArrowDtype(pa.timestamp("ms")) if pa.types.is_date(t) else None}}),
-    ({"dataframe.convert-string": False}, {"arrow_to_pandas": {"date_as_object": False}}),
-)
+# dask builds parquet metadata through pandas and, with string conversion on, maps DATE
+# and DECIMAL to pandas' ArrowDtype, which cudf.from_pandas refuses for dates (dask-cudf
+# 26.10 under pandas 3). Without string conversion they come out as object columns, which
+# dask-cudf then builds as empty cuDF columns; only the metadata changes: the partitions
+# come from cuDF's own reader and are cast afterwards like every source (plain_types).
+_CUDF_DATE_META_CONFIG = {"dataframe.convert-string": False}
 
 
 def _read_parquet(files: list[str], **kwargs: Any) -> dd.DataFrame:
@@ -101,13 +96,8 @@ def _read_parquet(files: list[str], **kwargs: Any) -> dd.DataFrame:
     except NotImplementedError as exc:
         if dask.config.get("dataframe.backend") != "cudf" or "date" not in str(exc):
             raise
-        for config, extra in _DATE_META_FALLBACKS:
-            try:
-                with dask.config.set(config):
-                    return dd.read_parquet(files, **kwargs, **extra)
-            except NotImplementedError:
-                continue
-        raise
+        with dask.config.set(_CUDF_DATE_META_CONFIG):
+            return dd.read_parquet(files, **kwargs)
 
 
 def apply_step(frame: dd.DataFrame, step: Step, field: str, frame_of: FrameOf) -> dd.DataFrame:
