@@ -57,9 +57,11 @@ class JobProgressPlugin(SchedulerPlugin):
         self._dirty = True
         self._scheduler: Any = None
         self._loop_task: asyncio.Task[None] | None = None
+        self._wake: asyncio.Event | None = None
 
     async def start(self, scheduler: Any) -> None:
         self._scheduler = scheduler
+        self._wake = asyncio.Event()
         # Tasks another job already computed (same keys) count as done now.
         for key in self.stage_of_key:
             ts = scheduler.tasks.get(key)
@@ -88,6 +90,8 @@ class JobProgressPlugin(SchedulerPlugin):
         if key in self.result_keys and all(k in self.done[self.stage_of_key[k]] for k in self.result_keys):
             self.ended = True
         self._dirty = True
+        if self.ended and self._wake is not None:
+            self._wake.set()  # the final counts go out now: the service commits on them
 
     def snapshot(self) -> dict[str, Any]:
         """Counts per stage in graph order, as published on the topic."""
@@ -100,8 +104,12 @@ class JobProgressPlugin(SchedulerPlugin):
         }
 
     async def _publish_loop(self) -> None:
+        assert self._wake is not None
         while True:
-            await asyncio.sleep(self.interval)
+            try:
+                await asyncio.wait_for(self._wake.wait(), self.interval)
+            except TimeoutError:
+                pass
             if self._dirty:
                 self._dirty = False
                 self._scheduler.log_event(PROGRESS_TOPIC, self.snapshot())
