@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from jobs.errors import SpecError, TypeMismatch, UnknownColumn
-from jobs.expr import kinds_compatible, parse_expression, shorten
+from jobs.expr import parse_expression, shorten
+from jobs.kinds import kinds_compatible
 from jobs.sources import Schema, read_schema
 from jobs.spec import (
     NUMERIC_AGGS,

@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 
 from jobs.errors import SpecError, TypeMismatch
-from jobs.expr import kinds_compatible, parse_expression
+from jobs.expr import parse_expression
+from jobs.kinds import kinds_compatible
 from jobs.sources import Schema, pandas_kind
 from jobs.spec import JobSpec, SourceSpec
 from jobs.validate import check_spec
