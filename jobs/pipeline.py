@@ -76,7 +76,9 @@ def read_source(source: SourceSpec, *, field: str = "source") -> dd.DataFrame:
     if source.format == "csv":
         # A gzipped file cannot be split: one partition per file (dask warns and does the same).
         blocksize = None if files[0].endswith(".gz") else source.blocksize or "64MiB"
-        return dd.read_csv(files, usecols=source.columns, blocksize=blocksize, storage_options=options)
+        frame = dd.read_csv(files, usecols=source.columns, blocksize=blocksize, storage_options=options)
+        # usecols keeps the file's column order; the spec's order is the one validation assumed.
+        return frame[list(source.columns)] if source.columns else frame
     frame = dd.read_json(files, lines=True, blocksize=source.blocksize or "64MiB", storage_options=options)
     return frame[list(source.columns)] if source.columns else frame
 

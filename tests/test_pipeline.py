@@ -184,3 +184,14 @@ def test_median_beside_other_aggregations_keeps_one_row_per_group() -> None:
     assert len(got) == len(expected) == 900
     np.testing.assert_allclose(got.med, expected["median"])
     np.testing.assert_allclose(got.sd, expected["std"])
+
+
+def test_csv_columns_come_in_the_listed_order(tmp_path: Path) -> None:
+    pd.DataFrame({"a": [1, 2], "b": ["x", "y"], "c": [0.5, 1.5]}).to_csv(tmp_path / "t.csv", index=False)
+    spec = JobSpec.model_validate(
+        {"source": {"format": "csv", "path": str(tmp_path / "t.csv"), "columns": ["c", "a"]}, "sink": {"path": str(tmp_path / "out")}}
+    )
+    with backend_config("pandas"):
+        frame = build_frame(spec)
+    assert list(frame.columns) == ["c", "a"]
+    assert list(frame.compute(scheduler="sync").columns) == ["c", "a"]
