@@ -104,17 +104,32 @@ def sort_spec(data: dict[str, Path], sink: Path) -> dict[str, Any]:
     return {"name": "gpu_sort_all", "source": source, "steps": [{"op": "sort", "by": ["v"]}], "sink": {"path": str(sink)}}
 
 
-def gpu_env(work: Path, protocol: str, **extra: str) -> dict[str, str]:
-    return {
-        "SPILLWAY_CLUSTER__BACKEND": "cudf",
-        "SPILLWAY_CLUSTER__PROTOCOL": protocol,
-        "SPILLWAY_CLUSTER__CUDA_VISIBLE_DEVICES": "0,1",
+def service_env(
+    work: Path, backend: str, *, gpus: str = "0", protocol: str = "tcp", rmm_pool: str | None = None, cpu_workers: int = 2, **extra: str
+) -> dict[str, str]:
+    """``SPILLWAY_*`` settings of a benchmark's service: data root ``work``, a cluster on ``backend``.
+
+    cudf: one worker per GPU in ``gpus`` over ``protocol`` (RMM pool if given); pandas:
+    ``cpu_workers`` single-thread workers. ``extra`` overrides any of them.
+    """
+    env = {
+        "SPILLWAY_CLUSTER__BACKEND": backend,
         "SPILLWAY_CLUSTER__DASHBOARD_ADDRESS": "127.0.0.1:0",
         "SPILLWAY_CLUSTER__LOCAL_DIRECTORY": str(work / "dask"),
-        "SPILLWAY_LOG_LEVEL": "INFO",
         "SPILLWAY_ALLOWED_ROOTS": json.dumps([str(work)]),
-        **extra,
     }
+    if backend == "cudf":
+        env.update(SPILLWAY_CLUSTER__CUDA_VISIBLE_DEVICES=gpus, SPILLWAY_CLUSTER__PROTOCOL=protocol)
+        if rmm_pool:
+            env["SPILLWAY_CLUSTER__RMM_POOL_SIZE"] = rmm_pool
+    else:
+        env.update(SPILLWAY_CLUSTER__N_WORKERS=str(cpu_workers), SPILLWAY_CLUSTER__THREADS_PER_WORKER="1")
+    return {**env, **extra}
+
+
+def gpu_env(work: Path, protocol: str, **extra: str) -> dict[str, str]:
+    """The 2-GPU service of this file's scenarios, with INFO logs."""
+    return service_env(work, "cudf", gpus="0,1", protocol=protocol, SPILLWAY_LOG_LEVEL="INFO", **extra)
 
 
 def run_job(service: ServiceProcess, spec: dict[str, Any], timeout: float = 600) -> dict[str, Any]:

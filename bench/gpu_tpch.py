@@ -41,25 +41,21 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from service.documents import read_mapping  # noqa: E402
+from bench.gpu_service import log, service_env  # noqa: E402
+from bench.tpch_examples import QUERIES, SPECS, TABLES, load_spec, plain_column, tpchgen  # noqa: E402
 from service.launcher import ServiceProcess, launch_service  # noqa: E402
 
-SPECS = ROOT / "examples" / "tpch"
-TABLES = ("region", "nation", "customer", "supplier", "part", "partsupp", "orders", "lineitem")
 ENGINES = ("spillway", "cudf-polars", "polars-cpu", "duckdb")
-
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+# Where the GPU machine's wheelhouse installs console scripts (see ../shared/gpu/README.md).
+_STAGED_TPCHGEN = Path("/tmp/site/bin/tpchgen-cli")
 
 
 def tpchgen_binary() -> str:
-    for candidate in (Path(sys.executable).parent / "tpchgen-cli", Path("/tmp/site/bin/tpchgen-cli")):
-        if candidate.exists():
-            candidate.chmod(0o755)
-            return str(candidate)
-    found = shutil.which("tpchgen-cli")
-    if not found:
+    found = tpchgen()
+    if found is None and _STAGED_TPCHGEN.exists():
+        _STAGED_TPCHGEN.chmod(0o755)  # an install with --target does not keep the executable bit
+        found = str(_STAGED_TPCHGEN)
+    if found is None:
         raise SystemExit("tpchgen-cli not found: pip install tpchgen-cli")
     return found
 
@@ -75,22 +71,12 @@ def generate(work: Path, sf: float, parts: int) -> Path:
     return data
 
 
-def plain(column: pd.Series) -> pd.Series:
-    """Decimals as floats, dates as timestamps, so engines compare alike."""
-    values = column.dropna()
-    if pd.api.types.is_datetime64_any_dtype(column) or (len(values) and all(hasattr(v, "isoformat") for v in values[:5])):
-        return pd.to_datetime(column).astype("datetime64[us]")
-    if pd.api.types.is_numeric_dtype(column) or (len(values) and all(type(v).__name__ == "Decimal" for v in values[:5])):
-        return column.astype("float64")
-    return column.astype(str)
-
-
 def same_answer(actual: pd.DataFrame, expected: pd.DataFrame, rtol: float) -> str | None:
     """None when equal (by position: names differ between engines), else why not."""
     if actual.shape != expected.shape:
         return f"shape {actual.shape} != DuckDB's {expected.shape}"
     for position, name in enumerate(expected.columns):
-        got, want = plain(actual.iloc[:, position].reset_index(drop=True)), plain(expected[name].reset_index(drop=True))
+        got, want = plain_column(actual.iloc[:, position].reset_index(drop=True)), plain_column(expected[name].reset_index(drop=True))
         if pd.api.types.is_float_dtype(want):
             if not np.allclose(got.astype("float64"), want, rtol=rtol, atol=0, equal_nan=True):
                 worst = float(((got.astype("float64") - want).abs() / want.abs()).max())
@@ -98,14 +84,6 @@ def same_answer(actual: pd.DataFrame, expected: pd.DataFrame, rtol: float) -> st
         elif list(got.astype(str)) != list(want.astype(str)):
             return f"column {name}: values differ"
     return None
-
-
-def spec_for(query: str, data: Path, sink: Path) -> dict[str, Any]:
-    filled = sink.parent / f"{query}.yaml"
-    filled.write_text((SPECS / f"{query}.yaml").read_text().replace("{data}", str(data)))
-    spec = read_mapping(filled, "name, sources, source, steps, sink")
-    spec["sink"]["path"] = str(sink)
-    return spec
 
 
 def committed(sink: Path) -> pd.DataFrame:
@@ -161,8 +139,7 @@ def duckdb_engine(data: Path, threads: int | None) -> Callable[[str], pd.DataFra
         con.execute(f"set threads = {threads}")
     for table in TABLES:
         con.execute(f"create view {table} as select * from read_parquet('{data / table}/*.parquet')")
-    sql = {path.stem: path.read_text() for path in (SPECS / "sql").glob("q*.sql")}
-    return lambda query: con.execute(sql[query]).df()
+    return lambda query: con.execute(QUERIES[query]).df()
 
 
 def polars_engine(data: Path, sf: float, engine: Any) -> Callable[[str], pd.DataFrame]:
@@ -183,7 +160,7 @@ def spillway_engine(service: ServiceProcess, data: Path, scratch: Path, timeout:
     def execute(query: str) -> pd.DataFrame:
         sink = scratch / f"{query}_{next(counter)}"
         with service.client() as client:
-            job = client.wait(client.submit(spec_for(query, data, sink)).id, timeout=timeout)
+            job = client.wait(client.submit(load_spec(query, data, sink)).id, timeout=timeout)
         if job.state.value != "SUCCEEDED":
             raise RuntimeError(f"job {job.id} {job.state.value}: {job.error.message if job.error else ''}")
         execute.jobs.append({"query": query, "run_s": (job.finished_at - job.started_at).total_seconds(), "tasks_per_worker": job.progress.tasks_per_worker})  # type: ignore[attr-defined]
@@ -191,21 +168,6 @@ def spillway_engine(service: ServiceProcess, data: Path, scratch: Path, timeout:
 
     execute.jobs = []  # type: ignore[attr-defined]
     return execute
-
-
-def service_env(args: argparse.Namespace, gpus: str) -> dict[str, str]:
-    env = {
-        "SPILLWAY_ALLOWED_ROOTS": json.dumps([str(args.work)]),
-        "SPILLWAY_CLUSTER__BACKEND": args.backend,
-        "SPILLWAY_CLUSTER__DASHBOARD_ADDRESS": "127.0.0.1:0",
-        "SPILLWAY_CLUSTER__LOCAL_DIRECTORY": str(args.work / "dask"),
-        "SPILLWAY_MAX_PARTITIONS": "100000",
-    }
-    if args.backend == "cudf":
-        env.update(SPILLWAY_CLUSTER__CUDA_VISIBLE_DEVICES=gpus, SPILLWAY_CLUSTER__PROTOCOL=args.protocol, SPILLWAY_CLUSTER__RMM_POOL_SIZE=args.rmm_pool)
-    else:
-        env.update(SPILLWAY_CLUSTER__N_WORKERS=str(args.cpu_workers), SPILLWAY_CLUSTER__THREADS_PER_WORKER="1")
-    return env
 
 
 def main() -> None:
@@ -264,7 +226,7 @@ def main() -> None:
             scratch = args.work / f"out_{name}"
             shutil.rmtree(scratch, ignore_errors=True)
             scratch.mkdir(parents=True)
-            service = launch_service(args.work / f"svc_{name}", service_env(args, gpus), timeout=300)
+            service = launch_service(args.work / f"svc_{name}", service_env(args.work, args.backend, gpus=gpus, protocol=args.protocol, rmm_pool=args.rmm_pool, cpu_workers=args.cpu_workers), timeout=300)
             try:
                 execute = spillway_engine(service, data, scratch, timeout=max(60.0, run.left()))
                 time_engine(run, name, queries, args.iterations, execute, expected, args.rtol)

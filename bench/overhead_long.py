@@ -28,13 +28,10 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.gpu_service import log, service_env  # noqa: E402
 from jobs.pipeline import backend_config, build_frame  # noqa: E402
 from jobs.spec import JobSpec  # noqa: E402
 from service.launcher import launch_service  # noqa: E402
-
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
 def make_data(root: Path, rows: int, files: int = 16) -> Path:
@@ -67,23 +64,9 @@ def specs(data: Path, sink: Path, blocksize: str) -> dict[str, dict[str, Any]]:
     }
 
 
-def service_env(args: argparse.Namespace) -> dict[str, str]:
-    env = {
-        "SPILLWAY_ALLOWED_ROOTS": json.dumps([str(args.work)]),
-        "SPILLWAY_CLUSTER__BACKEND": args.backend,
-        "SPILLWAY_CLUSTER__DASHBOARD_ADDRESS": "127.0.0.1:0",
-        "SPILLWAY_CLUSTER__LOCAL_DIRECTORY": str(args.work / "dask"),
-        "SPILLWAY_MAX_CONCURRENT_JOBS": "1",
-    }
-    if args.backend == "cudf":
-        env.update(SPILLWAY_CLUSTER__CUDA_VISIBLE_DEVICES=args.gpus, SPILLWAY_CLUSTER__PROTOCOL="tcp", SPILLWAY_CLUSTER__RMM_POOL_SIZE=args.rmm_pool)
-    else:
-        env.update(SPILLWAY_CLUSTER__N_WORKERS=str(args.workers), SPILLWAY_CLUSTER__THREADS_PER_WORKER="1")
-    return env
-
-
 def through_service(args: argparse.Namespace, data: Path) -> dict[str, Any]:
-    service = launch_service(args.work / "svc", service_env(args), timeout=300)
+    env = service_env(args.work, args.backend, gpus=args.gpus, rmm_pool=args.rmm_pool, cpu_workers=args.workers, SPILLWAY_MAX_CONCURRENT_JOBS="1")
+    service = launch_service(args.work / "svc", env, timeout=300)
     result: dict[str, Any] = {}
     try:
         with service.client() as client:

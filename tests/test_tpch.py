@@ -9,9 +9,7 @@ compared as floats, dates as timestamps).
 
 from __future__ import annotations
 
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,24 +17,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from bench.tpch_examples import QUERIES, SPECS, TABLES, load_spec, plain_column, tpchgen
 from jobs.status import JobStatus
 from service.client import ApiError, SpillwayClient
-from service.documents import read_mapping
-from tests.conftest import ROOT, wait_terminal
+from tests.conftest import wait_terminal
 
 duckdb = pytest.importorskip("duckdb")
 pytestmark = pytest.mark.slow
-
-TABLES = ("region", "nation", "customer", "supplier", "part", "partsupp", "orders", "lineitem")
-SPECS = ROOT / "examples" / "tpch"
-
-# The official SQL of each query (validation parameters), beside its spec; bench/gpu_tpch.py reads them too.
-QUERIES: dict[str, str] = {path.stem: path.read_text() for path in sorted((SPECS / "sql").glob("q*.sql"))}
-
-
-def tpchgen() -> str | None:
-    beside_python = Path(sys.executable).parent / "tpchgen-cli"
-    return str(beside_python) if beside_python.exists() else shutil.which("tpchgen-cli")
 
 
 @pytest.fixture(scope="session")
@@ -60,30 +47,11 @@ def referee(tpch_data: Path) -> Any:
     con.close()
 
 
-def load_spec(name: str, data: Path, out: Path) -> dict[str, Any]:
-    """The example spec with ``{data}`` filled in, read as the CLI reads it, writing to ``out``."""
-    filled = out.parent / f"{name}.yaml"
-    filled.write_text((SPECS / f"{name}.yaml").read_text().replace("{data}", str(data)))
-    spec = read_mapping(filled, "name, sources, source, steps, sink")
-    spec["sink"]["path"] = str(out)
-    return spec
-
-
 def committed_output(api: SpillwayClient, job_id: str, out: Path) -> pd.DataFrame:
     """The sink's part files, in manifest (= partition) order."""
     manifest = api.result(job_id)
     frames = [pd.read_parquet(out / entry.path) for entry in manifest.files]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-
-
-def plain_column(column: pd.Series) -> pd.Series:
-    """Decimals as floats and dates as timestamps, so both sides compare alike."""
-    values = column.dropna()
-    if len(values) and all(isinstance(v, (int, float, np.number)) or type(v).__name__ == "Decimal" for v in values):
-        return column.astype("float64")
-    if pd.api.types.is_datetime64_any_dtype(column) or (len(values) and all(hasattr(v, "isoformat") for v in values)):
-        return pd.to_datetime(column).astype("datetime64[us]")
-    return column
 
 
 def assert_same_answer(actual: pd.DataFrame, expected: pd.DataFrame) -> None:
