@@ -43,6 +43,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.gpu_service import log, service_env  # noqa: E402
 from bench.tpch_examples import QUERIES, SPECS, TABLES, load_spec, plain_column, tpchgen  # noqa: E402
+from jobs.sink import read_manifest  # noqa: E402
 from service.launcher import ServiceProcess, launch_service  # noqa: E402
 
 ENGINES = ("spillway", "cudf-polars", "polars-cpu", "duckdb")
@@ -87,8 +88,8 @@ def same_answer(actual: pd.DataFrame, expected: pd.DataFrame, rtol: float) -> st
 
 
 def committed(sink: Path) -> pd.DataFrame:
-    manifest = json.loads((sink / "_manifest.json").read_text())
-    frames = [pd.read_parquet(sink / entry["path"]) for entry in manifest["files"]]
+    """The sink's part files in manifest (= partition) order."""
+    frames = [pd.read_parquet(sink / entry["path"]) for entry in read_manifest(sink)["files"]]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 

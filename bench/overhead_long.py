@@ -28,6 +28,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.gpu_heavy import sort_spec  # noqa: E402
 from bench.gpu_service import log, service_env  # noqa: E402
 from jobs.pipeline import backend_config, build_frame  # noqa: E402
 from jobs.spec import JobSpec  # noqa: E402
@@ -51,7 +52,7 @@ def make_data(root: Path, rows: int, files: int = 16) -> Path:
 def specs(data: Path, sink: Path, blocksize: str) -> dict[str, dict[str, Any]]:
     source = {"format": "parquet", "path": str(data), "blocksize": blocksize}
     return {
-        "sort": {"name": "long_sort", "source": source, "steps": [{"op": "sort", "by": ["v"]}], "sink": {"path": str(sink)}},
+        "sort": sort_spec(data, sink, blocksize),
         "groupby_many_groups": {
             "name": "long_groupby",
             "source": source,
