@@ -52,6 +52,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.common import log  # noqa: E402
 from bench.dbbench_data import DataSet, ensure_data, pretty_rows  # noqa: E402
 from bench.dbbench_process import CpuMeter, Engine, EngineProcess, machine_info  # noqa: E402
 from bench.dbbench_questions import WORKLOADS, Question, select_questions  # noqa: E402
@@ -63,10 +64,6 @@ FAIRNESS = (
     "between runs. Each engine runs in its own process with its thread limit. Spillway time = job run time from its "
     "own timestamps; submit→end recorded beside it. Answers compared by row count and per-column sums and null counts."
 )
-
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
 def expand_engines(names: str, backend: str, gpus: list[int], threads: int) -> list[Engine]:

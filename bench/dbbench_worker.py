@@ -171,27 +171,21 @@ class SpillwayEngine:
 
         from service.launcher import launch_service
 
+        from bench.common import service_env
+
         work = Path(config["work"])
-        env = {
-            "SPILLWAY_ALLOWED_ROOTS": json.dumps([str(work)]),
-            "SPILLWAY_CLUSTER__DASHBOARD_ADDRESS": "127.0.0.1:0",
-            "SPILLWAY_CLUSTER__LOCAL_DIRECTORY": str(work / "scratch" / config["name"]),
-            "SPILLWAY_MAX_CONCURRENT_JOBS": "1",
-            "SPILLWAY_LOG_LEVEL": "INFO",
-        }
-        if config["backend"] == "cudf":  # as bench/gpu_service.py's gpu_env
-            env |= {
-                "SPILLWAY_CLUSTER__BACKEND": "cudf",
-                "SPILLWAY_CLUSTER__PROTOCOL": config["protocol"],
-                "SPILLWAY_CLUSTER__CUDA_VISIBLE_DEVICES": config["devices"],
-                "SPILLWAY_CLUSTER__RMM_POOL_SIZE": config["rmm_pool_size"],
-            }
-        else:
-            env |= {
-                "SPILLWAY_CLUSTER__BACKEND": "pandas",
-                "SPILLWAY_CLUSTER__N_WORKERS": str(config["threads"]),
-                "SPILLWAY_CLUSTER__THREADS_PER_WORKER": "1",
-            }
+        gpu = config["backend"] == "cudf"
+        env = service_env(
+            work,
+            config["backend"],
+            gpus=config["devices"] if gpu else "0",
+            protocol=config["protocol"] if gpu else "tcp",
+            rmm_pool=config["rmm_pool_size"] if gpu else None,
+            cpu_workers=config["threads"],
+            SPILLWAY_CLUSTER__LOCAL_DIRECTORY=str(work / "scratch" / config["name"]),
+            SPILLWAY_MAX_CONCURRENT_JOBS="1",
+            SPILLWAY_LOG_LEVEL="INFO",
+        )
         self.service = launch_service(work / "services" / config["name"], env, timeout=300)
         with self.service.client() as client:
             info = client.cluster()

@@ -43,8 +43,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.gpu_service import gpu_env, log, make_data, run_job, versions  # noqa: E402
-from service.launcher import ServiceProcess, launch_service  # noqa: E402
+from bench.common import log, run_job  # noqa: E402
+from bench.gpu_service import gpu_env, make_data, versions  # noqa: E402
+from service.launcher import launch_service  # noqa: E402
 
 RESULTS: dict[str, Any] = {}
 GB = 1e9

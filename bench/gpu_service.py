@@ -32,6 +32,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.common import log, run_job, service_env  # noqa: E402
 from jobs.status import JobStatus  # noqa: E402
 from service.launcher import ServiceProcess, launch_service  # noqa: E402
 
@@ -40,10 +41,6 @@ RESULTS: dict[str, Any] = {}
 
 def save(out: Path) -> None:
     (out / "gpu_service.json").write_text(json.dumps(RESULTS, indent=2, default=str))
-
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
 def make_data(root: Path, rows: int, files: int) -> dict[str, Path]:
@@ -104,45 +101,9 @@ def sort_spec(data: dict[str, Path], sink: Path) -> dict[str, Any]:
     return {"name": "gpu_sort_all", "source": source, "steps": [{"op": "sort", "by": ["v"]}], "sink": {"path": str(sink)}}
 
 
-def service_env(
-    work: Path, backend: str, *, gpus: str = "0", protocol: str = "tcp", rmm_pool: str | None = None, cpu_workers: int = 2, **extra: str
-) -> dict[str, str]:
-    """``SPILLWAY_*`` settings of a benchmark's service: data root ``work``, a cluster on ``backend``.
-
-    cudf: one worker per GPU in ``gpus`` over ``protocol`` (RMM pool if given); pandas:
-    ``cpu_workers`` single-thread workers. ``extra`` overrides any of them.
-    """
-    env = {
-        "SPILLWAY_CLUSTER__BACKEND": backend,
-        "SPILLWAY_CLUSTER__DASHBOARD_ADDRESS": "127.0.0.1:0",
-        "SPILLWAY_CLUSTER__LOCAL_DIRECTORY": str(work / "dask"),
-        "SPILLWAY_ALLOWED_ROOTS": json.dumps([str(work)]),
-    }
-    if backend == "cudf":
-        env.update(SPILLWAY_CLUSTER__CUDA_VISIBLE_DEVICES=gpus, SPILLWAY_CLUSTER__PROTOCOL=protocol)
-        if rmm_pool:
-            env["SPILLWAY_CLUSTER__RMM_POOL_SIZE"] = rmm_pool
-    else:
-        env.update(SPILLWAY_CLUSTER__N_WORKERS=str(cpu_workers), SPILLWAY_CLUSTER__THREADS_PER_WORKER="1")
-    return {**env, **extra}
-
-
 def gpu_env(work: Path, protocol: str, **extra: str) -> dict[str, str]:
     """The 2-GPU service of this file's scenarios, with INFO logs."""
     return service_env(work, "cudf", gpus="0,1", protocol=protocol, SPILLWAY_LOG_LEVEL="INFO", **extra)
-
-
-def run_job(service: ServiceProcess, spec: dict[str, Any], timeout: float = 600) -> dict[str, Any]:
-    with service.client() as client:
-        start = time.perf_counter()
-        job_id = client.submit(spec).id
-        job = client.wait(job_id, timeout=timeout)
-        wall = time.perf_counter() - start
-    record = json.loads(job.model_dump_json())
-    record["wall_s_submit_to_terminal"] = round(wall, 3)
-    if job.started_at and job.finished_at:
-        record["run_s"] = round((job.finished_at - job.started_at).total_seconds(), 3)
-    return record
 
 
 def start(work: Path, env: dict[str, str], name: str) -> ServiceProcess:

@@ -41,7 +41,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.gpu_service import log, service_env  # noqa: E402
+from bench.common import log, service_env  # noqa: E402
 from bench.tpch_examples import QUERIES, SPECS, TABLES, load_spec, plain_column, tpchgen  # noqa: E402
 from jobs.sink import read_manifest  # noqa: E402
 from service.launcher import ServiceProcess, launch_service  # noqa: E402

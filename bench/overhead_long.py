@@ -29,7 +29,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.gpu_heavy import sort_spec  # noqa: E402
-from bench.gpu_service import log, service_env  # noqa: E402
+from bench.common import log, service_env  # noqa: E402
 from jobs.pipeline import backend_config, build_frame  # noqa: E402
 from jobs.spec import JobSpec  # noqa: E402
 from service.launcher import launch_service  # noqa: E402

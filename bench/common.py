@@ -1,0 +1,57 @@
+"""What every benchmark shares: a timestamped log line, a service's settings, one job run.
+
+Benchmarks start the real service (``service.launcher.launch_service``) with
+:func:`service_env` and submit over REST with :func:`run_job`, so what they time is what
+a user gets.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from service.launcher import ServiceProcess
+
+
+def log(message: str) -> None:
+    """A progress line with the wall-clock time, flushed at once (device logs are read later)."""
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def service_env(
+    work: Path, backend: str, *, gpus: str = "0", protocol: str = "tcp", rmm_pool: str | None = None, cpu_workers: int = 2, **extra: str
+) -> dict[str, str]:
+    """``SPILLWAY_*`` settings of a benchmark's service: data root ``work``, a cluster on ``backend``.
+
+    cudf: one worker per GPU in ``gpus`` over ``protocol`` (RMM pool if given); pandas:
+    ``cpu_workers`` single-thread workers. ``extra`` overrides any of them.
+    """
+    env = {
+        "SPILLWAY_CLUSTER__BACKEND": backend,
+        "SPILLWAY_CLUSTER__DASHBOARD_ADDRESS": "127.0.0.1:0",
+        "SPILLWAY_CLUSTER__LOCAL_DIRECTORY": str(work / "dask"),
+        "SPILLWAY_ALLOWED_ROOTS": json.dumps([str(work)]),
+    }
+    if backend == "cudf":
+        env.update(SPILLWAY_CLUSTER__CUDA_VISIBLE_DEVICES=gpus, SPILLWAY_CLUSTER__PROTOCOL=protocol)
+        if rmm_pool:
+            env["SPILLWAY_CLUSTER__RMM_POOL_SIZE"] = rmm_pool
+    else:
+        env.update(SPILLWAY_CLUSTER__N_WORKERS=str(cpu_workers), SPILLWAY_CLUSTER__THREADS_PER_WORKER="1")
+    return {**env, **extra}
+
+
+def run_job(service: ServiceProcess, spec: dict[str, Any], timeout: float = 600) -> dict[str, Any]:
+    """Submit ``spec`` and wait: the job's record plus submit→end and RUNNING→end seconds."""
+    with service.client() as client:
+        start = time.perf_counter()
+        job_id = client.submit(spec).id
+        job = client.wait(job_id, timeout=timeout)
+        wall = time.perf_counter() - start
+    record = json.loads(job.model_dump_json())
+    record["wall_s_submit_to_terminal"] = round(wall, 3)
+    if job.started_at and job.finished_at:
+        record["run_s"] = round((job.finished_at - job.started_at).total_seconds(), 3)
+    return record
