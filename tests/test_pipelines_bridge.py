@@ -18,11 +18,9 @@ from service.pipelines.bridge import job_callbacks
 from service.pipelines.models import RunState
 from service.store import JobStore
 from tests.conftest import wait_for
-from tests.test_pipelines_fakes import UTC, FakeClock, pipeline, runs_of, tick
+from tests.test_pipelines_fakes import T0, UTC, FakeClock, pipeline, runs_of, tick
 
 pytest_plugins = ["tests.test_pipelines_fakes"]  # the database fixture
-
-T0 = datetime(2026, 5, 1, 0, 5, tzinfo=UTC)
 
 
 @pytest.fixture()

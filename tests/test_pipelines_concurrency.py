@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select, update
@@ -17,22 +17,18 @@ from service.pipelines.plans import plan_due
 from service.pipelines.scheduler import PipelineScheduler
 from service.pipelines.tables import pipelines_table, runs_table
 from tests.test_pipelines_fakes import (
+    T0,
     UTC,
     FakeClock,
     FakeJobs,
     SchedulerFactory,
+    hour,
     pipeline,
     runs_of,
     tick,
 )
 
 pytest_plugins = ["tests.test_pipelines_fakes"]  # the database and scheduler fixtures
-
-T0 = datetime(2026, 5, 1, 0, 5, tzinfo=UTC)
-
-
-def hour(h: float) -> datetime:
-    return datetime(2026, 5, 1, tzinfo=UTC) + timedelta(hours=h)
 
 
 class CountingJobs(FakeJobs):

@@ -22,6 +22,12 @@ from service.pipelines.models import PipelineCreate, RunView
 from service.pipelines.scheduler import TickReport
 
 UTC = timezone.utc
+T0 = datetime(2026, 5, 1, 0, 5, tzinfo=UTC)  # the tests' "now": five minutes past the first hourly tick
+
+
+def hour(h: float) -> datetime:
+    """``h`` hours after midnight of the tests' day."""
+    return datetime(2026, 5, 1, tzinfo=UTC) + timedelta(hours=h)
 
 
 class FakeClock:

@@ -12,11 +12,13 @@ from service.pipelines.errors import RunExists, TemplateError
 from service.pipelines.models import RunState, RunTrigger
 from service.pipelines.runs import Attempt
 from tests.test_pipelines_fakes import (
+    T0,
     UTC,
     FakeClock,
     FakeJobs,
     SchedulerFactory,
     arun,
+    hour,
     pipeline,
     runs_of,
     states,
@@ -24,12 +26,6 @@ from tests.test_pipelines_fakes import (
 )
 
 pytest_plugins = ["tests.test_pipelines_fakes"]  # the database and scheduler fixtures
-
-T0 = datetime(2026, 5, 1, 0, 5, tzinfo=UTC)
-
-
-def hour(h: float) -> datetime:
-    return datetime(2026, 5, 1, tzinfo=UTC) + timedelta(hours=h)
 
 
 @pytest.mark.parametrize(
