@@ -46,6 +46,7 @@ import math
 import os
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -100,7 +101,8 @@ class Harness:
         self.args, self.engines, self.questions, self.data = args, engines, questions, data
         self.end = started + args.deadline if args.deadline else math.inf
         self.share_end = math.inf  # --order engine: the end of the current engine's share of the time
-        self.config = {"work": str(args.work), "protocol": args.protocol, "rmm_pool_size": args.rmm_pool_size}
+        self.config = {"work": str(args.work), "protocol": args.protocol, "rmm_pool_size": args.rmm_pool_size,
+                       "run_timeout": args.run_timeout}
         self.processes: dict[str, EngineProcess] = {}
         self.broken: dict[str, str] = {}
         self.results: dict[str, Any] = {}
@@ -238,8 +240,9 @@ class Harness:
             for question in self.questions:
                 self._verdict(question)
         finally:
-            for engine in self.engines:
-                self.retire(engine)
+            # Side by side: seven engines each taking their grace period in turn outlived a caller's timeout.
+            with ThreadPoolExecutor(max_workers=max(len(self.processes), 1)) as pool:
+                list(pool.map(self.retire, list(self.engines)))
 
     def _verdict(self, question: Question) -> None:
         check = self.results[question.key]["check"]

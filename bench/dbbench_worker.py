@@ -10,6 +10,7 @@ sent to stderr, so the reply channel carries only replies.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import re
@@ -26,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.dbbench_questions import QUESTIONS, Question, dask_queries, polars_queries, spillway_spec  # noqa: E402
 
 _NUMERIC_PREFIXES = ("int", "uint", "float", "double", "decimal")
+_DIAGNOSE_S = 15.0  # seconds kept, before the harness's run timeout, to diagnose a hung job
 _PHASES = re.compile(r"plan ([\d.]+) s, compute ([\d.]+) s, commit ([\d.]+) s")
 
 
@@ -187,6 +189,10 @@ class SpillwayEngine:
             SPILLWAY_LOG_LEVEL="INFO",
         )
         self.service = launch_service(work / "services" / config["name"], env, timeout=300)
+        # A job still running this close to the harness's kill is diagnosed first (see _diagnose).
+        run_timeout = config.get("run_timeout")
+        self.wait_limit = None if run_timeout is None else max(run_timeout - _DIAGNOSE_S, run_timeout / 2)
+        self.waiter = concurrent.futures.ThreadPoolExecutor(max_workers=1)
         with self.service.client() as client:
             info = client.cluster()
         self.versions = {"dask": dask.__version__, "pandas": pandas.__version__, "cluster_backend": info.backend,
@@ -199,7 +205,12 @@ class SpillwayEngine:
         with self.service.client() as client:
             start = time.perf_counter()
             job_id = client.submit(spec).id
-            job = client.wait(job_id)
+            # Waited for in a thread: a hung job sends no events, so a timeout inside wait() would never fire.
+            waiting = self.waiter.submit(client.wait, job_id)
+            try:
+                job = waiting.result(timeout=self.wait_limit)
+            except concurrent.futures.TimeoutError:
+                raise RuntimeError(f"job {job_id} unfinished after {self.wait_limit:.0f} s; {self._diagnose(job_id)}") from None
             wall = time.perf_counter() - start
         if job.state.value != "SUCCEEDED":
             detail = job.error.message if job.error else "no error recorded"
@@ -218,7 +229,26 @@ class SpillwayEngine:
                 return {name: float(value) for name, value in zip(("plan", "compute", "commit"), found.groups(), strict=True)}
         return {}
 
+    def _diagnose(self, job_id: str) -> str:
+        """What a hung job's cluster is doing: its progress, tasks per worker, the workers' stacks; then cancel it."""
+        from distributed import Client
+
+        parts: list[str] = []
+        try:
+            with self.service.client() as api:
+                view, info = api.get(job_id), api.cluster()
+                parts.append(f"progress: {view.progress.model_dump_json()[:2000]}")
+                with Client(info.scheduler_address, timeout=20) as dask_client:
+                    parts.append("processing: " + json.dumps({w: len(t) for w, t in dask_client.processing().items()}))
+                    parts.append("call stacks: " + json.dumps(dask_client.call_stack(), default=str)[:8000])
+                api.cancel(job_id)
+                parts.append("job cancelled")
+        except Exception as exc:  # noqa: BLE001 - a diagnosis that fails must not hide the hang
+            parts.append(f"diagnosis failed: {type(exc).__name__}: {exc}")
+        return "\n".join(parts)
+
     def close(self) -> None:
+        self.waiter.shutdown(wait=False, cancel_futures=True)
         self.service.stop()
 
 

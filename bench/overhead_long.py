@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import shutil
 import statistics
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -38,14 +40,24 @@ from service.launcher import launch_service  # noqa: E402
 def make_data(root: Path, rows: int, files: int = 16) -> Path:
     """``rows`` rows of (key, id, v, w) in ``files`` parquet files, made once per size."""
     data = root / f"facts_{rows}"
-    if not data.exists():
-        data.mkdir(parents=True)
-        per = rows // files
-        for index in range(files):
-            rng = np.random.default_rng(index)
-            pd.DataFrame(
-                {"key": rng.integers(0, 1000, per), "id": np.arange(index * per, (index + 1) * per), "v": rng.random(per), "w": rng.random(per)}
-            ).to_parquet(data / f"part-{index:03d}.parquet", index=False)
+    if data.exists():
+        return data
+    staging = data.with_name(data.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    per = rows // files
+
+    def write_file(index: int) -> None:
+        rng = np.random.default_rng(index)  # one stream per file: the same data whatever the thread order
+        pd.DataFrame(
+            {"key": rng.integers(0, 1000, per), "id": np.arange(index * per, (index + 1) * per), "v": rng.random(per), "w": rng.random(per)}
+        ).to_parquet(staging / f"part-{index:03d}.parquet", index=False)
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=min(files, os.cpu_count() or 1)) as pool:  # numpy and arrow release the GIL
+        list(pool.map(write_file, range(files)))
+    staging.rename(data)  # only a complete set is reused
+    log(f"generated {rows:,} rows in {time.perf_counter() - started:.1f} s")
     return data
 
 
@@ -146,7 +158,7 @@ def main() -> None:
     for stale in list(args.work.glob("out_*")):
         shutil.rmtree(stale, ignore_errors=True)
     data = make_data(args.work / "data", args.rows)
-    result: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}, "machine": f"{platform.machine()}, {__import__('os').cpu_count()} cores, Python {platform.python_version()}"}
+    result: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}, "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"}
     result["direct"] = direct(args, data)
     result["service"] = through_service(args, data)
     result["summary"] = summarize(result["service"], result["direct"])
