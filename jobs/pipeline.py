@@ -199,6 +199,15 @@ def _input_of(agg: Aggregation, by_text: dict[str, str]) -> str | None:
     return by_text[agg.expr] if agg.expr is not None else agg.column
 
 
+def _named_aggregates(frame: Any, names: dict[tuple[str, str], str]) -> Any:
+    """The ``(column, func)`` columns of ``groupby().agg({column: [funcs]})`` picked and named as ``names`` says."""
+    flat = frame.copy(deep=False)  # cuDF and pandas alike: flatten by assignment, then pick
+    flat.columns = [f"{column}\x1f{func}" for column, func in frame.columns]
+    picked = flat[[f"{column}\x1f{func}" for column, func in names]]
+    picked.columns = list(names.values())
+    return picked
+
+
 def _groupby(frame: dd.DataFrame, step: GroupByStep, field: str) -> dd.DataFrame:
     # The {column: [funcs]} form is the one dask-cudf and dask-pandas both take (cudf
     # has no named aggregation); the (column, func) result columns are then renamed.
@@ -222,9 +231,9 @@ def _groupby(frame: dd.DataFrame, step: GroupByStep, field: str) -> dd.DataFrame
             if func not in by_column[column]:
                 by_column[column].append(func)
         aggregated = grouped.agg(by_column)
-        aggregated.columns = [f"{column}\x1f{func}" for column, func in aggregated.columns]
-        named = aggregated[[f"{column}\x1f{func}" for column, func in wanted.values()]]
-        named.columns = list(wanted)
+        # Named per partition, not with ``.columns =``: dask 2026.7 fails to lower a columns
+        # setter on a shuffled groupby's (column, func) columns (KeyError at optimize).
+        named = aggregated.map_partitions(_named_aggregates, names=dict(zip(wanted.values(), wanted, strict=True)))
         parts.append(named.reset_index())
     parts += [
         getattr(grouped[inputs[name] or row_column], agg.func)().to_frame(name).reset_index()

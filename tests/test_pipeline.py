@@ -196,3 +196,38 @@ def test_csv_columns_come_in_the_listed_order(tmp_path: Path) -> None:
         frame = build_frame(spec)
     assert list(frame.columns) == ["c", "a"]
     assert list(frame.compute(scheduler="sync").columns) == ["c", "a"]
+
+
+def test_min_per_key_from_a_shuffled_groupby_joins_back_on_renamed_keys(tmp_path: Path) -> None:
+    """Regression (TPC-H q02 at SF 1): a groupby over enough partitions to be shuffled, renamed,
+    then joined on two keys failed in dask's optimiser (KeyError on the (column, func) columns)."""
+    rng = np.random.default_rng(1)
+    offers = tmp_path / "offers"
+    offers.mkdir()
+    for index in range(48):  # enough partitions for dask to shuffle the groupby (split_out > 1)
+        pd.DataFrame({"part": rng.integers(0, 2_000, 500), "cost": rng.integers(1, 1_000, 500).astype(float)}).to_parquet(
+            offers / f"{index:02d}.parquet", index=False
+        )
+    spec = JobSpec.model_validate(
+        {
+            "sources": {
+                "offers": {"format": "parquet", "path": str(offers)},
+                "cheapest": {
+                    "from": "offers",
+                    "steps": [
+                        {"op": "groupby", "by": ["part"], "aggs": {"min_cost": {"func": "min", "column": "cost"}}},
+                        {"op": "rename", "columns": {"part": "m_part"}},
+                    ],
+                },
+            },
+            "source": "offers",
+            "steps": [{"op": "join", "how": "semi", "right": "cheapest", "left_on": ["part", "cost"], "right_on": ["m_part", "min_cost"]}],
+            "sink": {"path": str(tmp_path / "out")},
+        }
+    )
+    with backend_config("pandas"):
+        out = build_frame(spec).optimize().compute(scheduler="sync")
+    everything = pd.concat(pd.read_parquet(f) for f in sorted(offers.iterdir()))
+    expected = everything[everything.cost == everything.groupby("part").cost.transform("min")]
+    assert len(out) == len(expected) > 0
+    assert sorted(zip(out.part, out.cost)) == sorted(zip(expected.part, expected.cost))
