@@ -55,7 +55,10 @@ def plan_job(spec: JobSpec, backend: Backend, writer: SinkWriter, planner: Clien
     dask's default scheduler without one).
     """
     with _PLANNING, planner.as_current() if planner is not None else nullcontext(), backend_config(backend):
-        write = writer.write_graph(build_frame(spec)).optimize()
+        # Optimised before the writer sees it: a sort's boundaries are computed eagerly, and on
+        # the raw frame (the writer asks for its divisions) and again on the optimised one
+        # (lowering) they cost two passes over the input instead of one.
+        write = writer.write_graph(build_frame(spec).optimize(fuse=False)).optimize()
         graph = dict(write.__dask_graph__())
     result_keys = list(write.__dask_keys__())
     # Topological order, so stages are listed the way data flows (read first, write last).
