@@ -292,7 +292,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     log(f"db-benchmark groupby/join at {pretty_rows(args.rows)} rows, {args.threads} threads, engines "
         f"{', '.join(e.name for e in engines)}; {len(questions)} questions × {args.runs} runs -> {path}")
     log(f"fairness: {FAIRNESS}")
-    data = ensure_data(args.work, args.rows, args.seed, log=log)
+    data = ensure_data(args.work, args.rows, args.seed, workloads={q.workload for q in questions}, log=log)
     harness = Harness(args, engines, questions, data, started)
     report: dict[str, Any] = {
         "benchmark": "db-benchmark groupby + join (port: bench/dbbench_data.py)",

@@ -41,7 +41,7 @@ import math
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,18 +79,29 @@ def pretty_rows(rows: int) -> str:
     return f"1e{exponent}" if rows == 10**exponent else str(rows)
 
 
-def ensure_data(work: Path, rows: int, seed: int = DEFAULT_SEED, *, log: Callable[[str], None] | None = None) -> DataSet:
-    """Generate (or reuse) the groupby and join tables of ``rows`` rows under ``work/data``."""
+def ensure_data(
+    work: Path,
+    rows: int,
+    seed: int = DEFAULT_SEED,
+    *,
+    workloads: Collection[str] = ("groupby", "join"),
+    log: Callable[[str], None] | None = None,
+) -> DataSet:
+    """Generate (or reuse) the tables of ``workloads`` (groupby, join) of ``rows`` rows under ``work/data``.
+
+    A workload left out gets no tables (join's take minutes to write at 1e8).
+    """
     root = work / "data"
     name = f"{pretty_rows(rows)}_seed{seed}_v{GENERATOR_VERSION}"
-    groupby_dir = _cached(root / f"G1_{name}", lambda d: write_groupby(d, rows, seed), log)
-    join_dir = _cached(root / f"J1_{name}", lambda d: write_join(d, rows, seed), log)
-    return DataSet(
-        rows=rows,
-        seed=seed,
-        groupby={"x": groupby_dir / "x"},
-        join={table: join_dir / table for table in ("x", "small", "medium", "big")},
-    )
+    groupby: dict[str, Path] = {}
+    join: dict[str, Path] = {}
+    if "groupby" in workloads:
+        groupby_dir = _cached(root / f"G1_{name}", lambda d: write_groupby(d, rows, seed), log)
+        groupby = {"x": groupby_dir / "x"}
+    if "join" in workloads:
+        join_dir = _cached(root / f"J1_{name}", lambda d: write_join(d, rows, seed), log)
+        join = {table: join_dir / table for table in ("x", "small", "medium", "big")}
+    return DataSet(rows=rows, seed=seed, groupby=groupby, join=join)
 
 
 def _cached(final: Path, write: Callable[[Path], dict[str, object]], log: Callable[[str], None] | None) -> Path:

@@ -45,6 +45,12 @@ def test_generated_data_has_db_benchmarks_shape(tmp_path: Path) -> None:
     assert sorted(p.stat().st_mtime_ns for p in ensure_data(tmp_path, 10_000).groupby["x"].iterdir()) == before
 
 
+def test_only_the_asked_workloads_tables_are_written(tmp_path: Path) -> None:
+    data = ensure_data(tmp_path, 10_000, workloads={"groupby"})
+    assert data.groupby["x"].is_dir() and data.join == {}
+    assert [p.name.split("_")[0] for p in (tmp_path / "data").iterdir()] == ["G1"]
+
+
 def test_selection_and_engine_names() -> None:
     assert [q.key for q in select_questions("join")] == [f"join.q{i}" for i in range(1, 6)]
     assert len(select_questions("all")) == 15
