@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from jobs.pipeline import backend_config, build_frame
+from jobs.pipeline import Backend, backend_config, build_frame
 from jobs.spec import JobSpec
 
 
@@ -198,7 +198,8 @@ def test_csv_columns_come_in_the_listed_order(tmp_path: Path) -> None:
     assert list(frame.compute(scheduler="sync").columns) == ["c", "a"]
 
 
-def test_min_per_key_from_a_shuffled_groupby_joins_back_on_renamed_keys(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["pandas", pytest.param("cudf", marks=pytest.mark.gpu)])
+def test_min_per_key_from_a_shuffled_groupby_joins_back_on_renamed_keys(tmp_path: Path, backend: Backend) -> None:
     """Regression (TPC-H q02 at SF 1): a groupby over enough partitions to be shuffled, renamed,
     then joined on two keys failed in dask's optimiser (KeyError on the (column, func) columns)."""
     rng = np.random.default_rng(1)
@@ -225,8 +226,10 @@ def test_min_per_key_from_a_shuffled_groupby_joins_back_on_renamed_keys(tmp_path
             "sink": {"path": str(tmp_path / "out")},
         }
     )
-    with backend_config("pandas"):
+    with backend_config(backend):
         out = build_frame(spec).optimize().compute(scheduler="sync")
+    if backend == "cudf":
+        out = out.to_pandas()
     everything = pd.concat(pd.read_parquet(f) for f in sorted(offers.iterdir()))
     expected = everything[everything.cost == everything.groupby("part").cost.transform("min")]
     assert len(out) == len(expected) > 0

@@ -9,10 +9,12 @@ from typing import Any
 import dask
 import numpy as np
 import pandas as pd
+import pytest
 from dask.callbacks import Callback
 from dask.utils import key_split
 
 from cluster.plan import plan_job
+from jobs.pipeline import Backend
 from jobs.sink import SinkWriter
 from jobs.spec import JobSpec
 
@@ -32,7 +34,8 @@ class _ComputeCounter(Callback):
         self.tasks[key_split(key)] += 1
 
 
-def test_a_sort_reads_its_input_once_while_planning(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["pandas", pytest.param("cudf", marks=pytest.mark.gpu)])
+def test_a_sort_reads_its_input_once_while_planning(tmp_path: Path, backend: Backend) -> None:
     """A sort's partition boundaries are computed eagerly. Asked for before optimisation (by the
     writer) and again after it (by the lowering, on a differently named frame), they cost two
     passes over the input; planning the optimised frame costs one (TPC-H q20: 56 s → 29 s)."""
@@ -54,6 +57,6 @@ def test_a_sort_reads_its_input_once_while_planning(tmp_path: Path) -> None:
     )
     counter = _ComputeCounter()
     with dask.config.set(scheduler="sync"), counter:
-        plan_job(spec, "pandas", SinkWriter(spec.sink, "plan-test"))
+        plan_job(spec, backend, SinkWriter(spec.sink, "plan-test"))
     assert counter.tasks["repartitionquantiles"] > 0, "the boundaries were computed while planning"
     assert counter.computations == 1, f"{counter.computations} passes over the input while planning"
