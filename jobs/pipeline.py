@@ -233,8 +233,14 @@ def _groupby(frame: dd.DataFrame, step: GroupByStep, field: str) -> dd.DataFrame
         aggregated = grouped.agg(by_column)
         # Named per partition, not with ``.columns =``: dask 2026.7 fails to lower a columns
         # setter on a shuffled groupby's (column, func) columns (KeyError at optimize).
-        named = aggregated.map_partitions(_named_aggregates, names=dict(zip(wanted.values(), wanted, strict=True)))
-        parts.append(named.reset_index())
+        first_name: dict[tuple[str, str], str] = {}  # two outputs may ask for the same (column, func)
+        for name, pick in wanted.items():
+            first_name.setdefault(pick, name)
+        named = aggregated.map_partitions(_named_aggregates, names=first_name)
+        copies = {name: named[first_name[pick]] for name, pick in wanted.items() if first_name[pick] != name}
+        if copies:
+            named = named.assign(**copies)
+        parts.append(named[list(wanted)].reset_index())
     parts += [
         getattr(grouped[inputs[name] or row_column], agg.func)().to_frame(name).reset_index()
         for name, agg in step.aggs.items()

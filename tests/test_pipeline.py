@@ -234,3 +234,12 @@ def test_min_per_key_from_a_shuffled_groupby_joins_back_on_renamed_keys(tmp_path
     expected = everything[everything.cost == everything.groupby("part").cost.transform("min")]
     assert len(out) == len(expected) > 0
     assert sorted(zip(out.part, out.cost)) == sorted(zip(expected.part, expected.cost))
+
+
+def test_two_outputs_of_the_same_aggregation(sample_data: dict[str, Path], sales_frame: pd.DataFrame) -> None:
+    aggs = {"total": {"func": "sum", "column": "amount"}, "again": {"func": "sum", "column": "amount"}, "rows": {"func": "size"}}
+    out = run(sample_data, [{"op": "groupby", "by": ["region"], "aggs": aggs}])
+    assert list(out.columns) == ["region", "total", "again", "rows"]
+    expected = sales_frame.groupby("region").amount.sum()
+    for _, row in out.iterrows():
+        assert row.total == pytest.approx(expected[row.region]) and row.again == row.total
