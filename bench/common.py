@@ -1,4 +1,4 @@
-"""What every benchmark shares: a timestamped log line, a service's settings, one job run.
+"""What every benchmark shares: a timestamped log line, data made once, a service's settings, one job run.
 
 Benchmarks start the real service (``service.launcher.launch_service``) with
 :func:`service_env` and submit over REST with :func:`run_job`, so what they time is what
@@ -8,7 +8,11 @@ a user gets.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +22,36 @@ from service.launcher import ServiceProcess
 def log(message: str) -> None:
     """A progress line with the wall-clock time, flushed at once (device logs are read later)."""
     print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+DONE_MARKER = "_DONE.json"
+
+
+def build_once(final: Path, write: Callable[[Path], dict[str, Any]], log: Callable[[str], None] | None = log) -> Path:
+    """``final``, made by ``write`` into a staging sibling and renamed into place when complete.
+
+    A directory holding ``DONE_MARKER`` (what ``write`` returned, and the seconds it took)
+    is reused as it is; a partial one left by a killed run is made again.
+    """
+    if (final / DONE_MARKER).exists():
+        return final
+    staging = final.with_name(final.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    start = time.perf_counter()
+    written = write(staging)
+    (staging / DONE_MARKER).write_text(json.dumps({"tables": written, "seconds": round(time.perf_counter() - start, 1)}, indent=1))
+    shutil.rmtree(final, ignore_errors=True)
+    staging.rename(final)
+    if log is not None:
+        log(f"generated {final.name} in {time.perf_counter() - start:.1f} s")
+    return final
+
+
+def side_by_side(task: Callable[[int], None], count: int) -> None:
+    """``task(0) … task(count - 1)`` on threads, one per core: for numpy and Arrow work, which releases the GIL."""
+    with ThreadPoolExecutor(max_workers=max(1, min(count, os.cpu_count() or 1))) as pool:
+        list(pool.map(task, range(count)))
 
 
 def service_env(

@@ -36,13 +36,8 @@ appears only when complete (written aside, then renamed).
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import shutil
-import time
 from collections.abc import Callable, Collection
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,13 +46,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from bench.common import build_once, side_by_side
+
 #: Bumped when the generated data changes, so stale caches are not reused.
 GENERATOR_VERSION = 1
 DEFAULT_SEED = 108
 GROUPS_K = 100
 ROWS_PER_FILE = 1_000_000
 MAX_FILES = 32
-_DONE = "_DONE.json"
 
 
 @dataclass(frozen=True)
@@ -96,28 +92,12 @@ def ensure_data(
     groupby: dict[str, Path] = {}
     join: dict[str, Path] = {}
     if "groupby" in workloads:
-        groupby_dir = _cached(root / f"G1_{name}", lambda d: write_groupby(d, rows, seed), log)
+        groupby_dir = build_once(root / f"G1_{name}", lambda d: write_groupby(d, rows, seed), log)
         groupby = {"x": groupby_dir / "x"}
     if "join" in workloads:
-        join_dir = _cached(root / f"J1_{name}", lambda d: write_join(d, rows, seed), log)
+        join_dir = build_once(root / f"J1_{name}", lambda d: write_join(d, rows, seed), log)
         join = {table: join_dir / table for table in ("x", "small", "medium", "big")}
     return DataSet(rows=rows, seed=seed, groupby=groupby, join=join)
-
-
-def _cached(final: Path, write: Callable[[Path], dict[str, object]], log: Callable[[str], None] | None) -> Path:
-    if (final / _DONE).exists():
-        return final
-    staging = final.with_name(final.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    start = time.perf_counter()
-    written = write(staging)
-    (staging / _DONE).write_text(json.dumps({"tables": written, "seconds": round(time.perf_counter() - start, 1)}, indent=1))
-    shutil.rmtree(final, ignore_errors=True)
-    staging.rename(final)
-    if log is not None:
-        log(f"generated {final.name} in {time.perf_counter() - start:.1f} s")
-    return final
 
 
 def _labels(values: np.ndarray, width: int | None = None) -> pa.Array:
@@ -180,10 +160,7 @@ def _write_ordered(directory: Path, drawn: dict[str, np.ndarray], strings: dict[
                 arrays[name] = pa.array(drawn[name][lo:hi])
         pq.write_table(pa.table(arrays), directory / f"part-{index:03d}.parquet", row_group_size=ROWS_PER_FILE)
 
-    # Arrow's string kernels and the parquet writer release the GIL: files are written side by side
-    # (the values are all drawn already, so the data does not depend on the order).
-    with ThreadPoolExecutor(max_workers=min(files, os.cpu_count() or 1)) as pool:
-        list(pool.map(write_file, range(files)))
+    side_by_side(write_file, files)  # the values are all drawn already: the data does not depend on the order
     return {"rows": rows, "files": files}
 
 

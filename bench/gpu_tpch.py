@@ -26,7 +26,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 import traceback
@@ -42,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import log, service_env  # noqa: E402
-from bench.tpch_examples import QUERIES, SPECS, TABLES, load_spec, plain_column, tpchgen  # noqa: E402
+from bench.tpch_examples import QUERIES, SPECS, TABLES, load_spec, plain_column, tpchgen, write_tables  # noqa: E402
 from jobs.sink import read_manifest  # noqa: E402
 from service.launcher import ServiceProcess, launch_service  # noqa: E402
 
@@ -67,7 +66,7 @@ def generate(work: Path, sf: float, parts: int) -> Path:
     if not (data / "lineitem").is_dir():
         shutil.rmtree(data, ignore_errors=True)
         started = time.perf_counter()
-        subprocess.run([tpchgen_binary(), "parquet", "--scale-factor", f"{sf:g}", "--parts", str(parts), "--output-dir", str(data), "--quiet"], check=True)
+        write_tables(tpchgen_binary(), data, sf, parts)
         log(f"generated SF {sf:g} in {time.perf_counter() - started:.1f} s")
     return data
 

@@ -21,7 +21,6 @@ import shutil
 import statistics
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.gpu_heavy import sort_spec  # noqa: E402
-from bench.common import log, service_env  # noqa: E402
+from bench.common import build_once, log, service_env, side_by_side  # noqa: E402
 from jobs.pipeline import backend_config, build_frame  # noqa: E402
 from jobs.spec import JobSpec  # noqa: E402
 from service.launcher import launch_service  # noqa: E402
@@ -39,26 +38,21 @@ from service.launcher import launch_service  # noqa: E402
 
 def make_data(root: Path, rows: int, files: int = 16) -> Path:
     """``rows`` rows of (key, id, v, w) in ``files`` parquet files, made once per size."""
-    data = root / f"facts_{rows}"
-    if data.exists():
-        return data
-    staging = data.with_name(data.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
     per = rows // files
 
-    def write_file(index: int) -> None:
-        rng = np.random.default_rng(index)  # one stream per file: the same data whatever the thread order
-        pd.DataFrame(
-            {"key": rng.integers(0, 1000, per), "id": np.arange(index * per, (index + 1) * per), "v": rng.random(per), "w": rng.random(per)}
-        ).to_parquet(staging / f"part-{index:03d}.parquet", index=False)
+    def write(staging: Path) -> dict[str, Any]:
+        (staging / "facts").mkdir()
 
-    started = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=min(files, os.cpu_count() or 1)) as pool:  # numpy and arrow release the GIL
-        list(pool.map(write_file, range(files)))
-    staging.rename(data)  # only a complete set is reused
-    log(f"generated {rows:,} rows in {time.perf_counter() - started:.1f} s")
-    return data
+        def write_file(index: int) -> None:
+            rng = np.random.default_rng(index)  # one stream per file: the same data whatever the thread order
+            pd.DataFrame(
+                {"key": rng.integers(0, 1000, per), "id": np.arange(index * per, (index + 1) * per), "v": rng.random(per), "w": rng.random(per)}
+            ).to_parquet(staging / "facts" / f"part-{index:03d}.parquet", index=False)
+
+        side_by_side(write_file, files)
+        return {"rows": per * files, "files": files}
+
+    return build_once(root / f"facts_{rows}", write) / "facts"  # the marker stays out of the data directory
 
 
 def specs(data: Path, sink: Path, blocksize: str) -> dict[str, dict[str, Any]]:

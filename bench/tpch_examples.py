@@ -8,6 +8,7 @@ tpchgen-cli is, and how an answer's columns are made comparable with DuckDB's.
 from __future__ import annotations
 
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,11 @@ def tpchgen() -> str | None:
     """tpchgen-cli beside this Python (a venv) or on the PATH."""
     beside_python = Path(sys.executable).parent / "tpchgen-cli"
     return str(beside_python) if beside_python.exists() else shutil.which("tpchgen-cli")
+
+
+def write_tables(binary: str, out: Path, sf: float, parts: int) -> None:
+    """``tpchgen-cli`` parquet at scale factor ``sf`` into ``out``: each table a directory of ``parts`` files."""
+    subprocess.run([binary, "parquet", "--scale-factor", f"{sf:g}", "--parts", str(parts), "--output-dir", str(out), "--quiet"], check=True)
 
 
 def load_spec(name: str, data: Path, out: Path) -> dict[str, Any]:

@@ -9,7 +9,6 @@ compared as floats, dates as timestamps).
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench.tpch_examples import QUERIES, SPECS, TABLES, load_spec, plain_column, tpchgen
+from bench.tpch_examples import QUERIES, SPECS, TABLES, load_spec, plain_column, tpchgen, write_tables
 from jobs.status import JobStatus
 from service.client import ApiError, SpillwayClient
 from tests.conftest import wait_terminal
@@ -34,7 +33,7 @@ def tpch_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if generator is None:
         pytest.skip("tpchgen-cli is not installed: pip install tpchgen-cli")
     root = tmp_path_factory.mktemp("tpch-sf0.1")
-    subprocess.run([generator, "parquet", "--scale-factor", "0.1", "--parts", "16", "--output-dir", str(root), "--quiet"], check=True)
+    write_tables(generator, root, 0.1, 16)
     return root
 
 
