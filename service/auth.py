@@ -11,9 +11,10 @@ import hmac
 import logging
 import re
 import secrets
+from collections.abc import Callable
 from datetime import datetime, timezone
 from enum import Enum
-from typing import Annotated
+from typing import Annotated, ParamSpec, TypeVar
 
 from fastapi import Depends, Request
 from sqlalchemy import Boolean, Column, DateTime, Integer, String, Table, select
@@ -22,6 +23,8 @@ from jobs.errors import SpillwayError
 from service.store import JobStore, metadata
 
 TOKEN_PREFIX = "spw_"
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class Scope(str, Enum):
@@ -89,6 +92,23 @@ def lookup(store: JobStore, token: str) -> tuple[str, Scope] | None:
     return f"{row[0]}#{row[1]}", Scope(row[2])
 
 
+_QUERY_TOKEN = "__spillway_query_token__"
+
+
+def accepts_query_token(endpoint: Callable[P, R]) -> Callable[P, R]:
+    """Mark a GET route (a server-sent event stream) as taking ``?token=`` when no header is sent.
+
+    The mark is on the matched route's endpoint, so no other route can get it by its path's
+    shape (a pipeline named ``events`` is not an event stream).
+    """
+    setattr(endpoint, _QUERY_TOKEN, True)
+    return endpoint
+
+
+def _takes_query_token(request: Request) -> bool:
+    return request.method == "GET" and getattr(request.scope.get("endpoint"), _QUERY_TOKEN, False)
+
+
 def require(needed: Scope):  # noqa: ANN201 - a FastAPI dependency factory
     """A dependency that checks the bearer token for ``needed`` (a no-op when auth is off)."""
 
@@ -98,7 +118,7 @@ def require(needed: Scope):  # noqa: ANN201 - a FastAPI dependency factory
             return
         header = request.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
-        if not header and request.url.path.endswith("/events") and request.query_params.get("token"):
+        if not header and _takes_query_token(request) and request.query_params.get("token"):
             # EventSource cannot send headers; the access log redacts this (see redact_tokens).
             scheme, token = "bearer", request.query_params["token"]
         if scheme.lower() != "bearer" or not token:

@@ -14,7 +14,7 @@ from jobs.errors import IdempotencyConflict, JobNotFound, QueueFull
 from jobs.spec import JobSpec
 from jobs.status import JobStatus
 from jobs.validate import validate_submission
-from service.auth import Scope, require
+from service.auth import Scope, accepts_query_token, require
 from service.routes.deps import ServicesDep
 from service.schemas import ErrorBody, JobAccepted, JobLinks, JobLogs, JobPage, JobView
 
@@ -123,6 +123,7 @@ async def cancel_job(job_id: str, services: ServicesDep, request: Request) -> Jo
 
 
 @router.get("/{job_id}/events", responses=_ERRORS)
+@accepts_query_token
 async def job_events(job_id: str, services: ServicesDep) -> StreamingResponse:
     """Server-sent events: ``progress`` on every change, then one ``end`` when the job is terminal."""
     await asyncio.to_thread(services.store.get, job_id)  # 404 before the stream starts

@@ -1,0 +1,47 @@
+"""Issue 16, second trust pass: the holes a hostile run found, each against a live service."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import ServiceProcess, start_service
+from tests.test_auth import call, create_token
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A service with auth on and tokens of every scope (two submit tokens: two owners)."""
+    workdir = tmp_path_factory.mktemp("trust2")
+    service = start_service(workdir, extra_env={"SPILLWAY_AUTH": "on"})
+    tokens = {scope: create_token(service, scope) for scope in ("read", "submit", "admin")}
+    tokens["other"] = create_token(service, "submit")
+    yield service, tokens
+    service.stop()
+
+
+def pipeline_body(name: str, tmp: Path) -> dict[str, Any]:
+    return {
+        "name": name,
+        "schedule": "@daily",
+        "paused": True,
+        "spec": {"source": {"format": "parquet", "path": f"{tmp}/in/{{{{ ds }}}}"}, "sink": {"path": f"{tmp}/out/{{{{ ds_nodash }}}}"}},
+    }
+
+
+def test_query_token_is_only_for_event_streams_not_paths_ending_in_events(secured: Any, tmp_path: Path) -> None:
+    service, tokens = secured
+    created = call(service, "POST", "/pipelines", tokens["admin"], json=pipeline_body("events", tmp_path))
+    assert created.status_code == 201, created.text
+    definition = {k: v for k, v in pipeline_body("events", tmp_path).items() if k not in ("name", "paused")}
+    with httpx.Client(base_url=service.url, timeout=30) as http:
+        for method, kwargs in (("GET", {}), ("PUT", {"json": definition}), ("DELETE", {})):
+            response = http.request(method, "/pipelines/events", params={"token": tokens["admin"]}, **kwargs)
+            assert response.status_code == 401, (method, response.text)
+            assert response.json()["error"]["code"] == "unauthenticated"
+    assert call(service, "GET", "/pipelines/events", tokens["admin"]).json()["version"] == 1, "nothing changed"
+    assert call(service, "DELETE", "/pipelines/events", tokens["admin"]).status_code == 204
+
