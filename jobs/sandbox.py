@@ -28,6 +28,12 @@ class PathNotAllowed(SpecError):
     code = "path_not_allowed"
 
 
+class InvalidPath(SpecError):
+    """A path no file system can open (a NUL byte in it): a bad request, not a refusal."""
+
+    code = "invalid_path"
+
+
 def job_paths(spec: JobSpec) -> Iterator[tuple[str, str, bool]]:
     """(field, path, is_sink) for every path a job touches."""
     for field, source in spec.source_fields():
@@ -48,6 +54,8 @@ def check_paths(spec: JobSpec, roots: Iterable[str]) -> None:
 
     Raises
     ------
+    InvalidPath
+        For a path with a NUL byte (the OS would refuse it with a ValueError).
     PathNotAllowed
         Naming the field, the path and the allowed roots.
     """
@@ -56,6 +64,8 @@ def check_paths(spec: JobSpec, roots: Iterable[str]) -> None:
     local_roots = [_real(r) for r in roots if "://" not in r]
     allowed = ", ".join(roots) or "(none configured)"
     for field, raw, is_sink in job_paths(spec):
+        if "\0" in raw:
+            raise InvalidPath(f"{field} holds a NUL byte, which no path may contain", field=field)
         if "::" in raw:
             raise PathNotAllowed(f"'{raw}' chains filesystems with '::', which is not allowed; allowed roots: {allowed}", field=field)
         if "://" in raw:

@@ -45,3 +45,32 @@ def test_query_token_is_only_for_event_streams_not_paths_ending_in_events(secure
     assert call(service, "GET", "/pipelines/events", tokens["admin"]).json()["version"] == 1, "nothing changed"
     assert call(service, "DELETE", "/pipelines/events", tokens["admin"]).status_code == 204
 
+
+def error_of(response: httpx.Response, status: int) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert set(body) == {"error"} and {"code", "message"} <= set(body["error"]) <= {"code", "message", "field"}
+    return body["error"]
+
+
+@pytest.mark.parametrize("where", ["source", "sink", "sources"])
+def test_nul_byte_in_a_path_is_422(service: ServiceProcess, sample_data: dict[str, Path], tmp_path: Path, where: str) -> None:
+    spec: dict[str, Any] = {"source": {"format": "parquet", "path": str(sample_data["sales"])}, "sink": {"path": str(tmp_path / "out")}}
+    field = f"{where}.path"
+    if where == "sources":
+        spec["sources"] = {"products": {"format": "csv", "path": f"{tmp_path}/p\x00.csv"}}
+        field = "sources.products.path"
+    else:
+        spec[where]["path"] = spec[where]["path"] + "\x00/etc/passwd"
+    with httpx.Client(base_url=service.url, timeout=30) as http:
+        error = error_of(http.post("/jobs", json=spec), 422)
+    assert error["code"] == "invalid_path" and error["field"] == field and "NUL" in error["message"]
+
+
+@pytest.mark.parametrize("path", ["/jobs", "/pipelines/nightly/runs"])
+def test_offset_past_64_bits_is_422(service: ServiceProcess, path: str) -> None:
+    with httpx.Client(base_url=service.url, timeout=30) as http:
+        error = error_of(http.get(path, params={"offset": str(2**63)}), 422)
+        assert error["field"] == "query.offset"
+        assert http.get("/jobs", params={"offset": str(2**63 - 1)}).json()["items"] == []
+

@@ -15,3 +15,6 @@ def get_services(request: Request) -> Services:
 
 
 ServicesDep = Annotated["Services", Depends(get_services)]
+
+#: The largest page offset: a signed 64-bit integer is what SQLite and PostgreSQL bind.
+MAX_OFFSET = 2**63 - 1

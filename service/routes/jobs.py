@@ -15,7 +15,7 @@ from jobs.spec import JobSpec
 from jobs.status import JobStatus
 from jobs.validate import validate_submission
 from service.auth import Scope, accepts_query_token, require
-from service.routes.deps import ServicesDep
+from service.routes.deps import MAX_OFFSET, ServicesDep
 from service.schemas import ErrorBody, JobAccepted, JobLinks, JobLogs, JobPage, JobView
 
 router = APIRouter(prefix="/jobs", tags=["jobs"], dependencies=[require(Scope.READ)])
@@ -95,7 +95,7 @@ async def list_jobs(
     request: Request,
     state: Annotated[JobStatus | None, Query(description="Only jobs in this state.")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> JobPage:
     """Jobs, newest first, optionally filtered by state."""
     items, total = await asyncio.to_thread(services.store.list, state=state, limit=limit, offset=offset)

@@ -29,6 +29,7 @@ from service.pipelines.models import (
 )
 from service.pipelines.plans import check_definition
 from service.pipelines.store import PipelineRecord
+from service.routes.deps import MAX_OFFSET
 from service.schemas import ErrorBody
 
 # Reading needs a read token, changing anything a submit token: pipelines start jobs.
@@ -126,7 +127,7 @@ async def list_runs(
     services: PipelinesDep,
     state: Annotated[RunState | None, Query(description="Only runs in this state.")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> RunPage:
     """Run history, newest logical date first: state, duration, attempts and result location."""
     record = await asyncio.to_thread(services.store.get, name)
