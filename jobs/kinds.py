@@ -1,8 +1,9 @@
 """Static kinds: what an expression yields over columns of known kinds, checked before any work.
 
 Kinds are those of :data:`jobs.sources.Schema` (numeric, string, datetime, bool, other,
-unknown). The parser in :mod:`jobs.expr` has already whitelisted every node, so this walk
-only decides kinds and refuses the ones that cannot meet, quoting the part and its column.
+unknown). The parser in :mod:`jobs.expr` has already whitelisted every node and built the IR
+(:mod:`jobs.ir`); this walk over it only decides kinds and refuses the ones that cannot
+meet, quoting the part (from the node's span) and its column.
 """
 
 from __future__ import annotations
@@ -10,17 +11,23 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Mapping
-from typing import Any
+from datetime import timedelta
+from typing import TYPE_CHECKING
 
+import pandas as pd
+
+from jobs import ir
 from jobs.errors import TypeMismatch
-from jobs.expr import _BINOPS, _TIMESTAMP
-from jobs.expr import _Source as SourceText
+from jobs.expr import TIMESTAMP_PATTERN
+
+if TYPE_CHECKING:
+    from jobs.expr import Expression
 
 
-def infer_kind(text: str, field: str | None, schema: Mapping[str, str]) -> str:
-    """The kind of what expression ``text`` yields where columns have ``schema``'s kinds."""
-    checker = _KindChecker(text, field, schema)
-    kind = checker.kind(ast.parse(checker.source, mode="eval").body)
+def infer_kind(expression: Expression, schema: Mapping[str, str]) -> str:
+    """The kind of what ``expression`` yields where columns have ``schema``'s kinds."""
+    checker = _KindChecker(expression.text, expression.field, schema)
+    kind = checker.kind(expression.node)
     # A file's duration column is "other", which numeric aggregations refuse; a
     # computed one stays unknown, so that a sum of datetime differences passes.
     return "unknown" if kind in ("null", _DURATION) else kind
@@ -53,6 +60,11 @@ _SIGNATURES: dict[str, tuple[str | None, str]] = {
 }
 
 
+def kind_of_node(node: ir.Node, text: str, schema: Mapping[str, str]) -> str:
+    """The kind of one node of a checked expression (its text gives the node's spans)."""
+    return _KindChecker(text, None, schema).kind(node)
+
+
 def kinds_compatible(left: str, right: str) -> bool:
     """Whether values of kinds ``left`` and ``right`` compare, join or share a column.
 
@@ -66,47 +78,52 @@ def _accepts(needed: str, kind: str) -> bool:
     return kind in _LOOSE or kind == needed or (needed == "numeric" and kind == "bool")
 
 
-def _literal(node: ast.expr) -> Any:
-    return node.value if isinstance(node, ast.Constant) else None
-
-
-def _is_date_text(node: ast.expr, kind: str, other: str) -> bool:
+def _is_date_text(node: ir.Node, kind: str, other: str) -> bool:
     """A date-shaped string literal against a datetime: pandas parses it to compare."""
-    return (kind, other) == ("string", "datetime") and isinstance(node, ast.Constant) and bool(
-        re.fullmatch(_TIMESTAMP, node.value, flags=re.ASCII))
+    return (kind, other) == ("string", "datetime") and isinstance(node, ir.Lit) and bool(
+        re.fullmatch(TIMESTAMP_PATTERN, node.value, flags=re.ASCII))
 
 
-class _KindChecker(SourceText):
-    """Infers the kind of each node of a parsed expression, refusing kinds that cannot meet.
-
-    The tree has passed :class:`_Compiler`, so every node and call here is whitelisted.
-    """
+class _KindChecker:
+    """Infers the kind of each IR node, refusing kinds that cannot meet."""
 
     def __init__(self, text: str, field: str | None, schema: Mapping[str, str]) -> None:
-        super().__init__(text, field)
+        self.text = text
+        self.field = field
         self.schema = schema
 
     def mismatch(self, message: str) -> TypeMismatch:
         return TypeMismatch(message, field=self.field)
 
-    def show(self, node: ast.expr, kind: str) -> str:
+    def quote(self, node: ir.Node) -> str:
+        part = " ".join(self.text[node.start : node.end].split())
+        return part if len(part) <= 40 else part[:37] + "..."
+
+    def show(self, node: ir.Node, kind: str) -> str:
         """A part and its kind for a message: a literal as written, anything else quoted."""
-        part = self.quote(node) if isinstance(node, ast.Constant) else f"'{self.quote(node)}'"
+        part = self.quote(node) if self.written_literal(node) else f"'{self.quote(node)}'"
         return f"{part} ({kind})"
 
-    def kind(self, node: ast.expr) -> str:
+    def written_literal(self, node: ir.Node) -> bool:
+        """Whether ``node`` is a literal as the user wrote it (not one folded from an expression)."""
+        if not isinstance(node, ir.Lit):
+            return False
+        try:
+            return isinstance(ast.parse(self.text[node.start : node.end].strip(), mode="eval").body, ast.Constant)
+        except SyntaxError:
+            return False
+
+    def kind(self, node: ir.Node) -> str:
         kind: str = getattr(self, f"kind_{type(node).__name__}")(node)
         return kind
 
-    def condition(self, node: ast.expr, where: str) -> None:
+    def condition(self, node: ir.Node, where: str) -> None:
         kind = self.kind(node)
         if kind != "bool" and kind not in _LOOSE:
-            got = f"{self.show(node, kind)} at col {self.start(node)}"
+            got = f"{self.show(node, kind)} at col {node.start}"
             raise self.mismatch(f"{where} needs a condition (bool), got {got}")
 
-    def comparable(
-        self, left: ast.expr, left_kind: str, right: ast.expr, right_kind: str, *, dates_as_text: bool = True
-    ) -> None:
+    def comparable(self, left: ir.Node, left_kind: str, right: ir.Node, right_kind: str, *, dates_as_text: bool = True) -> None:
         """Refuse comparing ``left`` with ``right``, unless their kinds are compatible or, where
         ``dates_as_text``, one is a date-shaped string literal the other's datetimes parse."""
         if kinds_compatible(left_kind, right_kind) or dates_as_text and (
@@ -114,80 +131,82 @@ class _KindChecker(SourceText):
             return
         hint = ': write dates as date("YYYY-MM-DD")' if {left_kind, right_kind} == {"datetime", "string"} else ""
         raise self.mismatch(f"cannot compare {self.show(left, left_kind)} with {self.show(right, right_kind)} "
-                            f"at col {self.start(left)}{hint}")
+                            f"at col {left.start}{hint}")
 
-    def common(self, nodes: list[ast.expr], where: str) -> str:
+    def common(self, nodes: list[ir.Node], where: str) -> str:
         """The kind of a value taken from any of ``nodes`` (branches, fallbacks); they must agree."""
         kinds = [self.kind(node) for node in nodes]
         known = [(node, kind) for node, kind in zip(nodes, kinds, strict=True) if kind not in _LOOSE]
         for node, kind in known[1:]:
             if not kinds_compatible(known[0][1], kind):
                 raise self.mismatch(f"cannot mix {self.show(*known[0])} with {self.show(node, kind)} in {where} "
-                                    f"at col {self.start(node)}")
+                                    f"at col {node.start}")
         if not known or any(kind in ("unknown", "other") for kind in kinds):
             return "null" if set(kinds) == {"null"} else "unknown"
         return known[0][1] if len({kind for _, kind in known}) == 1 else "numeric"  # numbers mixed with bools
 
-    def kind_Constant(self, node: ast.Constant) -> str:
-        if node.value is None:
+    def kind_Lit(self, node: ir.Lit) -> str:
+        value = node.value
+        if value is None:
             return "null"
-        if isinstance(node.value, bool):
+        if isinstance(value, bool):
             return "bool"
-        return "string" if isinstance(node.value, str) else "numeric"
+        if isinstance(value, str):
+            return "string"
+        if isinstance(value, pd.Timestamp):
+            return "datetime"
+        if isinstance(value, (pd.DateOffset, timedelta)):
+            return _DURATION
+        return "numeric"
 
-    def kind_Name(self, node: ast.Name) -> str:
-        return self.schema.get(node.id, "unknown")
+    def kind_Col(self, node: ir.Col) -> str:
+        return self.schema.get(node.name, "unknown")
 
-    def kind_UnaryOp(self, node: ast.UnaryOp) -> str:
-        if isinstance(node.op, ast.Not):
-            self.condition(node.operand, "'not'")
-            return "bool"
+    def kind_Not(self, node: ir.Not) -> str:
+        self.condition(node.operand, "'not'")
+        return "bool"
+
+    def kind_Unary(self, node: ir.Unary) -> str:
         kind = self.kind(node.operand)
         if kind in _LOOSE or kind == "bool":  # numpy negates a bool column to a bool column
             return "unknown"
         if kind in ("numeric", _DURATION):
             return kind
-        symbol = "-" if isinstance(node.op, ast.USub) else "+"
-        raise self.mismatch(f"cannot apply '{symbol}' to {self.show(node.operand, kind)} at col {self.start(node)}")
+        raise self.mismatch(f"cannot apply '{node.op}' to {self.show(node.operand, kind)} at col {node.start}")
 
-    def kind_BinOp(self, node: ast.BinOp) -> str:
-        symbol = _BINOPS[type(node.op)][0]
+    def kind_Binary(self, node: ir.Binary) -> str:
         left, right = self.kind(node.left), self.kind(node.right)
         if left in _LOOSE or right in _LOOSE or left == right == "bool":
             return "unknown"  # numpy keeps bool + bool a bool, and refuses bool - bool
         if left in _NUMBER and right in _NUMBER:
             return "numeric"
-        result = _MIXED_ARITHMETIC.get((symbol, *("numeric" if k == "bool" else k for k in (left, right))))
+        result = _MIXED_ARITHMETIC.get((node.op, *("numeric" if k == "bool" else k for k in (left, right))))
         if result is None:
-            raise self.mismatch(f"cannot apply '{symbol}' to {self.show(node.left, left)} and "
-                                f"{self.show(node.right, right)} at col {self.start(node)}")
+            raise self.mismatch(f"cannot apply '{node.op}' to {self.show(node.left, left)} and "
+                                f"{self.show(node.right, right)} at col {node.start}")
         return result
 
-    def kind_BoolOp(self, node: ast.BoolOp) -> str:
-        for value in node.values:
-            self.condition(value, "'and'" if isinstance(node.op, ast.And) else "'or'")
+    def kind_Logical(self, node: ir.Logical) -> str:
+        for part in node.parts:
+            self.condition(part, f"'{node.op}'")
         return "bool"
 
-    def kind_Compare(self, node: ast.Compare) -> str:
-        left_node, left = node.left, self.kind(node.left)
-        for right_node in node.comparators:
-            if isinstance(right_node, (ast.List, ast.Tuple)):  # after 'in', never chained
-                for item in right_node.elts:  # isin() does not parse text: a date in it never matches
-                    self.comparable(node.left, left, item, self.kind(item), dates_as_text=False)
-                continue
-            right = self.kind(right_node)
-            self.comparable(left_node, left, right_node, right)
-            left_node, left = right_node, right
+    def kind_Compare(self, node: ir.Compare) -> str:
+        self.comparable(node.left, self.kind(node.left), node.right, self.kind(node.right))
         return "bool"
 
-    def kind_IfExp(self, node: ast.IfExp) -> str:
-        self.condition(node.test, "'if'")
-        return self.common([node.body, node.orelse], "'if ... else'")
+    def kind_InList(self, node: ir.InList) -> str:
+        kind = self.kind(node.operand)
+        for option in node.options:  # isin() does not parse text: a date in it never matches
+            self.comparable(node.operand, kind, option, self.kind(option), dates_as_text=False)
+        return "bool"
 
-    def kind_Call(self, node: ast.Call) -> str:
-        name, args = getattr(node.func, "id", ""), node.args
-        if name == "col":
-            return self.schema.get(_literal(args[0]), "unknown")
+    def kind_IfElse(self, node: ir.IfElse) -> str:
+        self.condition(node.cond, "'if'")
+        return self.common([node.then, node.other], "'if ... else'")
+
+    def kind_Call(self, node: ir.Call) -> str:
+        name, args = node.name, node.args
         if name == "case":
             for test in args[:-1:2]:
                 self.condition(test, "case()")
@@ -200,11 +219,12 @@ class _KindChecker(SourceText):
                 self.comparable(args[0], kinds[0], bound, kind)
             return "bool"
         if name == "cast":  # any kind may be cast: a bad value fails on the workers, naming it
-            return _CAST_KINDS.get(_literal(args[1]), "unknown")
+            target = args[1].value if isinstance(args[1], ir.Lit) else None
+            return _CAST_KINDS.get(target, "unknown")
         if name == "abs" and kinds[0] in (_DURATION, "unknown", "other"):
             return _DURATION if kinds[0] == _DURATION else "unknown"  # durations stay durations
         needed, result = _SIGNATURES.get(name, (None, "unknown"))  # a function without one checks nothing
         if needed is not None and not _accepts(needed, kinds[0]):
             raise self.mismatch(f"argument 1 of {name}() must be of kind {needed}, got {self.show(args[0], kinds[0])} "
-                                f"at col {self.start(args[0])}")
+                                f"at col {args[0].start}")
         return result

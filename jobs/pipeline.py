@@ -17,7 +17,7 @@ import dask
 import dask.dataframe as dd
 
 from jobs.dask_read import read_source
-from jobs.expr import parse_expression
+from jobs.logical import LogicalPlan
 from jobs.spec import (
     Aggregation,
     AssignStep,
@@ -57,21 +57,21 @@ def backend_config(backend: Backend) -> Iterator[None]:
         yield
 
 
-def apply_step(frame: dd.DataFrame, step: Step, field: str, frame_of: FrameOf) -> dd.DataFrame:
+def apply_step(frame: dd.DataFrame, step: Step, field: str, frame_of: FrameOf, plan: LogicalPlan) -> dd.DataFrame:
     """Apply one step, found at ``field`` (``steps[2]``), to a lazy dataframe; ``frame_of``
-    gives a join's right side."""
+    gives a join's right side, ``plan`` the parsed expressions."""
     if isinstance(step, FilterStep):
-        mask = parse_expression(step.expr, field=f"{field}.expr").evaluate(frame)
+        mask = plan.expression(f"{field}.expr", step.expr).evaluate(frame)
         return _filter(frame, mask)
     if isinstance(step, AssignStep):
-        value = parse_expression(step.expr, field=f"{field}.expr").evaluate(frame)
+        value = plan.expression(f"{field}.expr", step.expr).evaluate(frame)
         return frame.assign(**{step.column: value})
     if isinstance(step, SelectStep):
         return frame[list(step.columns)]
     if isinstance(step, RenameStep):
         return frame.rename(columns=dict(step.columns))
     if isinstance(step, GroupByStep):
-        return _groupby(frame, step, field)
+        return _groupby(frame, step, field, plan)
     if isinstance(step, SortStep):
         ascending: Any = (
             [not d for d in step.descending] if isinstance(step.descending, list) else not step.descending
@@ -137,7 +137,9 @@ def _top_k(frame: dd.DataFrame, step: TopKStep) -> dd.DataFrame:
     return ordered.map_partitions(operator.getitem, keep, align_dataframes=False, meta=ordered._meta)
 
 
-def _aggregated_columns(frame: dd.DataFrame, step: GroupByStep, field: str) -> tuple[dd.DataFrame, dict[str, str | None]]:
+def _aggregated_columns(
+    frame: dd.DataFrame, step: GroupByStep, field: str, plan: LogicalPlan
+) -> tuple[dd.DataFrame, dict[str, str | None]]:
     """``frame`` with a hidden column per distinct aggregated expression, and each aggregation's
     input column (None for ``size``)."""
     by_text: dict[str, str] = {}
@@ -145,7 +147,7 @@ def _aggregated_columns(frame: dd.DataFrame, step: GroupByStep, field: str) -> t
     for name, agg in step.aggs.items():
         if agg.expr is not None and agg.expr not in by_text:
             by_text[agg.expr] = f"{_HIDDEN}agg{len(by_text)}"
-            values[by_text[agg.expr]] = parse_expression(agg.expr, field=f"{field}.aggs.{name}.expr").evaluate(frame)
+            values[by_text[agg.expr]] = plan.expression(f"{field}.aggs.{name}.expr", agg.expr).evaluate(frame)
     inputs = {name: _input_of(agg, by_text) for name, agg in step.aggs.items()}
     return (frame.assign(**values) if values else frame), inputs
 
@@ -163,11 +165,11 @@ def _named_aggregates(frame: Any, names: dict[tuple[str, str], str]) -> Any:
     return picked
 
 
-def _groupby(frame: dd.DataFrame, step: GroupByStep, field: str) -> dd.DataFrame:
+def _groupby(frame: dd.DataFrame, step: GroupByStep, field: str, plan: LogicalPlan | None = None) -> dd.DataFrame:
     # The {column: [funcs]} form is the one dask-cudf and dask-pandas both take (cudf
     # has no named aggregation); the (column, func) result columns are then renamed.
     # "size" counts rows: any non-key column serves. No keys: one constant hidden key.
-    frame, inputs = _aggregated_columns(frame, step, field)
+    frame, inputs = _aggregated_columns(frame, step, field, plan or LogicalPlan.unchecked())
     keys = list(step.by) or [f"{_HIDDEN}all"]
     if not step.by:
         frame = frame.assign(**{keys[0]: 0})
@@ -216,8 +218,9 @@ class NamedFrames:
     dask computes it once however many steps read it.
     """
 
-    def __init__(self, spec: JobSpec) -> None:
+    def __init__(self, spec: JobSpec, plan: LogicalPlan | None = None) -> None:
         self.spec = spec
+        self.plan = plan or LogicalPlan(spec)
         self._built: dict[str, dd.DataFrame] = {}
 
     def frame_of(self, ref: SourceSpec | str, field: str) -> dd.DataFrame:
@@ -236,11 +239,15 @@ class NamedFrames:
 
     def apply_steps(self, frame: dd.DataFrame, steps: list[Step], at: str) -> dd.DataFrame:
         for index, step in enumerate(steps):
-            frame = apply_step(frame, step, f"{at}[{index}]", self.frame_of)
+            frame = apply_step(frame, step, f"{at}[{index}]", self.frame_of, self.plan)
         return frame
 
 
-def build_frame(spec: JobSpec) -> dd.DataFrame:
-    """The spec's output as a lazy dataframe; call inside :func:`backend_config`."""
-    frames = NamedFrames(spec)
+def build_frame(spec: JobSpec, plan: LogicalPlan | None = None) -> dd.DataFrame:
+    """The spec's output as a lazy dataframe; call inside :func:`backend_config`.
+
+    ``plan`` (from :func:`jobs.validate.plan_spec`) gives the parsed expressions; without
+    one they are parsed here, as for a spec that tests build by hand.
+    """
+    frames = NamedFrames(spec, plan)
     return frames.apply_steps(frames.frame_of(spec.source, "source"), spec.steps, "steps")

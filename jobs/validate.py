@@ -8,10 +8,12 @@ reported with the step and field that names it, not as a KeyError from a worker.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from contextvars import ContextVar
 
 from jobs.errors import SpecError, TypeMismatch, UnknownColumn
 from jobs.expr import parse_expression, shorten
 from jobs.kinds import kinds_compatible
+from jobs.logical import LogicalPlan
 from jobs.sources import Schema, read_schema
 from jobs.spec import (
     NUMERIC_AGGS,
@@ -36,6 +38,8 @@ SchemaReader = Callable[..., Schema]
 _AGG_KIND = {kind: "numeric" for kind in ("count", "size", "nunique", "mean", "median", "std", "var")}
 _NOT_SUMMABLE = ("string", "datetime", "other")
 _CONDITION_KINDS = ("bool", "unknown", "other")
+# The plan being built by plan_spec: the checks below record into it what they parse and infer.
+_PLAN: ContextVar[LogicalPlan] = ContextVar("spillway_plan")
 _SourceSchemas = Callable[[SourceSpec | str, str], Schema]  # (inline source or name, field) → schema
 
 
@@ -49,8 +53,10 @@ def _require(schema: Schema, columns: Iterable[str], *, where: str, field: str) 
 
 
 def _expression_kind(text: str, schema: Schema, *, where: str, field: str) -> str:
-    """Parse ``text``, check that the columns it reads exist, and return the kind it yields."""
+    """Parse ``text`` (once: into the plan being built), check that the columns it reads exist,
+    and return the kind it yields."""
     expr = parse_expression(text, field=field)
+    _PLAN.get().expressions[field] = expr
     _require(schema, sorted(expr.columns), where=where, field=field)
     try:
         return expr.infer_kind(schema)
@@ -61,6 +67,14 @@ def _expression_kind(text: str, schema: Schema, *, where: str, field: str) -> st
 def check_spec(spec: JobSpec, read: SchemaReader = read_schema) -> Schema:
     """Validate every step of ``spec`` and of its derived sources, and return the schema of its output.
 
+    The same checks as :func:`plan_spec`, keeping only the output's schema.
+    """
+    return plan_spec(spec, read).output
+
+
+def plan_spec(spec: JobSpec, read: SchemaReader = read_schema) -> LogicalPlan:
+    """Validate every step of ``spec`` and of its derived sources; return its logical plan.
+
     Every named source is checked, used or not, in definition order; a derived source's
     schema comes from walking its steps, once however many steps use its name.
 
@@ -70,6 +84,16 @@ def check_spec(spec: JobSpec, read: SchemaReader = read_schema) -> Schema:
         With ``field`` set to the offending part, e.g. ``steps[2].expr`` or
         ``sources.late_lines.steps[0].expr``.
     """
+    plan = LogicalPlan(spec)
+    token = _PLAN.set(plan)
+    try:
+        plan.output = _check(spec, read)
+    finally:
+        _PLAN.reset(token)
+    return plan
+
+
+def _check(spec: JobSpec, read: SchemaReader) -> Schema:
     named: dict[str, Schema] = {}
 
     def schema_of(ref: SourceSpec | str, field: str) -> Schema:
@@ -81,6 +105,7 @@ def check_spec(spec: JobSpec, read: SchemaReader = read_schema) -> Schema:
             schema = _check_steps(start, source.steps, f"{defined_at}.steps", f"source '{ref}' ", schema_of)
         else:
             schema = read(source, field=defined_at)
+        _PLAN.get().schemas[defined_at] = schema
         if isinstance(ref, str):
             named[ref] = schema
         return schema
@@ -99,6 +124,7 @@ def _check_steps(schema: Schema, steps: list[Step], at: str, label: str, schema_
     name each step as ``{label}step {index} ({op})``."""
     for index, step in enumerate(steps):
         schema = _check_step(schema, step, f"{label}step {index} ({step.op})", f"{at}[{index}]", schema_of)
+        _PLAN.get().schemas[f"{at}[{index}]"] = schema
     return schema
 
 

@@ -1,0 +1,320 @@
+"""Expression IR → a function of a pandas, dask or cudf DataFrame (the Dask engine's lowering).
+
+Every operation is an operator or a pandas-API method that all three share, so a dask graph
+built from these functions holds only dask/pandas/cudf callables: workers need no Spillway
+code. Each function also takes plain scalars, which is how the parser folds constants
+(:func:`fold`). Null rules (docs/spec.md, "Nulls"): a comparison with a null is false,
+``!=`` and ``not in`` included; a condition that is null counts as false.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from pandas.api.types import is_bool_dtype, is_object_dtype
+
+from jobs import ir
+from jobs.errors import ExpressionError
+
+MAX_INT_BITS = 10_000  # caps constant integer powers such as 9 ** 9 ** 9
+_EVAL_ERRORS = (ArithmeticError, AttributeError, NotImplementedError, TypeError, ValueError)
+_SCALARS = (str, int, float, np.generic, datetime, timedelta, pd.DateOffset, type(pd.NaT), type(pd.NA))
+# "string" -> str: the default string dtype on pandas, a plain string column on cudf.
+_DTYPES: dict[str, Any] = {name: name for name in ("int64", "int32", "float64", "float32", "bool", "datetime64[ns]")}
+_DTYPES["string"] = str
+
+Fn = Callable[[Any], Any]
+
+
+def _calendar_offset(value: Any, offset: pd.DateOffset) -> Any:
+    """cuDF shifts dates by its own DateOffset (months only); pandas and dask take pandas'."""
+    meta = getattr(value, "_meta", value)
+    if type(meta).__module__.split(".")[0] == "cudf":
+        import cudf
+
+        return cudf.DateOffset(months=offset.kwds.get("months", 0))
+    return offset
+
+
+def _add_offset(value: Any, offset: pd.DateOffset) -> Any:
+    return value + _calendar_offset(value, offset)
+
+
+def _sub_offset(value: Any, offset: pd.DateOffset) -> Any:
+    return value - _calendar_offset(value, offset)
+
+
+def _is_scalar(value: Any) -> bool:
+    return value is None or isinstance(value, _SCALARS)
+
+
+def _cond(value: Any) -> Any:
+    """A condition as plain booleans, null counting as false (as in a SQL WHERE)."""
+    if _is_scalar(value):
+        if isinstance(value, (bool, np.bool_)):
+            return bool(value)
+        if pd.isna(value):
+            return False
+        raise TypeError(f"expected a condition, got {value!r}")
+    if is_object_dtype(value.dtype):  # pandas 2 string predicates give True/False/NaN objects
+        return value.notnull() & value.astype(bool)
+    if not is_bool_dtype(value.dtype):
+        raise TypeError(f"expected a condition, got a column of dtype {value.dtype}")
+    return value.fillna(False).astype(bool)  # dask strings and cudf give nullable booleans
+
+
+def _not(value: Any) -> Any:
+    return not value if isinstance(value, bool) else ~value
+
+
+def _isin(value: Any, options: tuple[Any, ...]) -> Any:
+    return value in options if _is_scalar(value) else _cond(value.isin(list(options)))
+
+
+def _notin(value: Any, options: tuple[Any, ...]) -> Any:
+    result = _not(_isin(value, options))
+    return result if _is_scalar(value) else result & value.notnull()
+
+
+def _compare(op: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """``op`` giving plain bools, false where a column is null. Otherwise backends disagree:
+    NaN != x is true in pandas, while dask strings and cudf give <NA>."""
+
+    def compare(left: Any, right: Any) -> Any:
+        result = _cond(op(left, right))
+        for side in (left, right) if op is operator.ne else ():
+            result = result if _is_scalar(side) else result & side.notnull()
+        return result
+
+    return compare
+
+
+_COMPARE: dict[str, Callable[[Any, Any], Any]] = {
+    "==": _compare(operator.eq), "!=": _compare(operator.ne), "<": _compare(operator.lt),
+    "<=": _compare(operator.le), ">": _compare(operator.gt), ">=": _compare(operator.ge),
+}
+
+
+def _power(base: Any, exponent: Any) -> Any:
+    if isinstance(base, int) and isinstance(exponent, int) and exponent * abs(base).bit_length() > MAX_INT_BITS:
+        raise OverflowError(f"integer result has more than {MAX_INT_BITS} bits")
+    result = base**exponent
+    if isinstance(result, complex):
+        raise ValueError("complex result")
+    return result
+
+
+_BINARY: dict[str, Callable[[Any, Any], Any]] = {
+    "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
+    "//": operator.floordiv, "%": operator.mod, "**": _power,
+}
+
+
+def _widen(value: Any, other: Any) -> Any:
+    """float64 for a numpy-int column whose other branch is float or null. pandas widens only
+    the partitions that take that branch, so dask partitions would disagree with the meta."""
+    dtype = None if _is_scalar(value) else value.dtype
+    other_float = other is None or isinstance(other, float) or getattr(getattr(other, "dtype", None), "kind", "") == "f"
+    return value.astype("float64") if isinstance(dtype, np.dtype) and dtype.kind in "iu" and other_float else value
+
+
+def _broadcast(value: Any, like: Any) -> Any:
+    """A Series of ``value`` on ``like``'s index; to_frame/assign work on dask and cudf too."""
+    return like.to_frame(name="value").assign(value=value)["value"]
+
+
+def _select(cond: Any, then: Any, other: Any) -> Any:
+    """``then`` where ``cond`` (a _cond result) holds, else ``other``; scalar branches broadcast."""
+    if _is_scalar(cond):
+        return then if cond else other
+    if _is_scalar(then) and _is_scalar(other):  # broadcast the non-null one, so its dtype leads
+        then, other = (_broadcast(then, cond), other) if then is not None else (then, _broadcast(other, cond))
+    then, other = _widen(then, other), _widen(other, then)
+    return then.where(cond, other) if not _is_scalar(then) else other.where(~cond, then)
+
+
+def _coalesce(value: Any, fallback: Any) -> Any:
+    if _is_scalar(value):
+        return fallback if pd.isna(value) else value
+    if fallback is None:  # Series.fillna(None) is an error, and a no-op anyway
+        return value
+    return value.fillna(fallback) if _is_scalar(fallback) else value.where(value.notnull(), fallback)
+
+
+def _between(value: Any, low: Any, high: Any) -> Any:
+    return _COMPARE[">="](value, low) & _COMPARE["<="](value, high)
+
+
+def _astype(value: Any, name: str) -> Any:
+    if name == "string":  # pandas 2 would turn nulls into the text "nan"
+        return value.astype(str).where(value.notnull())
+    return value.astype(_DTYPES[name])
+
+
+_REGEX_SPECIAL = frozenset(".^$*+?()[]{}|\\")
+
+
+def like_regex(pattern: str) -> str:
+    """SQL LIKE as an anchored regex: ``%`` is any run of characters, ``_`` one; the rest is literal.
+
+    Only ``.``, ``*``, anchors and escapes are emitted: the subset cuDF's regex engine shares with ``re``.
+    """
+    parts = {"%": ".*", "_": "."}
+    return "^" + "".join(parts.get(char, "\\" + char if char in _REGEX_SPECIAL else char) for char in pattern) + "$"
+
+
+def _substr(value: Any, start: int, length: int | None = None) -> Any:
+    stop = None if length is None else start + length
+    return value[start:stop] if _is_scalar(value) else value.str.slice(start, stop)
+
+
+def _elementwise(on_series: Callable[..., Any], on_scalar: Callable[..., Any] | None = None) -> Callable[..., Any]:
+    """Apply ``on_series`` to a column, ``on_scalar`` (default the same) to a non-null literal."""
+
+    def impl(value: Any, *args: Any) -> Any:
+        if not _is_scalar(value):
+            return on_series(value, *args)
+        return None if pd.isna(value) else (on_scalar or on_series)(value, *args)
+
+    return impl
+
+
+#: Function name → implementation over values; col, case and coalesce are built by the lowering.
+IMPLS: dict[str, Callable[..., Any]] = {
+    "isnull": lambda x: pd.isna(x) if _is_scalar(x) else x.isna(),
+    "notnull": lambda x: not pd.isna(x) if _is_scalar(x) else x.notnull(),  # dask Series has no .notna
+    "fillna": _coalesce,
+    "abs": _elementwise(lambda s: s.abs(), abs),
+    "round": _elementwise(lambda s, n=0: s.round(n), round),
+    "cast": _elementwise(_astype, lambda v, t: _astype(pd.Series([v]), t).iloc[0]),
+    "between": _elementwise(_between),
+    "lower": _elementwise(lambda s: s.str.lower(), str.lower),
+    "upper": _elementwise(lambda s: s.str.upper(), str.upper),
+    "contains": _elementwise(lambda s, t: _cond(s.str.contains(t, regex=False)), lambda v, t: t in v),
+    "like": _elementwise(lambda s, p: _cond(s.str.contains(like_regex(p), regex=True)),
+                         lambda v, p: re.match(like_regex(p), v) is not None),
+    "startswith": _elementwise(lambda s, t: _cond(s.str.startswith(t)), str.startswith),
+    "endswith": _elementwise(lambda s, t: _cond(s.str.endswith(t)), str.endswith),
+    "substr": _elementwise(_substr),
+    "length": _elementwise(lambda s: s.str.len(), len),
+    "year": _elementwise(lambda s: s.dt.year, operator.attrgetter("year")),
+    "month": _elementwise(lambda s: s.dt.month, operator.attrgetter("month")),
+    "day": _elementwise(lambda s: s.dt.day, operator.attrgetter("day")),
+}
+
+
+class PandasLowering:
+    """Builds the function of a frame for an IR tree; ``text`` and ``field`` word errors."""
+
+    def __init__(self, text: str, field: str | None) -> None:
+        self.text = text
+        self.field = field
+
+    def where(self, node: ir.Node) -> str:
+        part = " ".join(self.text[node.start : node.end].split())
+        part = part if len(part) <= 40 else part[:37] + "..."
+        return f"'{part}' at col {node.start}"
+
+    def apply(self, fn: Callable[..., Any], args: list[Fn], node: ir.Node) -> Fn:
+        """Call ``fn`` on the args' values when the frame is given, wording errors at ``node``."""
+        where, field = self.where(node), self.field
+
+        def run(values: list[Any]) -> Any:
+            try:
+                result = fn(*values)
+                if isinstance(result, int) and result.bit_length() > MAX_INT_BITS:  # also keeps repr() safe
+                    raise OverflowError(f"integer result has more than {MAX_INT_BITS} bits")
+                return result
+            except _EVAL_ERRORS as exc:
+                lines = str(exc).strip().splitlines() or [type(exc).__name__]
+                raise ExpressionError(f"cannot evaluate {where}: {lines[0][:200]}", field=field) from exc
+
+        return lambda frame: run([arg(frame) for arg in args])
+
+    def condition(self, node: ir.Node) -> Fn:
+        """``node`` as plain bools (see _cond), skipping nodes that already yield them: dask
+        recurses once per nested operation, so chains must not pile up redundant ones."""
+        fn = self.lower(node)
+        return fn if ir.is_condition(node) else self.apply(_cond, [fn], node)
+
+    def combine(self, fn: Callable[[Any, Any], Any], parts: list[Fn], node: ir.Node) -> Fn:
+        """Join ``parts`` with ``fn`` as a balanced tree, keeping the dask graph shallow."""
+        while len(parts) > 1:
+            pairs = [parts[i : i + 2] for i in range(0, len(parts), 2)]
+            parts = [self.apply(fn, pair, node) if len(pair) == 2 else pair[0] for pair in pairs]
+        return parts[0]
+
+    def choose(self, cond_node: ir.Node, then: Fn, other: Fn, node: ir.Node) -> Fn:
+        cond = self.condition(cond_node)
+        if isinstance(cond_node, ir.Lit):  # a literal condition picks its branch now
+            return then if cond(None) else other
+        return self.apply(_select, [cond, then, other], node)
+
+    def lower(self, node: ir.Node) -> Fn:
+        if isinstance(node, ir.Lit):
+            value = node.value
+            return lambda frame: value
+        if isinstance(node, ir.Col):
+            return operator.itemgetter(node.name)
+        if isinstance(node, ir.Unary):
+            return self.apply(operator.neg if node.op == "-" else operator.pos, [self.lower(node.operand)], node)
+        if isinstance(node, ir.Not):
+            return self.apply(_not, [self.condition(node.operand)], node)
+        if isinstance(node, ir.Binary):
+            return self.binary(node)
+        if isinstance(node, ir.Compare):
+            return self.apply(_COMPARE[node.op], [self.lower(node.left), self.lower(node.right)], node)
+        if isinstance(node, ir.InList):
+            options = tuple(option.value for option in node.options)
+            return self.apply(_notin if node.negated else _isin, [self.lower(node.operand), lambda frame: options], node)
+        if isinstance(node, ir.Logical):
+            parts = [self.condition(part) for part in node.parts]
+            return self.combine(operator.and_ if node.op == "and" else operator.or_, parts, node)
+        if isinstance(node, ir.IfElse):
+            return self.choose(node.cond, self.lower(node.then), self.lower(node.other), node)
+        if isinstance(node, ir.Call):
+            return self.call(node)
+        raise TypeError(f"unknown IR node {type(node).__name__}")  # pragma: no cover - the IR is closed
+
+    def binary(self, node: ir.Binary) -> Fn:
+        left, right, fn = node.left, node.right, _BINARY[node.op]
+        if node.op == "+" and isinstance(left, ir.Lit) and isinstance(left.value, (pd.DateOffset, timedelta)):
+            left, right = right, left  # interval + column: column + interval is the form every backend takes
+        if node.op in ("+", "-") and isinstance(right, ir.Lit) and isinstance(right.value, pd.DateOffset):
+            fn = _add_offset if node.op == "+" else _sub_offset
+        return self.apply(fn, [self.lower(left), self.lower(right)], node)
+
+    def call(self, node: ir.Call) -> Fn:
+        args = list(node.args)
+        if node.name == "coalesce":
+            return self.combine(_coalesce, [self.lower(arg) for arg in args], node)  # associative, so it may be balanced
+        if node.name == "case":  # fold from the default backwards so the first true condition wins
+            result = self.lower(args[-1])
+            for index in range(len(args) - 3, -1, -2):
+                result = self.choose(args[index], self.lower(args[index + 1]), result, node)
+            return result
+        return self.apply(IMPLS[node.name], [self.lower(arg) for arg in args], node)
+
+
+def fold(node: ir.Node, text: str, field: str | None) -> ir.Node:
+    """``node`` as one literal when every operand is a literal (evaluated now), else ``node``.
+
+    Raises
+    ------
+    ExpressionError
+        When the constant cannot be evaluated, quoting the part (``1 / 0``, ``9 ** 9 ** 9``).
+    """
+    if isinstance(node, (ir.Lit, ir.Col)) or not all(isinstance(child, ir.Lit) for child in ir.children(node)):
+        return node
+    return ir.Lit(node.start, node.end, PandasLowering(text, field).lower(node)(None))
+
+
+def evaluate(node: ir.Node, frame: Any, text: str, field: str | None) -> Any:
+    """The value of ``node`` over a pandas, dask or cudf DataFrame: a Series-like or a scalar."""
+    return PandasLowering(text, field).lower(node)(frame)

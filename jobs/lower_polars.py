@@ -1,0 +1,162 @@
+"""Expression IR → a Polars expression (the Polars engine's lowering, CPU and GPU alike).
+
+Follows the language's rules (docs/spec.md, "Nulls") exactly as the Dask engine does, where
+Polars' own defaults differ: a comparison with a null is false (Polars: null), so a
+comparison, ``in`` or predicate result is filled with false; ``not`` of it then stays
+two-valued. Everything else (arithmetic with a null gives null, floored ``//`` and ``%``,
+half-to-even rounding) is what Polars does already.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import timedelta
+from typing import Any
+
+import pandas as pd
+import polars as pl
+
+from jobs import ir
+from jobs.errors import ExpressionError
+from jobs.lower_pandas import like_regex
+
+_CASTS: dict[str, Any] = {
+    "int64": pl.Int64, "int32": pl.Int32, "float64": pl.Float64, "float32": pl.Float32, "bool": pl.Boolean,
+    "datetime64[ns]": pl.Datetime("ns"), "string": pl.String,
+}
+_BINARY: dict[str, Callable[[pl.Expr, pl.Expr], pl.Expr]] = {
+    "+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "/": lambda a, b: a / b,
+    "//": lambda a, b: a // b, "%": lambda a, b: a % b, "**": lambda a, b: a.pow(b),
+}
+_COMPARE: dict[str, Callable[[pl.Expr, pl.Expr], pl.Expr]] = {
+    "==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b,
+}
+_FALSE = pl.lit(False)
+_DATETIME_CAST = "datetime64[ns]"
+
+
+def _false_if_null(expr: pl.Expr) -> pl.Expr:
+    return expr.fill_null(_FALSE)
+
+
+_CALLS: dict[str, Callable[..., pl.Expr]] = {
+    "isnull": lambda x: x.is_null(),
+    "notnull": lambda x: x.is_not_null(),
+    "fillna": lambda x, v: x.fill_null(v),
+    "abs": lambda x: x.abs(),
+    "lower": lambda s: s.str.to_lowercase(),
+    "upper": lambda s: s.str.to_uppercase(),
+    "length": lambda s: s.str.len_chars(),
+    "year": lambda d: d.dt.year(),
+    "month": lambda d: d.dt.month(),
+    "day": lambda d: d.dt.day(),
+    "between": lambda x, low, high: _false_if_null(x.is_between(low, high, closed="both")),
+}
+#: Functions whose arguments after the first are literals, passed as Python values.
+_LITERAL_CALLS: dict[str, Callable[..., pl.Expr]] = {
+    "round": lambda x, digits=0: x.round(digits),
+    "cast": lambda x, name: x.cast(_CASTS[name]),
+    "contains": lambda s, text: _false_if_null(s.str.contains(text, literal=True)),
+    "like": lambda s, pattern: _false_if_null(s.str.contains(like_regex(pattern))),
+    "startswith": lambda s, text: _false_if_null(s.str.starts_with(text)),
+    "endswith": lambda s, text: _false_if_null(s.str.ends_with(text)),
+    "substr": lambda s, start, length=None: s.str.slice(start, length),
+}
+
+
+def _literal(value: Any) -> pl.Expr:
+    if isinstance(value, pd.Timestamp):
+        return pl.lit(value.to_pydatetime(), dtype=pl.Datetime("us"))
+    if isinstance(value, timedelta):  # pd.Timedelta is one
+        return pl.lit(pd.Timedelta(value).to_pytimedelta())
+    return pl.lit(value)
+
+
+def _months(offset: pd.DateOffset) -> int:
+    return int(offset.kwds.get("months", 0)) + 12 * int(offset.kwds.get("years", 0))
+
+
+class PolarsLowering:
+    """Builds the Polars expression for an IR tree; ``text`` and ``field`` word errors."""
+
+    def __init__(self, text: str, field: str | None, schema: Mapping[str, str] | None = None) -> None:
+        self.text = text
+        self.field = field
+        self.schema = schema or {}
+
+    def error(self, node: ir.Node, message: str) -> ExpressionError:
+        return ExpressionError(f"'{self.text[node.start:node.end]}' at col {node.start}: {message}", field=self.field)
+
+    def kind(self, node: ir.Node) -> str:
+        from jobs.kinds import kind_of_node
+
+        return kind_of_node(node, self.text, self.schema)
+
+    def condition(self, node: ir.Node) -> pl.Expr:
+        """``node`` as plain booleans, null counting as false (conditions never come out null)."""
+        expr = self.lower(node)
+        return expr if ir.is_condition(node) else _false_if_null(expr)
+
+    def lower(self, node: ir.Node) -> pl.Expr:
+        if isinstance(node, ir.Lit):
+            if isinstance(node.value, pd.DateOffset):
+                raise self.error(node, "an interval of months or years can only be added to or subtracted from a datetime")
+            return _literal(node.value)
+        if isinstance(node, ir.Col):
+            return pl.col(node.name)
+        if isinstance(node, ir.Unary):
+            operand = self.lower(node.operand)
+            return -operand if node.op == "-" else operand
+        if isinstance(node, ir.Not):
+            return ~self.condition(node.operand)
+        if isinstance(node, ir.Binary):
+            return self.binary(node)
+        if isinstance(node, ir.Compare):
+            return _false_if_null(_COMPARE[node.op](self.lower(node.left), self.lower(node.right)))
+        if isinstance(node, ir.InList):
+            operand = self.lower(node.operand)
+            found = _false_if_null(operand.is_in([option.value for option in node.options]))
+            return _false_if_null(~found & operand.is_not_null()) if node.negated else found
+        if isinstance(node, ir.Logical):
+            parts = [self.condition(part) for part in node.parts]
+            return pl.all_horizontal(parts) if node.op == "and" else pl.any_horizontal(parts)
+        if isinstance(node, ir.IfElse):
+            if isinstance(node.cond, ir.Lit):  # a literal condition picks its branch now, as the Dask engine does
+                return self.lower(node.then) if node.cond.value else self.lower(node.other)
+            return pl.when(self.condition(node.cond)).then(self.lower(node.then)).otherwise(self.lower(node.other))
+        if isinstance(node, ir.Call):
+            return self.call(node)
+        raise TypeError(f"unknown IR node {type(node).__name__}")  # pragma: no cover - the IR is closed
+
+    def binary(self, node: ir.Binary) -> pl.Expr:
+        left, right = node.left, node.right
+        if node.op == "+" and isinstance(left, ir.Lit) and isinstance(left.value, (pd.DateOffset, timedelta)):
+            left, right = right, left  # interval + datetime is datetime + interval
+        if node.op in ("+", "-") and isinstance(right, ir.Lit) and isinstance(right.value, pd.DateOffset):
+            months = _months(right.value) * (1 if node.op == "+" else -1)
+            return self.lower(left).dt.offset_by(f"{months}mo")
+        return _BINARY[node.op](self.lower(left), self.lower(right))
+
+    def call(self, node: ir.Call) -> pl.Expr:
+        name, args = node.name, node.args
+        if name == "coalesce":
+            return pl.coalesce([self.lower(arg) for arg in args])
+        if name == "case":
+            pairs = [(args[i], args[i + 1]) for i in range(0, len(args) - 1, 2)]
+            chain: Any = pl
+            for cond, value in pairs:
+                chain = chain.when(self.condition(cond)).then(self.lower(value))
+            result: pl.Expr = chain.otherwise(self.lower(args[-1]))
+            return result
+        if name == "cast" and isinstance(args[1], ir.Lit) and args[1].value == _DATETIME_CAST and self.kind(args[0]) == "string":
+            return self.lower(args[0]).str.to_datetime(time_unit="ns")  # parsed, as pandas' astype does
+        if name in _LITERAL_CALLS:
+            values = [arg.value for arg in args[1:] if isinstance(arg, ir.Lit)]  # the parser checked they are literals
+            return _LITERAL_CALLS[name](self.lower(args[0]), *values)
+        return _CALLS[name](*(self.lower(arg) for arg in args))
+
+
+def to_polars(node: ir.Node, text: str, field: str | None, schema: Mapping[str, str] | None = None) -> pl.Expr:
+    """The Polars expression of an IR tree over columns of ``schema``'s kinds."""
+    return PolarsLowering(text, field, schema).lower(node)
