@@ -10,6 +10,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from jobs.errors import (
@@ -86,6 +87,19 @@ def _validation_response(exc: RequestValidationError) -> JSONResponse:
     return error_response(422, "invalid_spec", message, field or None)
 
 
+_METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method that some route of the app answers on the request's path, sorted.
+
+    Asked of the routes themselves (a full match with the method swapped in), so routes of
+    included routers count too.
+    """
+    routes = request.app.router.routes
+    return [m for m in _METHODS if any(r.matches({**request.scope, "method": m})[0] == Match.FULL for r in routes)]
+
+
 class BodySizeLimit:
     """Refuse request bodies over ``limit`` bytes with a 413 in the stable shape.
 
@@ -143,9 +157,13 @@ def install_error_handlers(app: FastAPI) -> None:
         return _validation_response(exc)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, f"http_{exc.status_code}")
-        return error_response(exc.status_code, code, str(exc.detail), headers=getattr(exc, "headers", None))
+        headers = dict(getattr(exc, "headers", None) or {})
+        if exc.status_code == 405:
+            # Starlette names only the first route whose path matched; /jobs has GET and POST.
+            headers["Allow"] = ", ".join(allowed_methods(request))
+        return error_response(exc.status_code, code, str(exc.detail), headers=headers or None)
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:

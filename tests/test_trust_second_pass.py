@@ -74,3 +74,11 @@ def test_offset_past_64_bits_is_422(service: ServiceProcess, path: str) -> None:
         assert error["field"] == "query.offset"
         assert http.get("/jobs", params={"offset": str(2**63 - 1)}).json()["items"] == []
 
+
+@pytest.mark.parametrize(("method", "path", "allowed"), [("DELETE", "/jobs", "GET, POST"), ("PATCH", "/pipelines/nightly", "DELETE, GET, PUT"), ("GET", "/jobs/x/cancel", "POST")])
+def test_405_names_every_allowed_method(service: ServiceProcess, method: str, path: str, allowed: str) -> None:
+    with httpx.Client(base_url=service.url, timeout=30) as http:
+        response = http.request(method, path)
+    assert error_of(response, 405)["code"] == "method_not_allowed"
+    assert response.headers["Allow"] == allowed
+
