@@ -69,7 +69,7 @@ def check_paths(spec: JobSpec, roots: Iterable[str]) -> None:
         if "::" in raw:
             raise PathNotAllowed(f"'{raw}' chains filesystems with '::', which is not allowed; allowed roots: {allowed}", field=field)
         if "://" in raw:
-            _check_url(raw, url_roots, allowed, field)
+            _check_url(raw, url_roots, allowed, field, is_sink)
             continue
         if ".." in Path(raw).parts:
             raise PathNotAllowed(f"'{raw}' contains '..'; give a path inside an allowed root: {allowed}", field=field)
@@ -78,6 +78,8 @@ def check_paths(spec: JobSpec, roots: Iterable[str]) -> None:
         if not _inside(anchor, local_roots):
             raise PathNotAllowed(f"'{raw}' resolves to '{anchor}', outside the allowed roots: {allowed}", field=field)
         if is_sink:
+            if anchor in local_roots:
+                raise _sink_is_root(raw, field)
             continue
         # A link inside a root may point outside it: check what the workers will actually open.
         for match in glob.glob(os.path.expanduser(raw), recursive=True) if any(c in raw for c in _GLOB_CHARS) else _walk(raw):
@@ -98,12 +100,19 @@ def url_problem(url: str) -> str | None:
     return None
 
 
-def _check_url(raw: str, url_roots: list[str], allowed: str, field: str) -> None:
+def _check_url(raw: str, url_roots: list[str], allowed: str, field: str, is_sink: bool) -> None:
     problem = url_problem(raw)
     if problem is None and not any(raw == root or raw.startswith(root + "/") for root in url_roots):
         problem = "no root is a prefix of it"
     if problem is not None:
         raise PathNotAllowed(f"'{raw}' is not under an allowed URL root: {problem}; allowed roots: {allowed}", field=field)
+    if is_sink and raw.rstrip("/") in url_roots:
+        raise _sink_is_root(raw, field)
+
+
+def _sink_is_root(raw: str, field: str) -> PathNotAllowed:
+    # The sink is staged beside itself and renamed over it: for a root, that is outside the root.
+    return PathNotAllowed(f"'{raw}' is an allowed root itself; give a directory inside it as the sink", field=field)
 
 
 def _walk(path: str) -> Iterator[str]:

@@ -82,3 +82,40 @@ def test_405_names_every_allowed_method(service: ServiceProcess, method: str, pa
     assert error_of(response, 405)["code"] == "method_not_allowed"
     assert response.headers["Allow"] == allowed
 
+
+@pytest.fixture(scope="module")
+def rooted(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A service with two data roots: one holding a small dataset, one empty."""
+    from jobs.samples import write_sample_data
+
+    root, empty = tmp_path_factory.mktemp("root2"), tmp_path_factory.mktemp("empty_root")
+    data = write_sample_data(root / "data", rows=2000, files=2)
+    service = start_service(root / "svc", extra_env={"SPILLWAY_ALLOWED_ROOTS": f'["{root}", "{empty}"]'})
+    yield service, {"data": root, "empty": empty}, data
+    service.stop()
+
+
+@pytest.mark.parametrize(
+    ("which", "suffix", "mode"), [("empty", "", "error"), ("empty", "/", "overwrite"), ("data", "", "overwrite"), ("data", "/./", "append"), ("data", "/data/..", "error")]
+)
+def test_a_sink_that_is_a_root_is_refused(rooted: Any, which: str, suffix: str, mode: str) -> None:
+    # Staged beside itself, such a sink would be written in the root's parent and renamed over the root.
+    service, roots, data = rooted
+    spec = {"source": {"format": "parquet", "path": str(data["sales"])}, "sink": {"path": f"{roots[which]}{suffix}", "mode": mode}}
+    with httpx.Client(base_url=service.url, timeout=30) as http:
+        error = error_of(http.post("/jobs", json=spec), 403)
+    assert error["field"] == "sink.path" and error["code"] == "path_not_allowed"
+    assert "contains '..'" in error["message"] if ".." in suffix else "is an allowed root itself" in error["message"]
+    assert data["sales"].is_dir() and roots["empty"].is_dir() and not any(roots["empty"].iterdir())
+
+
+@pytest.mark.parametrize("sink", ["s3://bucket/etl", "s3://bucket/etl/"])
+def test_a_sink_that_is_a_url_root_is_refused(sink: str) -> None:
+    from jobs.sandbox import PathNotAllowed, check_paths
+    from jobs.spec import JobSpec
+
+    spec = JobSpec.model_validate({"source": {"format": "parquet", "path": "s3://bucket/etl/in/"}, "sink": {"path": sink}})
+    with pytest.raises(PathNotAllowed, match="is an allowed root itself") as refused:
+        check_paths(spec, ["s3://bucket/etl/"])
+    assert refused.value.field == "sink.path"
+    check_paths(spec.model_copy(update={"sink": spec.sink.model_copy(update={"path": "s3://bucket/etl/out"})}), ["s3://bucket/etl/"])
