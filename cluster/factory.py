@@ -103,6 +103,8 @@ class ClusterHandle:
     def dashboard_link(self) -> str | None:
         if self.dashboard_public_url:
             return self.dashboard_public_url.rstrip("/") + "/status"
+        if self.cluster is not None:  # started here: its handshake says whether the dashboard is on
+            return self.cluster.dashboard_link or None
         link = self.client.dashboard_link
         return link or None
 

@@ -10,6 +10,7 @@ import importlib.util
 import os
 from typing import Any
 
+from cluster.local_process import dashboard_options
 from cluster.settings import ClusterSettings, parse_memory
 from jobs.errors import ClusterConfigError
 
@@ -69,7 +70,7 @@ def cuda_cluster_kwargs(settings: ClusterSettings, visible_gpus: int) -> dict[st
         "rmm_pool_size": settings.rmm_pool_size,
         "rmm_maximum_pool_size": settings.rmm_maximum_pool_size,
         "rmm_async": settings.rmm_async,
-        "dashboard_address": settings.dashboard_address or None,
+        **dashboard_options(settings),
     }
     if device_limit is not None:  # "auto" keeps dask-cuda's own default
         kwargs["device_memory_limit"] = device_limit

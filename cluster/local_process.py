@@ -17,10 +17,23 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from typing import Any
 
 from cluster.settings import ClusterSettings
 
 HANDSHAKE = "SPILLWAY-CLUSTER"
+
+
+def dashboard_options(settings: ClusterSettings) -> dict[str, Any]:
+    """LocalCluster's (and LocalCUDACluster's) dashboard arguments; an empty address turns it off.
+
+    ``dashboard_address=None`` alone leaves the scheduler's HTTP server (health, metrics)
+    on port 8787, which the scheduler then reports as its dashboard; off, that server
+    takes a free loopback port instead and no dashboard link is handed out.
+    """
+    if settings.dashboard_address:
+        return {"dashboard_address": settings.dashboard_address}
+    return {"dashboard_address": None, "scheduler_kwargs": {"dashboard": False, "dashboard_address": "127.0.0.1:0"}}
 
 
 def _start(settings: ClusterSettings, backend: str) -> object:
@@ -37,9 +50,11 @@ def _start(settings: ClusterSettings, backend: str) -> object:
         threads_per_worker=settings.threads_per_worker,
         processes=True,
         memory_limit=parse_memory(settings.memory_limit, field="memory_limit") or "auto",
-        dashboard_address=settings.dashboard_address or None,
+        **dashboard_options(settings),
         local_directory=settings.local_directory,
         host="127.0.0.1",
+        # A Polars job runs as one task with the worker's threads; Polars sizes its pool at import.
+        env={"POLARS_MAX_THREADS": str(settings.threads_per_worker)},
     )
 
 
@@ -52,7 +67,7 @@ def main() -> None:
     except Exception as exc:  # noqa: BLE001 - reported to the service, which raises it
         print(HANDSHAKE, json.dumps({"error": f"{type(exc).__name__}: {exc}"}), flush=True)
         raise SystemExit(1) from exc
-    print(HANDSHAKE, json.dumps({"address": cluster.scheduler_address, "dashboard": cluster.dashboard_link}), flush=True)
+    print(HANDSHAKE, json.dumps({"address": cluster.scheduler_address, "dashboard": cluster.dashboard_link if settings.dashboard_address else None}), flush=True)
     sys.stdin.read()  # until the service closes the pipe or dies
     cluster.close(timeout=30)
 

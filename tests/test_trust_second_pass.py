@@ -119,3 +119,21 @@ def test_a_sink_that_is_a_url_root_is_refused(sink: str) -> None:
         check_paths(spec, ["s3://bucket/etl/"])
     assert refused.value.field == "sink.path"
     check_paths(spec.model_copy(update={"sink": spec.sink.model_copy(update={"path": "s3://bucket/etl/out"})}), ["s3://bucket/etl/"])
+
+def test_an_empty_dashboard_address_turns_the_dashboard_off(tmp_path: Path, sample_data: dict[str, Path]) -> None:
+    service = start_service(tmp_path / "svc", extra_env={"SPILLWAY_CLUSTER__DASHBOARD_ADDRESS": ""})
+    try:
+        with httpx.Client(base_url=service.url, timeout=30) as http:
+            cluster = http.get("/cluster").json()
+            spec = {"source": {"format": "parquet", "path": str(sample_data["sales"])}, "sink": {"path": str(tmp_path / "out")}}
+            accepted = http.post("/jobs", json=spec).json()
+        from distributed import Client
+
+        with Client(cluster["scheduler_address"], timeout=30) as client:
+            http_port = client.scheduler_info()["services"].get("dashboard")
+    finally:
+        service.stop()
+    assert cluster["dashboard_link"] is None and accepted["links"]["dashboard"] is None
+    assert http_port != 8787, "the scheduler's HTTP server does not hold the dashboard's port"
+    assert "dashboard off" in service.log()
+
