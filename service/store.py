@@ -24,19 +24,22 @@ from sqlalchemy import (
     event,
     func,
     inspect,
+    literal,
     select,
     text,
     update,
 )
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 
-from jobs.errors import JobNotFound
+from jobs.errors import JobNotFound, QueueFull
 from jobs.spec import JobSpec
 from jobs.status import ALLOWED_TRANSITIONS, ErrorDetail, JobProgress, JobResources, JobStatus, ResultManifest
 from service.schemas import JobView
 
 Clock = Callable[[], datetime]
+#: The PostgreSQL advisory lock a submission holds while it counts the queue and inserts.
+_QUEUE_LOCK = 0x73707771  # "spwq"
 
 metadata = MetaData()
 jobs_table = Table(
@@ -116,31 +119,52 @@ class JobStore:
     def close(self) -> None:
         self.engine.dispose()
 
-    def create(self, spec: JobSpec, backend: str, *, idempotency_key: str | None = None, owner: str | None = None) -> tuple[JobView, bool]:
+    def create(
+        self,
+        spec: JobSpec,
+        backend: str,
+        *,
+        idempotency_key: str | None = None,
+        owner: str | None = None,
+        max_pending: int | None = None,
+    ) -> tuple[JobView, bool]:
         """Persist a new PENDING job; returns it and whether it is new.
 
         With an ``idempotency_key`` already used, nothing is inserted and the job
         created under that key is returned: the unique constraint settles races
         between concurrent requests and between service replicas.
+
+        With ``max_pending``, counting the PENDING jobs and inserting are one atomic
+        step: an ``INSERT ... SELECT ... WHERE count < max_pending``, which SQLite runs
+        under its write lock and PostgreSQL after a transaction-scoped advisory lock
+        that every limited insert takes (under READ COMMITTED, concurrent counts would
+        not see each other's inserts).
+
+        Raises
+        ------
+        QueueFull
+            When ``max_pending`` jobs are already waiting.
         """
         now = self.clock()
         job_id = uuid.uuid4().hex[:16]
+        values = {
+            "id": job_id,
+            "name": spec.name,
+            "state": JobStatus.PENDING.value,
+            "backend": backend,
+            "spec": spec.model_dump(mode="json"),
+            "created_at": now,
+            "updated_at": now,
+            "progress": JobProgress().model_dump(mode="json"),
+            "idempotency_key": idempotency_key,
+            "owner": owner,
+        }
         try:
             with self.engine.begin() as conn:
-                conn.execute(
-                    jobs_table.insert().values(
-                        id=job_id,
-                        name=spec.name,
-                        state=JobStatus.PENDING.value,
-                        backend=backend,
-                        spec=spec.model_dump(mode="json"),
-                        created_at=now,
-                        updated_at=now,
-                        progress=JobProgress().model_dump(mode="json"),
-                        idempotency_key=idempotency_key,
-                        owner=owner,
-                    )
-                )
+                if max_pending is None:
+                    conn.execute(jobs_table.insert().values(**values))
+                elif not _insert_below(conn, values, max_pending):
+                    raise QueueFull(f"{max_pending} jobs are waiting, which is the limit. Retry later.")
         except IntegrityError:
             if idempotency_key is None:
                 raise
@@ -256,6 +280,16 @@ class JobStore:
         counts = {s: 0 for s in JobStatus}
         counts.update({JobStatus(state): int(n) for state, n in rows})
         return counts
+
+
+def _insert_below(conn: Connection, values: dict[str, Any], max_pending: int) -> bool:
+    """Insert ``values`` only while fewer than ``max_pending`` jobs are PENDING; whether it did."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(select(func.pg_advisory_xact_lock(_QUEUE_LOCK)))
+    pending = select(func.count()).select_from(jobs_table).where(jobs_table.c.state == JobStatus.PENDING.value).scalar_subquery()
+    row = select(*(literal(value, jobs_table.c[name].type).label(name) for name, value in values.items())).where(pending < max_pending)
+    # RETURNING, not rowcount: with implicit RETURNING psycopg reports rowcount -1.
+    return conn.execute(jobs_table.insert().from_select(list(values), row).returning(jobs_table.c.id)).first() is not None
 
 
 def _to_view(row: Any) -> JobView:

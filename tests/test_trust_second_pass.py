@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.conftest import ServiceProcess, start_service
+from jobs.status import JobStatus
+from tests.conftest import ServiceProcess, start_service, wait_for
 from tests.test_auth import call, create_token
 
 
@@ -137,3 +139,65 @@ def test_an_empty_dashboard_address_turns_the_dashboard_off(tmp_path: Path, samp
     assert http_port != 8787, "the scheduler's HTTP server does not hold the dashboard's port"
     assert "dashboard off" in service.log()
 
+
+def test_queue_limit_holds_under_concurrent_inserts(database_url: str) -> None:
+    from jobs.errors import QueueFull
+    from jobs.spec import JobSpec
+    from service.store import JobStore
+
+    store = JobStore(database_url)
+    spec = JobSpec.model_validate({"source": {"format": "parquet", "path": "/tmp/in"}, "sink": {"path": "/tmp/out"}})
+    outcomes: list[str] = []
+    barrier = threading.Barrier(60)
+
+    def insert() -> None:
+        barrier.wait()
+        try:
+            store.create(spec, "pandas", max_pending=10)
+            outcomes.append("created")
+        except QueueFull:
+            outcomes.append("full")
+
+    threads = [threading.Thread(target=insert) for _ in range(60)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert outcomes.count("created") == 10 and outcomes.count("full") == 50
+        assert store.count_by_state()[JobStatus.PENDING] == 10
+    finally:
+        store.close()
+
+
+def test_queue_limit_holds_under_60_concurrent_posts(tmp_path: Path, big_data: dict[str, Path], sample_data: dict[str, Path]) -> None:
+    service = start_service(tmp_path / "svc", extra_env={"SPILLWAY_MAX_CONCURRENT_JOBS": "1", "SPILLWAY_MAX_QUEUED_JOBS": "10"})
+    try:
+        with httpx.Client(base_url=service.url, timeout=120) as http:
+            heavy = {"source": {"format": "parquet", "path": str(big_data["sales"])}, "steps": [{"op": "sort", "by": ["amount"]}], "sink": {"path": str(tmp_path / "heavy")}}
+            blocker = http.post("/jobs", json=heavy).json()["id"]
+            wait_for(lambda: http.get(f"/jobs/{blocker}").json()["state"] != "PENDING", what="the blocking job to start")
+            barrier = threading.Barrier(60)
+            answers: list[httpx.Response] = []
+
+            def submit(i: int) -> None:
+                body = {"source": {"format": "parquet", "path": str(sample_data["sales"])}, "steps": [{"op": "limit", "n": 1}], "sink": {"path": str(tmp_path / f"o{i}")}}
+                barrier.wait()
+                answers.append(http.post("/jobs", json=body))
+
+            threads = [threading.Thread(target=submit, args=(i,)) for i in range(60)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            jobs = http.get("/jobs", params={"limit": 500}).json()["items"]
+            http.post(f"/jobs/{blocker}/cancel")
+    finally:
+        service.stop()
+    accepted = [a for a in answers if a.status_code == 202]
+    refused = [a for a in answers if a.status_code == 429]
+    assert len(accepted) + len(refused) == 60, [a.text for a in answers if a.status_code not in (202, 429)]
+    # Only a job that left the queue (the blocker finishing lets one start) frees a place in it.
+    started = sum(1 for j in jobs if j["id"] != blocker and j["state"] != "PENDING")
+    assert 10 <= len(accepted) <= 10 + started, (len(accepted), started)
+    assert all(r.json()["error"]["code"] == "queue_full" and r.headers["Retry-After"] == "5" for r in refused)

@@ -63,12 +63,16 @@ async def submit_job(
         existing = await asyncio.to_thread(_find_by_key, services, idempotency_key)
         if existing is not None:
             return _replay(existing, spec, services, request, response)
+    limit = services.settings.max_queued_jobs
+    # A cheap refusal before validation reads the sources; the insert below is what enforces the limit.
     queued = (await asyncio.to_thread(services.store.count_by_state))[JobStatus.PENDING]
-    if queued >= services.settings.max_queued_jobs:
-        raise QueueFull(f"{queued} jobs are waiting; the limit is {services.settings.max_queued_jobs}. Retry later.")
+    if queued >= limit:
+        raise QueueFull(f"{queued} jobs are waiting; the limit is {limit}. Retry later.")
     await asyncio.to_thread(validate_submission, spec, services.settings.allowed_roots)
     owner = getattr(request.state, "token_name", None)
-    job, created = await asyncio.to_thread(services.store.create, spec, services.cluster.backend, idempotency_key=idempotency_key, owner=owner)
+    job, created = await asyncio.to_thread(
+        services.store.create, spec, services.cluster.backend, idempotency_key=idempotency_key, owner=owner, max_pending=limit
+    )
     if not created:  # a concurrent request with the same key won the insert
         return _replay(job, spec, services, request, response)
     services.manager.enqueue(job.id, owner)
