@@ -163,16 +163,30 @@ def plain_types(schema: pa.Schema, partition_columns: list[str]) -> dict[str, ob
       sentinels such as 9999-12-31.
     * hive partition columns → their plain type, not the categorical dask makes of
       them, so they order, compare and compute like any column.
+
+    The first two are :func:`plain_arrow_type` in pandas terms; a reader that holds Arrow
+    tables converts them there (``jobs.dask_read`` does on pandas), not through Python objects.
     """
     casts: dict[str, object] = {}
     for field in schema:
-        if pa.types.is_decimal(field.type):
-            casts[field.name] = "float64"
-        elif pa.types.is_date(field.type):
-            casts[field.name] = "datetime64[us]"
+        plain = plain_arrow_type(field.type)
+        if plain is not None:
+            casts[field.name] = pd.api.types.pandas_dtype(plain.to_pandas_dtype())
         elif field.name in partition_columns:
             casts[field.name] = str if arrow_kind(field.type) == "string" else field.type.to_pandas_dtype()
     return casts
+
+
+def plain_arrow_type(dtype: pa.DataType) -> pa.DataType | None:
+    """The Arrow type Spillway reads a file's ``dtype`` as, or None where it reads it as it is.
+
+    Decimals become float64 and dates timestamp[us]; :func:`plain_types` says why.
+    """
+    if pa.types.is_decimal(dtype):
+        return pa.float64()
+    if pa.types.is_date(dtype):
+        return pa.timestamp("us")
+    return None
 
 
 def read_schema(source: SourceSpec, *, field: str = "source") -> Schema:
