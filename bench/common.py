@@ -55,12 +55,13 @@ def side_by_side(task: Callable[[int], None], count: int) -> None:
 
 
 def service_env(
-    work: Path, backend: str, *, gpus: str = "0", protocol: str = "tcp", rmm_pool: str | None = None, cpu_workers: int = 2, **extra: str
+    work: Path, backend: str, *, gpus: str = "0", protocol: str = "tcp", rmm_pool: str | None = None, cpu_workers: int = 2,
+    cpu_threads: int = 1, **extra: str
 ) -> dict[str, str]:
     """``SPILLWAY_*`` settings of a benchmark's service: data root ``work``, a cluster on ``backend``.
 
     cudf: one worker per GPU in ``gpus`` over ``protocol`` (RMM pool if given); pandas:
-    ``cpu_workers`` single-thread workers. ``extra`` overrides any of them.
+    ``cpu_workers`` workers of ``cpu_threads`` threads. ``extra`` overrides any of them.
     """
     env = {
         "SPILLWAY_CLUSTER__BACKEND": backend,
@@ -73,7 +74,7 @@ def service_env(
         if rmm_pool:
             env["SPILLWAY_CLUSTER__RMM_POOL_SIZE"] = rmm_pool
     else:
-        env.update(SPILLWAY_CLUSTER__N_WORKERS=str(cpu_workers), SPILLWAY_CLUSTER__THREADS_PER_WORKER="1")
+        env.update(SPILLWAY_CLUSTER__N_WORKERS=str(cpu_workers), SPILLWAY_CLUSTER__THREADS_PER_WORKER=str(cpu_threads))
     return {**env, **extra}
 
 

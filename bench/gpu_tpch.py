@@ -45,7 +45,7 @@ from bench.tpch_examples import QUERIES, SPECS, TABLES, load_spec, plain_column,
 from jobs.sink import read_manifest  # noqa: E402
 from service.launcher import ServiceProcess, launch_service  # noqa: E402
 
-ENGINES = ("spillway", "cudf-polars", "polars-cpu", "duckdb")
+ENGINES = ("spillway", "spillway-plan", "cudf-polars", "polars-cpu", "duckdb")
 # Where the GPU machine's wheelhouse installs console scripts (see ../shared/gpu/README.md).
 _STAGED_TPCHGEN = Path("/tmp/site/bin/tpchgen-cli")
 
@@ -154,19 +154,39 @@ def polars_engine(data: Path, sf: float, engine: Any) -> Callable[[str], pd.Data
     return execute
 
 
-def spillway_engine(service: ServiceProcess, data: Path, scratch: Path, timeout: float) -> Callable[[str], pd.DataFrame]:
+def spillway_engine(service: ServiceProcess, data: Path, scratch: Path, timeout: float, engine: str) -> Callable[[str], pd.DataFrame]:
     counter = iter(range(10_000))
 
     def execute(query: str) -> pd.DataFrame:
         sink = scratch / f"{query}_{next(counter)}"
         with service.client() as client:
-            job = client.wait(client.submit(load_spec(query, data, sink)).id, timeout=timeout)
+            job = client.wait(client.submit({**load_spec(query, data, sink), "engine": engine}).id, timeout=timeout)
         if job.state.value != "SUCCEEDED":
             raise RuntimeError(f"job {job.id} {job.state.value}: {job.error.message if job.error else ''}")
-        execute.jobs.append({"query": query, "run_s": (job.finished_at - job.started_at).total_seconds(), "tasks_per_worker": job.progress.tasks_per_worker})  # type: ignore[attr-defined]
+        execute.jobs.append({  # type: ignore[attr-defined]
+            "query": query, "run_s": (job.finished_at - job.started_at).total_seconds(), "tasks_per_worker": job.progress.tasks_per_worker,
+            "engine": job.progress.engine.model_dump() if job.progress.engine else None, "engine_s": job.progress.elapsed_s,
+        })
         return committed(sink)
 
     execute.jobs = []  # type: ignore[attr-defined]
+    return execute
+
+
+def plan_engine(data: Path, scratch: Path, device: str) -> Callable[[str], pd.DataFrame]:
+    """Spillway's own LazyFrame for each spec, collected in this process: the Polars engine without the service."""
+    import polars as pl
+
+    from jobs.polars_frame import build_lazyframe
+    from jobs.spec import JobSpec
+    from jobs.validate import plan_spec
+
+    engine: Any = pl.GPUEngine(executor="in-memory", raise_on_fail=True) if device == "gpu" else "streaming"
+
+    def execute(query: str) -> pd.DataFrame:
+        frame = build_lazyframe(plan_spec(JobSpec.model_validate(load_spec(query, data, scratch / query))))
+        return frame.collect(engine=engine).to_pandas()
+
     return execute
 
 
@@ -183,6 +203,8 @@ def main() -> None:
     parser.add_argument("--protocol", default="tcp", choices=("tcp", "ucx"))
     parser.add_argument("--rmm-pool", default="32GB")
     parser.add_argument("--cpu-workers", type=int, default=2, help="Spillway workers on the pandas backend.")
+    parser.add_argument("--cpu-threads", type=int, default=1, help="Threads per Spillway worker on the pandas backend.")
+    parser.add_argument("--spillway-engines", default="polars,dask", help="Spillway's engines to run, comma-separated: polars, dask.")
     parser.add_argument("--iterations", type=int, default=2, help="Runs per query; the last is reported as warm.")
     parser.add_argument("--rtol", type=float, default=1e-6, help="Relative tolerance against DuckDB.")
     parser.add_argument("--deadline", type=float, default=1e9, help="Seconds; what would start later is skipped.")
@@ -217,18 +239,23 @@ def main() -> None:
             run.data["errors"]["polars"] = f"skipped: {exc}"
             log(f"polars engines skipped: {exc}")
 
+    if "spillway-plan" in engines:
+        device = "gpu" if args.backend == "cudf" else "cpu"
+        time_engine(run, f"spillway-plan-{device}", queries, args.iterations, plan_engine(data, args.work, device), expected, args.rtol)
+
+    spillway_runs = [(gpus, engine) for gpus in args.gpus or ["0"] for engine in args.spillway_engines.split(",")]
     if "spillway" in engines:
-        for gpus in args.gpus or ["0"]:
-            name = f"spillway-{args.backend}" + (f"-{len(gpus.split(','))}gpu" if args.backend == "cudf" else "")
+        for gpus, engine in spillway_runs:
+            name = f"spillway-{engine}-{args.backend}" + (f"-{len(gpus.split(','))}gpu" if args.backend == "cudf" else "")
             if run.left() < 60:
                 run.data["errors"][name] = "skipped: deadline"
                 continue
             scratch = args.work / f"out_{name}"
             shutil.rmtree(scratch, ignore_errors=True)
             scratch.mkdir(parents=True)
-            service = launch_service(args.work / f"svc_{name}", service_env(args.work, args.backend, gpus=gpus, protocol=args.protocol, rmm_pool=args.rmm_pool, cpu_workers=args.cpu_workers), timeout=300)
+            service = launch_service(args.work / f"svc_{name}", service_env(args.work, args.backend, gpus=gpus, protocol=args.protocol, rmm_pool=args.rmm_pool, cpu_workers=args.cpu_workers, cpu_threads=args.cpu_threads), timeout=300)
             try:
-                execute = spillway_engine(service, data, scratch, timeout=max(60.0, run.left()))
+                execute = spillway_engine(service, data, scratch, timeout=max(60.0, run.left()), engine=engine)
                 time_engine(run, name, queries, args.iterations, execute, expected, args.rtol)
                 run.data.setdefault("spillway_jobs", {})[name] = execute.jobs  # type: ignore[attr-defined]
             except Exception:  # noqa: BLE001

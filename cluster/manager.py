@@ -18,11 +18,16 @@ from distributed.client import FutureCancelledError, FuturesCancelledError
 from cluster.factory import ClusterHandle
 from cluster.gpu_sampler import GpuSampler
 from cluster.job_logs import JobLog
+from cluster import polars_job
 from cluster.plan import plan_job
 from cluster.progress import PROGRESS_TOPIC, JobProgressPlugin, plugin_name
-from jobs.errors import InvalidTransition, SpillwayError, TooManyPartitions
+from jobs.engine_choice import EngineName, choose_engine
+from jobs.errors import GpuUnsupported, InvalidTransition, SpillwayError, TooManyPartitions
+from jobs.logical import LogicalPlan
+from jobs.polars_frame import build_lazyframe
 from jobs.sink import SinkWriter
-from jobs.status import ErrorDetail, JobProgress, JobStatus, StageProgress
+from jobs.status import EngineChoice, ErrorDetail, JobProgress, JobStatus, StageProgress
+from jobs.validate import plan_spec
 
 if TYPE_CHECKING:
     from service.schemas import JobView
@@ -64,6 +69,7 @@ class _ActiveJob:
     cancel_requested: bool = False
     committing: bool = False
     gpu: GpuSampler | None = None
+    engine: EngineChoice | None = None
     log: JobLog = field(default_factory=JobLog)
     plugin_ended: asyncio.Event = field(default_factory=asyncio.Event)
     finished: asyncio.Event = field(default_factory=asyncio.Event)
@@ -89,6 +95,8 @@ class JobManager:
         Seconds between progress writes to the store while a job runs.
     metrics
         Receives partition counts and job durations.
+    default_engine
+        The engine for specs that name none: ``auto``, ``polars`` or ``dask``.
     """
 
     def __init__(
@@ -101,6 +109,7 @@ class JobManager:
         max_partitions: int = 100_000,
         max_running_per_owner: int | None = None,
         metrics: JobMetrics | None = None,
+        default_engine: EngineName = "auto",
     ) -> None:
         self.store = store
         self.cluster = cluster
@@ -109,6 +118,7 @@ class JobManager:
         self.max_partitions = max_partitions
         self.max_running_per_owner = max_running_per_owner
         self.metrics = metrics or _NoMetrics()
+        self.default_engine: EngineName = default_engine
         # Waiting jobs in submission order, with their owner (the token that submitted them).
         self._waiting: list[tuple[str, str | None]] = []
         self._changed = asyncio.Condition()
@@ -183,6 +193,8 @@ class JobManager:
         else:
             if not active.committing:
                 active.cancel_requested = True
+                if active.futures and active.engine is not None and active.engine.engine == "polars":
+                    await polars_job.stop(self.cluster.client, job_id)
                 if active.futures:
                     await self.cluster.client.cancel(active.futures, force=True, reason="cancelled by user")
             try:
@@ -261,16 +273,62 @@ class JobManager:
             self._active.pop(job_id, None)
 
     async def _execute(self, job: JobView, active: _ActiveJob) -> None:
-        client = self.cluster.client
         phase = time.perf_counter()
-        plan = await asyncio.to_thread(plan_job, job.spec, self.cluster.backend, active.writer, self.cluster.planner)
+        # Checked again against the sources as they are now: they may have changed while the job queued.
+        logical = await asyncio.to_thread(plan_spec, job.spec)
+        choice = choose_engine(job.spec, self.default_engine, self.cluster.backend)
+        active.engine = choice
+        active.log.add(f"{self._now()} engine: {choice.engine} on {choice.device} ({choice.reason})")
+        log.info("job %s: %s", job.id, choice.reason)
+        if choice.engine == "polars":
+            await self._execute_polars(job, active, logical, phase)
+        else:
+            await self._execute_dask(job, active, logical, phase)
+
+    async def _execute_polars(self, job: JobView, active: _ActiveJob, logical: LogicalPlan, phase: float) -> None:
+        assert active.engine is not None
+        frame = await asyncio.to_thread(build_lazyframe, logical)
+        target = await asyncio.to_thread(active.writer.polars_target, await asyncio.to_thread(polars_job.output_columns, frame))
+        planned_s = time.perf_counter() - phase
+        active.progress = polars_job.empty_progress(job.spec).model_copy(update={"engine": active.engine})
+        await asyncio.to_thread(self.store.save_progress, job.id, active.progress)
+        if active.cancel_requested:
+            raise _JobCancelled()
+        active.log.add(f"{self._now()} Polars query built in {planned_s:.3f} s; running as one task")
+        phase = time.perf_counter()
+        future = polars_job.submit(self.cluster.client, job.id, frame, target, active.engine.device, job.spec)
+        active.futures = [future]
+        result: polars_job.PolarsRunResult = await future
+        computed_s = time.perf_counter() - phase
+        if active.cancel_requested:
+            raise _JobCancelled()
+        if result.unsupported is not None:
+            await self._gpu_fallback(job, active, logical, result.unsupported)
+            return
+        active.log.add(f"{self._now()} Polars ran on {result.worker} ({result.threads} threads, {result.engine}): "
+                       f"{result.rows} rows in {result.seconds:.3f} s")
+        await self._commit(job, active, f"plan {planned_s:.3f} s, compute {computed_s:.3f} s")
+
+    async def _gpu_fallback(self, job: JobView, active: _ActiveJob, logical: LogicalPlan, why: str) -> None:
+        """cudf-polars refused the query: under ``auto``, run it on dask-cudf instead (still on the GPUs)."""
+        assert active.engine is not None
+        if (job.spec.engine or self.default_engine) != "auto":
+            raise GpuUnsupported(f"cudf-polars cannot run this job on the GPU: {why}; use engine: dask (dask-cudf) or auto")
+        active.engine = EngineChoice(engine="dask", device="gpu", reason=f"engine: auto — cudf-polars cannot run it ({why[:300]}); dask-cudf does")
+        active.log.add(f"{self._now()} engine: dask on gpu ({active.engine.reason})")
+        log.info("job %s: %s", job.id, active.engine.reason)
+        await self._execute_dask(job, active, logical, time.perf_counter())
+
+    async def _execute_dask(self, job: JobView, active: _ActiveJob, logical: LogicalPlan, phase: float) -> None:
+        client = self.cluster.client
+        plan = await asyncio.to_thread(plan_job, job.spec, self.cluster.backend, active.writer, self.cluster.planner, logical)
         planned_s = time.perf_counter() - phase
         if len(plan.graph) > self.max_partitions:
             raise TooManyPartitions(
                 f"the job's graph has {len(plan.graph)} partitions (tasks), over the limit of {self.max_partitions}; "
                 "use fewer, larger files or a larger source blocksize"
             )
-        active.progress = plan.empty_progress()
+        active.progress = plan.empty_progress().model_copy(update={"engine": active.engine})
         await asyncio.to_thread(self.store.save_progress, job.id, active.progress)
         await client.register_plugin(JobProgressPlugin(job.id, plan.stage_of_key, plan.result_keys))
         if active.cancel_requested:
@@ -286,12 +344,15 @@ class JobManager:
             await asyncio.wait_for(active.plugin_ended.wait(), 5.0)
         except TimeoutError:
             log.warning("job %s: no final progress event within 5 s; keeping the last counts seen", job.id)
+        await self._commit(job, active, f"plan {planned_s:.3f} s, compute {computed_s:.3f} s")
+
+    async def _commit(self, job: JobView, active: _ActiveJob, timings: str) -> None:
         active.committing = True
         phase = time.perf_counter()
         manifest = await asyncio.to_thread(active.writer.commit)
         committed_s = time.perf_counter() - phase
         await asyncio.to_thread(self.store.finish, job.id, JobStatus.SUCCEEDED, progress=active.progress, result=manifest)
-        timings = f"plan {planned_s:.3f} s, compute {computed_s:.3f} s, commit {committed_s:.3f} s"
+        timings = f"{timings}, commit {committed_s:.3f} s"
         active.log.add(f"{self._now()} {timings}")
         log.info("job %s: succeeded, %d rows in %d files at %s (%s)", job.id, manifest.total_rows, len(manifest.files), manifest.location, timings)
 
@@ -341,6 +402,9 @@ class JobManager:
         active.progress = JobProgress(
             stages=[StageProgress(name=n, done=d, total=t) for n, d, t in message["stages"]],
             tasks_per_worker=message.get("workers", {}),
+            engine=active.engine,
+            note=active.progress.note,
+            elapsed_s=message.get("elapsed_s"),
         )
         if active.progress.done > before:
             self.metrics.partitions_done(active.progress.done - before)

@@ -15,6 +15,7 @@ from distributed import Client
 
 from jobs.pipeline import Backend, backend_config, build_frame
 from jobs.sink import SinkWriter
+from jobs.logical import LogicalPlan
 from jobs.spec import JobSpec
 from jobs.status import JobProgress, StageProgress
 
@@ -47,7 +48,9 @@ class JobPlan:
         return JobProgress(stages=[StageProgress(name=s, done=0, total=totals[s]) for s in dict.fromkeys(self.stage_of_key.values())])
 
 
-def plan_job(spec: JobSpec, backend: Backend, writer: SinkWriter, planner: Client | None = None) -> JobPlan:
+def plan_job(
+    spec: JobSpec, backend: Backend, writer: SinkWriter, planner: Client | None = None, logical: LogicalPlan | None = None
+) -> JobPlan:
     """Build, optimise and materialise the graph that runs ``spec`` into ``writer``'s staging directory.
 
     Runs in a worker thread; whatever dask computes eagerly while building (a
@@ -58,7 +61,7 @@ def plan_job(spec: JobSpec, backend: Backend, writer: SinkWriter, planner: Clien
         # Optimised before the writer sees it: a sort's boundaries are computed eagerly, and on
         # the raw frame (the writer asks for its divisions) and again on the optimised one
         # (lowering) they cost two passes over the input instead of one.
-        write = writer.write_graph(build_frame(spec).optimize(fuse=False)).optimize()
+        write = writer.write_graph(build_frame(spec, logical).optimize(fuse=False)).optimize()
         graph = dict(write.__dask_graph__())
     result_keys = list(write.__dask_keys__())
     # Topological order, so stages are listed the way data flows (read first, write last).

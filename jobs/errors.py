@@ -92,3 +92,9 @@ class TooManyPartitions(SpillwayError):
     """A job's graph is over the configured partition limit."""
 
     code = "too_many_partitions"
+
+
+class GpuUnsupported(SpillwayError):
+    """cudf-polars cannot run this query on the GPU (and the job asked for the Polars engine)."""
+
+    code = "gpu_unsupported"

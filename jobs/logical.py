@@ -20,12 +20,14 @@ class LogicalPlan:
 
     Fields are the spec's own locations: ``steps[2].expr``, ``sources.late.steps[0].aggs.n.expr``;
     schemas are keyed by the source's field (``source``, ``sources.orders``,
-    ``steps[1].right``) and by each step's (``steps[3]``: the columns after step 3).
+    ``steps[1].right``) and by each step's (``steps[3]``: the columns after step 3); ``inputs``
+    holds the columns going into each step.
     """
 
     spec: JobSpec | None
     expressions: dict[str, Expression] = field(default_factory=dict)
     schemas: dict[str, Schema] = field(default_factory=dict)
+    inputs: dict[str, Schema] = field(default_factory=dict)
     output: Schema = field(default_factory=dict)
 
     @classmethod

@@ -18,10 +18,10 @@ import dask.dataframe as dd
 
 from jobs.dask_read import read_source
 from jobs.logical import LogicalPlan
+from jobs.named_sources import NamedSources
 from jobs.spec import (
     Aggregation,
     AssignStep,
-    DerivedSource,
     DropDuplicatesStep,
     FilterStep,
     GroupByStep,
@@ -87,13 +87,7 @@ def apply_step(frame: dd.DataFrame, step: Step, field: str, frame_of: FrameOf, p
         right = frame_of(step.right, f"{field}.right")
         if step.how in ("semi", "anti"):
             return _filtering_join(frame, right, step)
-        return frame.merge(
-            right,
-            how=step.how,
-            left_on=step.left_keys,
-            right_on=step.right_keys,
-            suffixes=("", step.right_suffix),
-        )
+        return _equi_join(frame, right, step)
     raise TypeError(f"unsupported step {step!r}")  # pragma: no cover - the union is closed
 
 
@@ -106,6 +100,32 @@ def _filter(frame: dd.DataFrame, mask: Any) -> dd.DataFrame:
     # off the top of the mask: dask (2026.8, dask/dask#12172) rewrites a Filter whose mask
     # is an astype into that astype of the mask alone, returning the mask, not the rows.
     return frame[mask & True]
+
+
+def _equi_join(frame: dd.DataFrame, right: dd.DataFrame, step: JoinStep) -> dd.DataFrame:
+    """An inner, left, right or outer join in which, as in SQL, a null key matches nothing.
+
+    pandas' merge matches null keys with each other; so rows with a null key are kept out
+    of the merge, and an outer join adds them back unmatched (a left or right join keeps
+    its own side's in the merge, where they find no partner once the other side has none).
+    """
+    left_keys, right_keys = step.left_keys, step.right_keys
+
+    def merge(left: dd.DataFrame, other: dd.DataFrame, how: str) -> dd.DataFrame:
+        return left.merge(other, how=how, left_on=left_keys, right_on=right_keys, suffixes=("", step.right_suffix))
+
+    if step.how == "inner":
+        return merge(frame.dropna(subset=left_keys), right.dropna(subset=right_keys), "inner")
+    if step.how == "left":
+        return merge(frame, right.dropna(subset=right_keys), "left")
+    if step.how == "right":
+        return merge(frame.dropna(subset=left_keys), right, "right")
+    joined = merge(frame.dropna(subset=left_keys), right.dropna(subset=right_keys), "outer")
+    shared = set(step.on or [])
+    renamed = {c: c + step.right_suffix for c in right.columns if c in frame.columns and c not in shared}
+    left_alone = frame[frame[left_keys].isnull().any(axis=1)]
+    right_alone = right[right[right_keys].isnull().any(axis=1)].rename(columns=renamed)
+    return dd.concat([joined, left_alone, right_alone])[list(joined.columns)]
 
 
 def _filtering_join(frame: dd.DataFrame, right: dd.DataFrame, step: JoinStep) -> dd.DataFrame:
@@ -211,31 +231,15 @@ def _groupby(frame: dd.DataFrame, step: GroupByStep, field: str, plan: LogicalPl
     return result[[*step.by, *step.aggs]]
 
 
-class NamedFrames:
-    """The lazy dataframe of each source a job names, each built once.
-
-    Every use of a name gets the same object, so the graph holds its part once and
-    dask computes it once however many steps read it.
-    """
+class NamedFrames(NamedSources[dd.DataFrame]):
+    """The lazy dask dataframe of each source a job names, each built once."""
 
     def __init__(self, spec: JobSpec, plan: LogicalPlan | None = None) -> None:
-        self.spec = spec
+        super().__init__(spec)
         self.plan = plan or LogicalPlan(spec)
-        self._built: dict[str, dd.DataFrame] = {}
 
-    def frame_of(self, ref: SourceSpec | str, field: str) -> dd.DataFrame:
-        """The rows ``ref`` stands for: an inline source (at ``field``) or a named one."""
-        if isinstance(ref, str) and ref in self._built:
-            return self._built[ref]
-        source, defined_at = self.spec.resolve(ref, field)
-        if isinstance(source, DerivedSource):  # JobSpec refuses cycles, so this recursion ends
-            start = self.frame_of(source.from_, f"{defined_at}.from")
-            frame = self.apply_steps(start, source.steps, f"{defined_at}.steps")
-        else:
-            frame = read_source(source, field=defined_at)
-        if isinstance(ref, str):
-            self._built[ref] = frame
-        return frame
+    def read(self, source: SourceSpec, field: str) -> dd.DataFrame:
+        return read_source(source, field=field)
 
     def apply_steps(self, frame: dd.DataFrame, steps: list[Step], at: str) -> dd.DataFrame:
         for index, step in enumerate(steps):
@@ -249,5 +253,4 @@ def build_frame(spec: JobSpec, plan: LogicalPlan | None = None) -> dd.DataFrame:
     ``plan`` (from :func:`jobs.validate.plan_spec`) gives the parsed expressions; without
     one they are parsed here, as for a spec that tests build by hand.
     """
-    frames = NamedFrames(spec, plan)
-    return frames.apply_steps(frames.frame_of(spec.source, "source"), spec.steps, "steps")
+    return NamedFrames(spec, plan).output()

@@ -38,6 +38,7 @@ from jobs.commit import (
 )
 from jobs.errors import SinkExists, SpecError, SpillwayError
 from jobs.manifest import column_difference, describe_files, frame_columns
+from jobs.polars_io import OutputTarget
 from jobs.spec import SinkSpec
 from jobs.status import ColumnSchema, ResultFile, ResultManifest
 from jobs.storage import MANIFEST_NAME, SUCCESS_MARKER, commit_lock, filesystem, is_url, load_manifest, storage_options
@@ -101,7 +102,7 @@ class SinkWriter:
         # Local sinks only: the directory, and a sibling to stage in (so the commit is a rename within one filesystem).
         self.final = Path(self.location)
         self.staging = self.final.parent / f"{TMP_PREFIX}{job_id}-{self.final.name}"
-        self._meta: Any = None
+        self._planned_columns: list[ColumnSchema] = []
 
     @property
     def _stem(self) -> str:
@@ -111,17 +112,30 @@ class SinkWriter:
             return "part.{:06d}"
         return f"part.{self.job_id}.{{:06d}}"
 
-    def write_graph(self, frame: dd.DataFrame) -> Any:
-        """The lazy write of ``frame``: into the staging directory, or under the sink prefix of an object store."""
+    def prepare(self, columns: list[str]) -> str:
+        """Clear what an earlier attempt left, check an append's columns, and return where to write.
+
+        The target is the staging directory (local) or the sink prefix (object store).
+        """
         self.abort()
-        self._meta = frame._meta
         if self.sink.mode == "append":  # fail before any work when the names already cannot match
             previous = load_manifest(*filesystem(self.location))
             if previous is not None:
-                check_column_names(self.sink, previous, [str(c) for c in frame.columns])
+                check_column_names(self.sink, previous, columns)
         if not self.remote:
             self.staging.parent.mkdir(parents=True, exist_ok=True)
-        target = self.location if self.remote else str(self.staging)
+        return self.location if self.remote else str(self.staging)
+
+    def polars_target(self, columns: list[ColumnSchema]) -> OutputTarget:
+        """Where a Polars job writes its part files; ``columns`` describe them for the manifest."""
+        location = self.prepare([c.name for c in columns])
+        self._planned_columns = columns
+        return OutputTarget(location=location, stem=self._stem, sink=self.sink)
+
+    def write_graph(self, frame: dd.DataFrame) -> Any:
+        """The lazy write of ``frame``: into the staging directory, or under the sink prefix of an object store."""
+        target = self.prepare([str(c) for c in frame.columns])
+        self._planned_columns = frame_columns(frame._meta)
         options = storage_options(self.location) or None
         # str.format methods as name functions: workers need no Spillway code.
         if self.sink.format == "csv":
@@ -247,8 +261,8 @@ class SinkWriter:
         files, columns = describe_files(
             fs, root, sizes, format=self.sink.format, job_id=self.job_id, partitioned=bool(self.sink.partition_on)
         )
-        if not columns and self._meta is not None:  # CSV, or no file written
-            columns = _with_partitions_last(frame_columns(self._meta), self.sink.partition_on)
+        if not columns and self._planned_columns:  # CSV, or no file written
+            columns = _with_partitions_last(self._planned_columns, self.sink.partition_on)
         kept: list[ResultFile] = []
         if self.sink.mode == "append" and previous is not None:
             # No new file (an empty partitioned output) changes nothing, whatever its planned types.

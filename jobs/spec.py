@@ -338,6 +338,11 @@ class JobSpec(_Strict):
     source: SourceRef = Field(description="The rows the steps start from: a source inline, or the name of one under `sources`.")
     steps: Steps = Field(default_factory=list)
     sink: SinkSpec
+    engine: Literal["auto", "polars", "dask"] | None = Field(
+        default=None,
+        description="Which engine runs the job: `polars` (Polars on the CPU, cudf-polars on the GPUs), `dask` (Dask "
+        "dataframe: pandas or dask-cudf), or `auto` (Polars unless it cannot run this spec). Unset: the service's default.",
+    )
 
     @model_validator(mode="after")
     def _names_are_defined_and_acyclic(self) -> JobSpec:

@@ -55,6 +55,16 @@ class StageProgress(BaseModel):
     total: int = Field(ge=0)
 
 
+class EngineChoice(BaseModel):
+    """Which engine runs a job, on what, and why it was chosen."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    engine: str = Field(description="`polars` or `dask`.")
+    device: str = Field(description="`cpu` or `gpu`: Polars' CPU engine or cudf-polars; pandas or dask-cudf.")
+    reason: str = Field(description="Why this engine: asked for by the spec or the service default, or what `auto` found.")
+
+
 class JobProgress(BaseModel):
     """Progress of a whole job, stage by stage, in graph order."""
 
@@ -62,6 +72,9 @@ class JobProgress(BaseModel):
 
     stages: list[StageProgress] = Field(default_factory=list)
     tasks_per_worker: dict[str, int] = Field(default_factory=dict, description="Finished tasks by the worker that ran them.")
+    engine: EngineChoice | None = Field(default=None, description="The engine running the job, once it started.")
+    note: str | None = Field(default=None, description="What the stage counts mean on this engine.")
+    elapsed_s: float | None = Field(default=None, description="Seconds the engine has been running the job (Polars engine).")
 
     @property
     def done(self) -> int:

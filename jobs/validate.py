@@ -123,6 +123,7 @@ def _check_steps(schema: Schema, steps: list[Step], at: str, label: str, schema_
     """The schema after ``steps`` (whose field is ``at``), starting from ``schema``; messages
     name each step as ``{label}step {index} ({op})``."""
     for index, step in enumerate(steps):
+        _PLAN.get().inputs[f"{at}[{index}]"] = schema
         schema = _check_step(schema, step, f"{label}step {index} ({step.op})", f"{at}[{index}]", schema_of)
         _PLAN.get().schemas[f"{at}[{index}]"] = schema
     return schema

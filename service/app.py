@@ -72,6 +72,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             progress_interval=settings.progress_interval_s,
             max_partitions=settings.max_partitions,
             max_running_per_owner=settings.max_running_per_token,
+            default_engine=settings.default_engine,
             metrics=metrics,
         )
         await manager.start()

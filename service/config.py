@@ -44,6 +44,11 @@ class Settings(BaseSettings):
     max_running_per_token: int | None = Field(
         default=None, ge=1, description="Most jobs one token may have running; its other jobs wait while other tokens' jobs run."
     )
+    default_engine: Literal["auto", "polars", "dask"] = Field(
+        default="auto",
+        description="Engine for specs that name none: 'polars' (Polars on the CPU, cudf-polars on GPUs), 'dask' (pandas / "
+        "dask-cudf), or 'auto' (Polars unless it cannot run the spec).",
+    )
     max_partitions: int = Field(default=100_000, ge=1, description="Most partitions (tasks) one job's graph may have; bigger jobs fail before running.")
     auth: Literal["auto", "on", "off"] = Field(
         default="auto",

@@ -16,7 +16,8 @@ from jobs.samples import write_sample_data
 from service.client import SpillwayClient
 from service.launcher import REPO_ROOT as ROOT
 from service.launcher import ServiceProcess, launch_service
-from service.schemas import JobView
+from jobs.spec import JobSpec
+from service.schemas import JobAccepted, JobView
 
 __all__ = ["ROOT", "ServiceProcess", "start_service", "wait_for", "wait_terminal"]
 
@@ -72,9 +73,36 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess
     proc.stop()
 
 
+ENGINES = ("polars", "dask")
+
+
+class EngineClient(SpillwayClient):
+    """A client whose submitted specs run on ``engine`` unless they name one themselves."""
+
+    def __init__(self, base_url: str, engine: str) -> None:
+        super().__init__(base_url)
+        self.engine = engine
+
+    def submit(self, spec: JobSpec | dict[str, Any], *, idempotency_key: str | None = None) -> JobAccepted:
+        body = spec.model_dump(mode="json") if isinstance(spec, JobSpec) else dict(spec)
+        if body.get("engine") is None:
+            body["engine"] = self.engine
+        return super().submit(body, idempotency_key=idempotency_key)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Tests on the live service run once per engine; ``@pytest.mark.engines("dask")`` narrows that
+    for a test about one engine's own behaviour (the Dask engine's per-partition progress, say)."""
+    explicit = any("engine" in str(m.args[0]).replace(" ", "").split(",") for m in metafunc.definition.iter_markers("parametrize"))
+    if "engine" in metafunc.fixturenames and not explicit:
+        marker = metafunc.definition.get_closest_marker("engines")
+        metafunc.parametrize("engine", marker.args if marker else ENGINES, scope="function")
+
+
 @pytest.fixture()
-def api(service: ServiceProcess) -> Iterator[SpillwayClient]:
-    with service.client() as client:
+def api(service: ServiceProcess, engine: str) -> Iterator[SpillwayClient]:
+    """A client of the shared service whose jobs run on ``engine`` (each test runs on both)."""
+    with EngineClient(service.url, engine) as client:
         yield client
 
 

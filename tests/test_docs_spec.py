@@ -31,9 +31,10 @@ import yaml
 
 from jobs import expr as expr_module
 from jobs.pipeline import backend_config, build_frame
+from jobs.polars_frame import build_lazyframe
 from jobs.spec import STEP_OPS, AggFunc, JobSpec, JoinStep, SourceSpec
 from jobs.status import JobStatus
-from jobs.validate import check_spec
+from jobs.validate import plan_spec
 from service.client import SpillwayClient
 from service.documents import _Loader as SpecLoader  # the CLI's YAML: `on:` is a key, not True
 from tests.conftest import ROOT, ServiceProcess, wait_terminal
@@ -296,12 +297,14 @@ def assert_output(example: Example, frame: pd.DataFrame) -> None:
 # Running an example
 
 
-def run_pipeline(spec: dict[str, Any]) -> pd.DataFrame:
-    """Validate as the service does before accepting a job, then compute the graph in-process."""
+def run_pipeline(spec: dict[str, Any], engine: str = "dask") -> pd.DataFrame:
+    """Validate as the service does before accepting a job, then run it in-process on ``engine``."""
     job = JobSpec.model_validate(spec)
-    check_spec(job)
+    plan = plan_spec(job)
+    if engine == "polars":
+        return build_lazyframe(plan).collect().to_pandas()
     with backend_config("pandas"), dask.config.set(scheduler="sync"):
-        return build_frame(job).compute().reset_index(drop=True)
+        return build_frame(job, plan).compute().reset_index(drop=True)
 
 
 def absolute(spec: dict[str, Any], root: Path, out: Path) -> dict[str, Any]:
@@ -338,9 +341,9 @@ def _id(example: Example) -> str:
 
 
 @pytest.mark.parametrize("example", RUNS, ids=_id)
-def test_example_gives_the_output_the_doc_shows(example: Example, docs_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_example_gives_the_output_the_doc_shows(example: Example, engine: str, docs_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(docs_root)  # the examples' paths are relative: data/..., out/...
-    assert_output(example, run_pipeline(example.spec))
+    assert_output(example, run_pipeline(example.spec, engine))
 
 
 @pytest.mark.parametrize("name", HTTP_EXAMPLES)

@@ -18,6 +18,7 @@ def test_worker_sigkill_mid_job_is_recomputed(tmp_path: Path, big_data: dict[str
     out = tmp_path / "out"
     spec = {
         "name": "survives",
+        "engine": "dask",  # Dask's recompute of lost partitions; a Polars job is one task, re-run whole
         "source": {"format": "parquet", "path": str(big_data["sales"])},
         "steps": [{"op": "sort", "by": ["amount"]}, {"op": "drop_duplicates", "subset": ["customer_id", "product_id"]}],
         "sink": {"path": str(out)},

@@ -19,7 +19,8 @@ from tests.test_service_e2e import revenue_reference, revenue_spec
 pytestmark = pytest.mark.gpu
 
 
-def test_gpu_service_matches_pandas(tmp_path: Path, sample_data: dict[str, Path], sales_frame: pd.DataFrame) -> None:
+@pytest.mark.parametrize("engine", ["polars", "dask"])
+def test_gpu_service_matches_pandas(engine: str, tmp_path: Path, sample_data: dict[str, Path], sales_frame: pd.DataFrame) -> None:
     env = {"SPILLWAY_CLUSTER__BACKEND": "cudf", "SPILLWAY_CLUSTER__DASHBOARD_ADDRESS": "127.0.0.1:0", "SPILLWAY_ALLOWED_ROOTS": '["/tmp"]'}
     service = launch_service(tmp_path / "svc", env, timeout=300)
     try:
@@ -27,11 +28,12 @@ def test_gpu_service_matches_pandas(tmp_path: Path, sample_data: dict[str, Path]
             info = client.cluster()
             assert info.backend == "cudf" and info.kind == "LocalCUDACluster"
             assert all(w.gpu is not None and w.gpu.name and w.gpu.memory_total for w in info.workers)
-            job = wait_terminal(client, client.submit(revenue_spec(sample_data, tmp_path / "out")).id, timeout=300)
+            job = wait_terminal(client, client.submit(revenue_spec(sample_data, tmp_path / "out", engine=engine)).id, timeout=300)
     finally:
         service.stop()
     assert job.state == JobStatus.SUCCEEDED, job.error
     assert job.backend == "cudf" and job.resources is not None and job.resources.samples > 0
+    assert job.progress.engine is not None and (job.progress.engine.engine, job.progress.engine.device) == (engine, "gpu")
     result = pd.read_parquet(tmp_path / "out")
     result["region"] = result["region"].astype(str)
     result = result.sort_values(["region", "category"]).reset_index(drop=True)

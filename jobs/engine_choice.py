@@ -1,0 +1,33 @@
+"""Which engine runs a job: the spec's ``engine``, else the service's default; ``auto`` decides.
+
+``auto`` picks Polars whenever its lowering covers the spec, which is the whole language
+today, and the Dask engine otherwise: for now, when a source is on an object store. On a GPU cluster the Polars job runs on cudf-polars;
+where cudf-polars cannot run a query, the worker says so before doing any work and the job
+moves to the Dask engine (dask-cudf), recorded with that reason (:mod:`cluster.polars_job`).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from jobs.spec import JobSpec
+from jobs.status import EngineChoice
+from jobs.storage import is_url
+
+EngineName = Literal["auto", "polars", "dask"]
+
+
+def choose_engine(spec: JobSpec, default: EngineName, backend: str) -> EngineChoice:
+    """The engine for ``spec`` on a cluster whose dataframe backend is ``backend`` (pandas or cudf)."""
+    device = "gpu" if backend == "cudf" else "cpu"
+    asked = spec.engine or default
+    source = "the spec asks for it" if spec.engine else "the service default (SPILLWAY_DEFAULT_ENGINE)"
+    if asked == "dask":
+        return EngineChoice(engine="dask", device=device, reason=f"engine: dask — {source}")
+    if asked == "polars":
+        return EngineChoice(engine="polars", device=device, reason=f"engine: polars — {source}")
+    remote = [field for field, files in spec.source_fields() if is_url(files.path)]
+    if remote:  # Polars' object-store reader does not take Spillway's S3 settings (endpoint, region) yet
+        return EngineChoice(engine="dask", device=device, reason=f"engine: auto ({source}) — {remote[0]} is on an object store, "
+                            "which the Polars engine does not read yet")
+    return EngineChoice(engine="polars", device=device, reason=f"engine: auto ({source}) — Polars runs every step of this spec")

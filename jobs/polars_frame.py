@@ -1,0 +1,139 @@
+"""Logical plan → Polars LazyFrame: the Polars engine's lowering of sources and steps.
+
+The same language as the Dask engine (:mod:`jobs.pipeline`), the same answers (docs/spec.md,
+"Engines"): sources are read as the Dask engine reads them (decimals as float64, dates as
+microsecond datetimes), nulls follow the language's rules, and each step's columns come out
+in the order validation worked out. A named source is one LazyFrame however often it is used;
+Polars computes a shared part once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from jobs.logical import LogicalPlan
+from jobs.named_sources import NamedSources
+from jobs.lower_polars import to_polars
+from jobs.polars_io import scan_source
+from jobs.spec import (
+    Aggregation,
+    AssignStep,
+    DropDuplicatesStep,
+    FilterStep,
+    GroupByStep,
+    JoinStep,
+    LimitStep,
+    RenameStep,
+    SelectStep,
+    SortStep,
+    SourceSpec,
+    Step,
+    TopKStep,
+)
+
+_HIDDEN = "__spillway_"
+_HOW = {"inner": "inner", "left": "left", "right": "right", "outer": "full", "semi": "semi", "anti": "anti"}
+# Counts come out as Polars' u32; as Int64 they match the Dask engine's and SQL's type.
+_COUNTS = ("count", "size", "nunique")
+
+
+class PolarsFrames(NamedSources[pl.LazyFrame]):
+    """Builds the LazyFrame of a checked job, each named source once."""
+
+    def __init__(self, plan: LogicalPlan) -> None:
+        if plan.spec is None:
+            raise ValueError("the Polars engine needs a checked plan (jobs.validate.plan_spec)")
+        super().__init__(plan.spec)
+        self.plan = plan
+
+    def read(self, source: SourceSpec, field: str) -> pl.LazyFrame:
+        return scan_source(source, field=field)
+
+    def apply_steps(self, frame: pl.LazyFrame, steps: list[Step], at: str) -> pl.LazyFrame:
+        ordered = False  # whether a sort's order must survive the steps after it
+        for index, step in enumerate(steps):
+            field = f"{at}[{index}]"
+            frame = self.apply_step(frame, step, field, ordered=ordered)
+            ordered = isinstance(step, (SortStep, TopKStep)) or (ordered and isinstance(step, (FilterStep, SelectStep, AssignStep, RenameStep, LimitStep, DropDuplicatesStep)))
+        return frame
+
+    def expr(self, field: str, text: str, schema: dict[str, str]) -> pl.Expr:
+        expression = self.plan.expression(field, text)
+        return to_polars(expression.node, expression.text, field, schema)
+
+    def apply_step(self, frame: pl.LazyFrame, step: Step, field: str, *, ordered: bool = False) -> pl.LazyFrame:
+        """One step, found at ``field``, over a LazyFrame."""
+        schema = self.plan.inputs.get(field, {})
+        if isinstance(step, FilterStep):
+            return frame.filter(self.expr(f"{field}.expr", step.expr, schema))
+        if isinstance(step, AssignStep):
+            return frame.with_columns(self.expr(f"{field}.expr", step.expr, schema).alias(step.column))
+        if isinstance(step, SelectStep):
+            return frame.select(list(step.columns))
+        if isinstance(step, RenameStep):
+            return frame.rename(dict(step.columns))
+        if isinstance(step, GroupByStep):
+            return self.groupby(frame, step, field, schema)
+        if isinstance(step, SortStep):
+            flags = step.descending if isinstance(step.descending, list) else [step.descending] * len(step.by)
+            return frame.sort(list(step.by), descending=flags, nulls_last=True)
+        if isinstance(step, LimitStep):
+            return frame.head(step.n)
+        if isinstance(step, DropDuplicatesStep):
+            return frame.unique(subset=list(step.subset) if step.subset else None, keep="first", maintain_order=ordered)
+        if isinstance(step, TopKStep):
+            keys = [key.column for key in step.order]
+            ranked = frame.sort(keys, descending=[key.descending for key in step.order], nulls_last=True)
+            return ranked.filter(pl.int_range(pl.len()).over(list(step.by)) < step.k)
+        if isinstance(step, JoinStep):
+            return self.join(frame, step, field)
+        raise TypeError(f"unsupported step {step!r}")  # pragma: no cover - the union is closed
+
+    def aggregate(self, agg: Aggregation, name: str, field: str, schema: dict[str, str]) -> pl.Expr:
+        if agg.func == "size":
+            return pl.len().cast(pl.Int64).alias(name)
+        value = pl.col(agg.column) if agg.column is not None else self.expr(f"{field}.aggs.{name}.expr", agg.expr or "", schema)
+        kind = schema.get(agg.column, "") if agg.column is not None else ""
+        result: pl.Expr
+        if agg.func == "nunique":
+            result = value.drop_nulls().n_unique()
+        elif agg.func == "first":  # the first non-null value, as pandas' first()
+            result = value.drop_nulls().first()
+        elif agg.func in ("std", "var"):
+            result = getattr(value, agg.func)(ddof=1)
+        else:
+            result = getattr(value, agg.func)()
+        if agg.func in _COUNTS or (agg.func == "sum" and kind == "bool"):
+            result = result.cast(pl.Int64)
+        return result.alias(name)
+
+    def groupby(self, frame: pl.LazyFrame, step: GroupByStep, field: str, schema: dict[str, str]) -> pl.LazyFrame:
+        aggs = [self.aggregate(agg, name, field, schema) for name, agg in step.aggs.items()]
+        if step.by:
+            return frame.group_by(list(step.by)).agg(aggs)
+        # No keys: one row, or none for no input rows (as the Dask engine, unlike SQL's global aggregate).
+        rows = f"{_HIDDEN}rows"
+        return frame.select([*aggs, pl.len().alias(rows)]).filter(pl.col(rows) > 0).drop(rows)
+
+    def join(self, frame: pl.LazyFrame, step: JoinStep, field: str) -> pl.LazyFrame:
+        right = self.frame_of(step.right, f"{field}.right")
+        how: Any = _HOW[step.how]
+        if step.how in ("semi", "anti"):
+            return frame.join(right, left_on=step.left_keys, right_on=step.right_keys, how=how)
+        shared = step.on is not None  # one key column per name, as pandas' merge on= gives
+        joined = frame.join(
+            right,
+            left_on=step.left_keys,
+            right_on=step.right_keys,
+            how=how,
+            suffix=step.right_suffix,
+            coalesce=shared,
+        )
+        return joined.select(self.plan.columns_after(field))
+
+
+def build_lazyframe(plan: LogicalPlan) -> pl.LazyFrame:
+    """The job's output as a Polars LazyFrame (nothing is read until it is collected or sunk)."""
+    return PolarsFrames(plan).output()

@@ -1,0 +1,148 @@
+"""Reading sources into Polars and writing a job's output from it.
+
+Sources are read as the Dask engine reads them, so both engines see the same columns:
+parquet decimals as float64, dates as ``datetime[us]``, hive ``key=value/`` folders as
+plain columns; CSV and JSON-lines types are inferred from the whole file. Files are the
+ones :func:`jobs.sources.resolve_files` lists (a Spillway sink: exactly its manifest's).
+
+Writing happens on a Dask worker (:mod:`jobs.polars_run`), into the job's staging
+directory or, on an object store, as job-named files under the sink prefix; the service
+then commits them as for every job (:class:`jobs.sink.SinkWriter`).
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import polars as pl
+
+from jobs.sources import resolve_files
+from jobs.spec import SinkSpec, SourceSpec
+from jobs.storage import is_url, storage_options
+
+# Characters kept as they are in a hive directory name; everything else is %-escaped, as Hive
+# and Spark escape partition values, so a value or a column name never forms a path of its own.
+_SAFE_IN_PARTITION = " _-.+,@~"
+
+
+def polars_storage_options(path: str) -> dict[str, str] | None:
+    """The object-store options Polars takes for ``path`` (None for a local path).
+
+    Spillway's storage settings are fsspec's (``client_kwargs``); Polars' readers take the
+    object_store names. Credentials come from the usual ``AWS_*`` variables in both.
+    """
+    if not is_url(path):
+        return None
+    client = storage_options(path).get("client_kwargs", {})
+    options: dict[str, str] = {}
+    if endpoint := client.get("endpoint_url"):
+        options["aws_endpoint_url"] = endpoint
+        if endpoint.startswith("http://"):
+            options["aws_allow_http"] = "true"
+    if region := client.get("region_name"):
+        options["aws_region"] = region
+    return options
+
+
+def _plain_columns(frame: pl.LazyFrame) -> pl.LazyFrame:
+    """Decimals as float64 and dates as microsecond datetimes, as the Dask engine reads them."""
+    casts = []
+    for name, dtype in frame.collect_schema().items():
+        if isinstance(dtype, pl.Decimal):
+            casts.append(pl.col(name).cast(pl.Float64))
+        elif dtype == pl.Date:
+            casts.append(pl.col(name).cast(pl.Datetime("us")))
+    return frame.with_columns(casts) if casts else frame
+
+
+def scan_source(source: SourceSpec, *, field: str = "source") -> pl.LazyFrame:
+    """A LazyFrame over a source's files (listed now, read when the frame runs)."""
+    files = resolve_files(source, field=field)
+    options = polars_storage_options(files[0])
+    frame: pl.LazyFrame
+    if source.format == "parquet":
+        hive = any("=" in part for part in os.path.dirname(files[0]).replace("\\", "/").split("/")[-8:])
+        frame = _plain_columns(pl.scan_parquet(files, hive_partitioning=hive, storage_options=options))
+    elif source.format == "csv":
+        if files[0].endswith(".gz"):  # Polars' CSV scan does not decompress; read those whole
+            frame = pl.concat([pl.read_csv(f, infer_schema_length=None, storage_options=options).lazy() for f in files], how="vertical_relaxed")
+        else:
+            frame = pl.scan_csv(files, infer_schema_length=None, storage_options=options)
+    else:
+        frame = pl.scan_ndjson(files, infer_schema_length=None, storage_options=options)
+    return frame.select(list(source.columns)) if source.columns else frame
+
+
+def partition_directory(names: list[str], values: tuple[Any, ...]) -> str:
+    """The hive directory ``name=value/...`` for one partition, every part %-escaped.
+
+    A null is Hive's ``__HIVE_DEFAULT_PARTITION__``.
+    """
+    parts = []
+    for name, value in zip(names, values, strict=True):
+        text = "__HIVE_DEFAULT_PARTITION__" if value is None else quote(str(value), safe=_SAFE_IN_PARTITION)
+        parts.append(f"{quote(name, safe=_SAFE_IN_PARTITION)}={text}")
+    return "/".join(parts)
+
+
+@dataclass(frozen=True)
+class OutputTarget:
+    """Where a Polars job writes: a local staging directory or a prefix on an object store.
+
+    ``stem`` names part files (``part.000000`` or ``part.<job>.000000``, without the extension).
+    """
+
+    location: str
+    stem: str
+    sink: SinkSpec
+
+    def path(self, directory: str = "") -> str:
+        extension = ".parquet" if self.sink.format == "parquet" else ".csv.gz" if self.sink.codec == "gzip" else ".csv"
+        folder = f"{self.location}/{directory}" if directory else self.location
+        return f"{folder}/{self.stem.format(0)}{extension}"
+
+
+def _open(path: str) -> Any:
+    import fsspec
+
+    if not is_url(path):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+    return fsspec.open(path, "wb", **storage_options(path)).open()
+
+
+def write_output(frame: pl.LazyFrame, target: OutputTarget, engine: Any = "auto") -> int:
+    """Run ``frame`` and write it to ``target``; returns the rows written.
+
+    Unpartitioned parquet and CSV stream out through Polars' sinks where they can; a
+    partitioned output is collected first and written one file per partition.
+    """
+    sink = target.sink
+    codec = sink.codec or "uncompressed"
+    if sink.partition_on:
+        table = frame.collect(engine=engine)
+        keys = list(sink.partition_on)
+        rows = 0
+        for values, part in table.partition_by(keys, as_dict=True, maintain_order=True).items():
+            with _open(target.path(partition_directory(keys, values))) as handle:
+                part.drop(keys).write_parquet(handle, compression=codec, row_group_size=sink.row_group_size)
+            rows += part.height
+        return rows
+    path = target.path()
+    if sink.format == "parquet":
+        table = frame.collect(engine=engine)
+        with _open(path) as handle:
+            table.write_parquet(handle, compression=codec, row_group_size=sink.row_group_size)
+        return table.height
+    table = frame.collect(engine=engine)
+    with _open(path) as raw:
+        handle = gzip.open(raw, "wb") if sink.codec == "gzip" else raw
+        try:
+            table.write_csv(handle)
+        finally:
+            if handle is not raw:
+                handle.close()
+    return table.height

@@ -1,0 +1,88 @@
+"""A Polars job as one Dask task: run the LazyFrame on the worker and write its output.
+
+The service builds and checks the LazyFrame, then submits :func:`run_polars_job` to the
+cluster; the task runs in a worker thread, so placement, the dashboard's task stream,
+worker restarts and memory limits stay Dask's. While it runs, a heartbeat publishes the
+phase and elapsed time on the progress topic (Polars' engine exposes no partition counter).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from jobs.polars_io import OutputTarget, write_output
+
+#: The progress topic the service listens on (the same as the Dask engine's plugin).
+PROGRESS_TOPIC = "spillway-progress"
+
+
+@dataclass(frozen=True)
+class PolarsRunResult:
+    """What the task reports back: rows written, seconds spent, and where it ran."""
+
+    rows: int
+    seconds: float
+    worker: str
+    threads: int
+    engine: str
+    #: Set (and nothing run) when cudf-polars cannot run the query on the GPU: why not.
+    unsupported: str | None = None
+
+
+def _engine(device: str) -> Any:
+    if device == "cpu":
+        return "streaming"  # Polars' streaming engine: faster than in-memory on scans (TPC-H q01 0.9 s vs 3.9 s at SF 10)
+    import polars as pl_gpu  # cudf-polars plugs in through polars itself
+
+    # raise_on_fail: a query cudf-polars cannot run fails the job instead of running on the CPU.
+    return pl_gpu.GPUEngine(executor="in-memory", raise_on_fail=True)
+
+
+def _cannot_run_on_gpu(exc: BaseException) -> bool:
+    """Whether ``exc`` is cudf-polars refusing a query (raise_on_fail), not a failure while running it."""
+    text = f"{type(exc).__name__}: {exc}"
+    return isinstance(exc, NotImplementedError) or "NotImplementedError" in text or "not supported" in text.lower()
+
+
+def run_polars_job(job_id: str, frame: pl.LazyFrame, target: OutputTarget, device: str = "cpu", stages: list[str] | None = None) -> PolarsRunResult:
+    """Run ``frame`` into ``target`` on this worker; ``device`` is ``cpu`` or ``gpu``."""
+    from distributed import get_worker
+
+    worker = get_worker()
+    names = stages or ["query", "write"]
+    started = time.perf_counter()
+    done = threading.Event()
+
+    def publish(finished: bool) -> None:
+        elapsed = time.perf_counter() - started
+        stage_rows = [(name, 1 if finished else 0, 1) for name in names]
+        worker.log_event(PROGRESS_TOPIC, {
+            "job_id": job_id, "stages": stage_rows, "workers": {worker.address: 1 if finished else 0},
+            "elapsed_s": round(elapsed, 3), "ended": finished, "engine": "polars",
+        })
+
+    def heartbeat() -> None:
+        while not done.wait(0.5):
+            publish(False)
+
+    beat = threading.Thread(target=heartbeat, name=f"spillway-heartbeat-{job_id}", daemon=True)
+    beat.start()
+    try:
+        rows = write_output(frame, target, engine=_engine(device))
+    except Exception as exc:
+        if device == "gpu" and _cannot_run_on_gpu(exc):  # found while translating, before any work
+            return PolarsRunResult(rows=0, seconds=time.perf_counter() - started, worker=worker.address,
+                                   threads=pl.thread_pool_size(), engine=device, unsupported=f"{type(exc).__name__}: {str(exc)[:500]}")
+        raise
+    finally:
+        done.set()
+        beat.join()
+    publish(True)
+    return PolarsRunResult(
+        rows=rows, seconds=time.perf_counter() - started, worker=worker.address, threads=pl.thread_pool_size(), engine=device
+    )

@@ -1,0 +1,167 @@
+"""The two engines give the same answers: every expression feature, the examples, null rules.
+
+In-process and on real files: the Dask engine computes its graph with dask's synchronous
+scheduler, the Polars engine collects its LazyFrame. The service-level tests (test_tpch,
+test_service_e2e, test_sink_modes, ...) run every job on both engines through the `api`
+fixture; these are the engine-level checks that need no service.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import dask
+import numpy as np
+import pandas as pd
+import polars as pl
+import pytest
+
+from jobs.engine_choice import choose_engine
+from jobs.expr import parse_expression
+from jobs.lower_polars import to_polars
+from jobs.pipeline import backend_config, build_frame
+from jobs.polars_frame import build_lazyframe
+from jobs.polars_io import partition_directory
+from jobs.polars_run import _cannot_run_on_gpu
+from jobs.samples import write_sample_data
+from jobs.spec import JobSpec
+from jobs.validate import plan_spec
+from service.cli import load_spec
+from tests.test_expr import FEATURES, make_frame, plain
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def run_both(spec: JobSpec) -> tuple[pd.DataFrame, pd.DataFrame]:
+    plan = plan_spec(spec)
+    with backend_config("pandas"), dask.config.set(scheduler="sync"):
+        on_dask = build_frame(spec, plan).compute().reset_index(drop=True)
+    return on_dask, build_lazyframe(plan).collect().to_pandas()
+
+
+def assert_same_rows(dask_rows: pd.DataFrame, polars_rows: pd.DataFrame, *, ordered: bool) -> None:
+    """Same columns, same rows (as multisets unless ``ordered``), numbers within 1e-9 relative."""
+    assert list(dask_rows.columns) == list(polars_rows.columns)
+    assert len(dask_rows) == len(polars_rows)
+
+    def canonical(frame: pd.DataFrame) -> pd.DataFrame:
+        frame = frame.astype(object).where(frame.notna(), None)
+        return frame if ordered else frame.sort_values(list(frame.columns), key=lambda c: c.map(repr)).reset_index(drop=True)
+
+    left, right = canonical(dask_rows), canonical(polars_rows)
+    for column in left.columns:
+        for a, b in zip(left[column], right[column], strict=True):
+            if isinstance(a, (int, float, np.number)) and isinstance(b, (int, float, np.number)):
+                assert np.isclose(float(a), float(b), rtol=1e-9, atol=0, equal_nan=True), (column, a, b)
+            else:
+                assert a == b or str(a) == str(b), (column, a, b)
+
+
+@pytest.mark.parametrize("text", list(FEATURES))
+def test_every_expression_feature_lowers_to_the_same_values(text: str) -> None:
+    frame = make_frame()
+    expression = parse_expression(text)
+    expected = plain(pd.Series(expression.evaluate(frame)) if not np.isscalar(expression.evaluate(frame)) else pd.Series([expression.evaluate(frame)] * len(frame)))
+    kinds = {"day_text": "string", "name": "string", "category": "string"}
+    got = pl.from_pandas(frame).select(to_polars(expression.node, text, None, kinds).alias("value"))["value"]
+    got_values = plain(got.to_pandas() if len(got) == len(frame) else pd.Series([got[0]] * len(frame)))
+    for want, have in zip(expected, got_values, strict=True):
+        if want is None or have is None:
+            assert want is None and have is None, (text, want, have)
+        elif isinstance(want, (int, float, np.number)) and not isinstance(want, bool):
+            assert np.isclose(float(want), float(have), rtol=1e-12, equal_nan=True), (text, want, have)
+        else:
+            assert pd.Timestamp(want) == pd.Timestamp(have) if isinstance(want, pd.Timestamp) else want == have, (text, want, have)
+
+
+# Measured on an H200 (bench/RESULTS.md): month/year intervals (Polars' offset_by) and parsing text as datetimes.
+NOT_ON_CUDF_POLARS = {'cast(day_text, "datetime64[ns]")', 'ship_date + interval(1, "year")', 'ship_date - interval(2, "months")',
+                      'interval(1, "month") + ship_date'}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("text", list(FEATURES))
+def test_every_expression_feature_gives_the_same_values_on_cudf_polars(text: str) -> None:
+    pytest.importorskip("cudf_polars")
+    frame = pl.from_pandas(make_frame())
+    kinds = {"day_text": "string", "name": "string", "category": "string"}
+    expression = parse_expression(text)
+    query = frame.lazy().select(to_polars(expression.node, text, None, kinds).alias("value"))
+    gpu = pl.GPUEngine(executor="in-memory", raise_on_fail=True)
+    if text in NOT_ON_CUDF_POLARS:  # cudf-polars 26.10 refuses these: a job using them moves to dask-cudf under auto
+        with pytest.raises(Exception) as refused:
+            query.collect(engine=gpu)
+        assert _cannot_run_on_gpu(refused.value), refused.value
+        return
+    on_gpu, on_cpu = query.collect(engine=gpu), query.collect()
+    if text == "round(amount, 1)":  # cuDF rounds the binary value (83.55 is 83.5499...), Polars the decimal text
+        assert np.allclose(on_gpu["value"].to_numpy(), on_cpu["value"].to_numpy(), atol=0.1 + 1e-9, equal_nan=True)
+        return
+    assert on_gpu.equals(on_cpu), text
+
+
+@pytest.fixture(scope="module")
+def demo_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("demo")
+    write_sample_data(root / "var/demo/data", rows=20_000, files=4)
+    return root
+
+
+@pytest.mark.parametrize("name", ["revenue_by_region", "daily_orders"])
+def test_examples_give_the_same_answer_on_both_engines(name: str, demo_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(demo_root)
+    spec = load_spec(EXAMPLES / f"{name}.yaml")
+    on_dask, on_polars = run_both(spec)
+    assert len(on_dask) > 0
+    assert_same_rows(on_dask, on_polars, ordered=any(step.op == "sort" for step in spec.steps[-1:]))
+
+
+@pytest.fixture()
+def null_keys(tmp_path: Path) -> Path:
+    pd.DataFrame({"k": [1.0, None, 3.0], "a": ["x", "y", "z"]}).to_parquet(tmp_path / "left.parquet")
+    pd.DataFrame({"k": [1.0, None, 4.0], "b": ["p", "q", "r"]}).to_parquet(tmp_path / "right.parquet")
+    return tmp_path
+
+
+@pytest.mark.parametrize(("how", "rows"), [
+    ("inner", [(1.0, "x", "p")]),
+    ("left", [(1.0, "x", "p"), (None, "y", None), (3.0, "z", None)]),
+    ("right", [(1.0, "x", "p"), (None, None, "q"), (4.0, None, "r")]),
+    ("outer", [(1.0, "x", "p"), (None, "y", None), (3.0, "z", None), (None, None, "q"), (4.0, None, "r")]),
+])
+def test_a_null_join_key_matches_nothing_on_both_engines(null_keys: Path, how: str, rows: list[tuple[Any, ...]]) -> None:
+    spec = JobSpec.model_validate({
+        "source": {"format": "parquet", "path": str(null_keys / "left.parquet")},
+        "steps": [{"op": "join", "right": {"format": "parquet", "path": str(null_keys / "right.parquet")}, "on": ["k"], "how": how}],
+        "sink": {"path": str(null_keys / "out")},
+    })
+    for frame in run_both(spec):
+        got = sorted((tuple(None if pd.isna(v) else v for v in row) for row in frame.itertuples(index=False)), key=repr)
+        assert got == sorted(rows, key=repr), how
+
+
+def test_a_comparison_with_null_is_false_on_both_engines_even_under_not(tmp_path: Path) -> None:
+    pd.DataFrame({"s": ["a", None, "b"], "n": [1.0, None, 3.0]}).to_parquet(tmp_path / "t.parquet")
+    spec = JobSpec.model_validate({
+        "source": {"format": "parquet", "path": str(tmp_path / "t.parquet")},
+        "steps": [{"op": "assign", "column": "ne", "expr": "s != 'a'"}, {"op": "assign", "column": "not_eq", "expr": "not (s == 'a')"},
+                  {"op": "assign", "column": "in_list", "expr": "n in (1, 3)"}, {"op": "filter", "expr": "not (n > 2)"}],
+        "sink": {"path": str(tmp_path / "out")},
+    })
+    for frame in run_both(spec):
+        assert frame[["ne", "not_eq", "in_list"]].astype(bool).values.tolist() == [[False, False, True], [False, True, False]]
+
+
+def test_partition_directories_escape_values_and_names_that_look_like_paths() -> None:
+    assert partition_directory(["p"], ("../../../tmp/outside/evil",)) == "p=..%2F..%2F..%2Ftmp%2Foutside%2Fevil"
+    assert partition_directory(["../evil_col", "q"], ("a=b", None)) == "..%2Fevil_col=a%3Db/q=__HIVE_DEFAULT_PARTITION__"
+
+
+def test_auto_picks_polars_and_says_why() -> None:
+    spec = JobSpec.model_validate({"source": {"format": "parquet", "path": "x.parquet"}, "sink": {"path": "out"}})
+    choice = choose_engine(spec, "auto", "pandas")
+    assert (choice.engine, choice.device) == ("polars", "cpu") and "auto" in choice.reason and "service default" in choice.reason
+    assert choose_engine(spec.model_copy(update={"engine": "dask"}), "auto", "cudf").model_dump() == {
+        "engine": "dask", "device": "gpu", "reason": "engine: dask — the spec asks for it"}
+    assert choose_engine(spec, "dask", "pandas").engine == "dask"
