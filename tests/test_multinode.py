@@ -180,6 +180,7 @@ def test_worker_killed_mid_job_never_hangs(
     # A sort shuffles every partition across both workers: work and data live on each of them.
     spec = {
         "name": "sorted_under_worker_loss",
+        "engine": "dask",  # a shuffle across both workers; a Polars job is one task on one worker
         "source": {"format": "parquet", "path": str(big_data["sales"])},
         "steps": [{"op": "sort", "by": ["amount", "order_id"]}],
         "sink": {"path": str(out)},
@@ -238,7 +239,8 @@ def test_worker_killed_mid_job_never_hangs(
 @pytest.mark.parametrize("dask_cluster", ["no-spillway-on-scheduler"], indirect=True)
 def test_scheduler_without_spillway_fails_jobs_clearly(dask_cluster: DaskCluster, joined_service: ServiceProcess, sample_data: dict[str, Path], tmp_path: Path) -> None:
     # deploy/README.md: Spillway must be installed on the scheduler, where the progress plugin runs.
-    spec = {"name": "no_plugin", "source": {"format": "parquet", "path": str(sample_data["sales"])}, "steps": [], "sink": {"path": str(tmp_path / "out")}}
+    # The Dask engine's progress plugin runs on the scheduler; a Polars job registers none.
+    spec = {"name": "no_plugin", "engine": "dask", "source": {"format": "parquet", "path": str(sample_data["sales"])}, "steps": [], "sink": {"path": str(tmp_path / "out")}}
     with joined_service.client() as api:
         job = wait_terminal(api, api.submit(spec).id, timeout=120)
     assert job.state == JobStatus.FAILED and job.error is not None
