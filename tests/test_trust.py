@@ -124,7 +124,8 @@ def test_queue_limit_answers_429_with_retry_after(tmp_path: Path, big_data: dict
 
 
 def test_partition_limit_fails_the_job_before_it_runs(tmp_path: Path, sample_data: dict[str, Path]) -> None:
-    service = start_service(tmp_path / "svc", extra_env={"SPILLWAY_MAX_PARTITIONS": "3"})
+    # The partition limit bounds a Dask engine graph; a Polars job is one task.
+    service = start_service(tmp_path / "svc", extra_env={"SPILLWAY_MAX_PARTITIONS": "3", "SPILLWAY_DEFAULT_ENGINE": "dask"})
     try:
         with service.client() as client:
             job = wait_terminal(client, client.submit(spec(str(sample_data["sales"]), str(tmp_path / "out"))).id)

@@ -91,7 +91,9 @@ def start_ui_service(workdir: Path, env: dict[str, str]) -> ServiceProcess:
 def ui_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
     # Its own service, so the jobs page lists only this module's jobs; two slots so the job
     # being watched and the job being cancelled run side by side.
-    proc = start_ui_service(tmp_path_factory.mktemp("ui-service"), {"SPILLWAY_MAX_CONCURRENT_JOBS": "2"})
+    # The Dask engine: these tests watch a progress bar move through partitions and cancel a job
+    # mid-way; a Polars job shows its stages 0 of 1 until done and finishes these sorts too fast.
+    proc = start_ui_service(tmp_path_factory.mktemp("ui-service"), {"SPILLWAY_MAX_CONCURRENT_JOBS": "2", "SPILLWAY_DEFAULT_ENGINE": "dask"})
     yield proc
     proc.stop()
 
