@@ -20,13 +20,13 @@ from cluster.gpu_sampler import GpuSampler
 from cluster.job_logs import JobLog
 from cluster import polars_job
 from cluster.plan import plan_job
-from cluster.progress import PROGRESS_TOPIC, JobProgressPlugin, plugin_name
+from cluster.progress import JobProgressPlugin, plugin_name
 from jobs.engine_choice import EngineName, choose_engine
 from jobs.errors import GpuUnsupported, InvalidTransition, SpillwayError, TooManyPartitions
 from jobs.logical import LogicalPlan
 from jobs.polars_frame import build_lazyframe
 from jobs.sink import SinkWriter
-from jobs.status import EngineChoice, ErrorDetail, JobProgress, JobStatus, StageProgress
+from jobs.status import PROGRESS_TOPIC, EngineChoice, ErrorDetail, JobProgress, JobStatus, StageProgress
 from jobs.validate import plan_spec
 
 if TYPE_CHECKING:

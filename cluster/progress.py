@@ -16,7 +16,8 @@ from typing import Any
 from dask.typing import Key
 from distributed.diagnostics.plugin import SchedulerPlugin
 
-PROGRESS_TOPIC = "spillway-progress"
+from jobs.status import PROGRESS_TOPIC
+
 _RECOMPUTE_STATES = frozenset({"released", "waiting", "processing", "queued", "no-worker"})
 
 

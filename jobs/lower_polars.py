@@ -18,6 +18,7 @@ import polars as pl
 
 from jobs import ir
 from jobs.errors import ExpressionError
+from jobs.kinds import kind_of_node
 from jobs.lower_pandas import like_regex
 
 _CASTS: dict[str, Any] = {
@@ -89,8 +90,6 @@ class PolarsLowering:
         return ExpressionError(f"'{self.text[node.start:node.end]}' at col {node.start}: {message}", field=self.field)
 
     def kind(self, node: ir.Node) -> str:
-        from jobs.kinds import kind_of_node
-
         return kind_of_node(node, self.text, self.schema)
 
     def condition(self, node: ir.Node) -> pl.Expr:

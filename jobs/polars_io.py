@@ -117,32 +117,26 @@ def _open(path: str) -> Any:
 def write_output(frame: pl.LazyFrame, target: OutputTarget, engine: Any = "auto") -> int:
     """Run ``frame`` and write it to ``target``; returns the rows written.
 
-    Unpartitioned parquet and CSV stream out through Polars' sinks where they can; a
-    partitioned output is collected first and written one file per partition.
+    The output is collected (on the worker, CPU or GPU) and then written: one file, or one
+    per partition directory with ``partition_on``.
     """
     sink = target.sink
     codec = sink.codec or "uncompressed"
+    table = frame.collect(engine=engine)
     if sink.partition_on:
-        table = frame.collect(engine=engine)
         keys = list(sink.partition_on)
-        rows = 0
         for values, part in table.partition_by(keys, as_dict=True, maintain_order=True).items():
             with _open(target.path(partition_directory(keys, values))) as handle:
                 part.drop(keys).write_parquet(handle, compression=codec, row_group_size=sink.row_group_size)
-            rows += part.height
-        return rows
-    path = target.path()
-    if sink.format == "parquet":
-        table = frame.collect(engine=engine)
-        with _open(path) as handle:
+    elif sink.format == "parquet":
+        with _open(target.path()) as handle:
             table.write_parquet(handle, compression=codec, row_group_size=sink.row_group_size)
-        return table.height
-    table = frame.collect(engine=engine)
-    with _open(path) as raw:
-        handle = gzip.open(raw, "wb") if sink.codec == "gzip" else raw
-        try:
-            table.write_csv(handle)
-        finally:
-            if handle is not raw:
-                handle.close()
+    else:
+        with _open(target.path()) as raw:
+            handle = gzip.open(raw, "wb") if sink.codec == "gzip" else raw
+            try:
+                table.write_csv(handle)
+            finally:
+                if handle is not raw:
+                    handle.close()
     return table.height

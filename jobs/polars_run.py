@@ -16,9 +16,8 @@ from typing import Any
 import polars as pl
 
 from jobs.polars_io import OutputTarget, write_output
+from jobs.status import PROGRESS_TOPIC
 
-#: The progress topic the service listens on (the same as the Dask engine's plugin).
-PROGRESS_TOPIC = "spillway-progress"
 
 
 @dataclass(frozen=True)
@@ -37,10 +36,8 @@ class PolarsRunResult:
 def _engine(device: str) -> Any:
     if device == "cpu":
         return "streaming"  # Polars' streaming engine: faster than in-memory on scans (TPC-H q01 0.9 s vs 3.9 s at SF 10)
-    import polars as pl_gpu  # cudf-polars plugs in through polars itself
-
     # raise_on_fail: a query cudf-polars cannot run fails the job instead of running on the CPU.
-    return pl_gpu.GPUEngine(executor="in-memory", raise_on_fail=True)
+    return pl.GPUEngine(executor="in-memory", raise_on_fail=True)
 
 
 def _cannot_run_on_gpu(exc: BaseException) -> bool:

@@ -7,6 +7,11 @@ from enum import Enum
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
+#: The event topic progress travels on to the service: the Dask engine's scheduler plugin
+#: and a Polars job's heartbeat on its worker both publish there.
+PROGRESS_TOPIC = "spillway-progress"
+
+
 class JobStatus(str, Enum):
     """Where a job is in its lifecycle: PENDING → RUNNING → SUCCEEDED | FAILED | CANCELLED."""
 

@@ -134,3 +134,8 @@ def test_failed_job_logs_carry_the_worker_traceback(service: ServiceProcess, sam
     # pandas' astype on the Dask engine, Polars' "conversion from `str` to `i64`" on Polars
     assert "astype" in text or "int64" in text or "i64" in text, "the worker-side frames are in the traceback"
     assert sum(len(line) for line in lines) <= 64 * 1024 + 100
+
+
+def test_an_unknown_engine_is_a_422_naming_the_field(service: ServiceProcess, sample_data: dict[str, Path], tmp_path: Path) -> None:
+    error = error_of(post(service, json=base_spec(sample_data, tmp_path, engine="spark")), 422)
+    assert error["field"] == "engine" and "polars" in error["message"] and "dask" in error["message"], error
