@@ -1,34 +1,32 @@
-"""``spillway``: run the service, submit and follow jobs. Talks to the service only through the SDK."""
+"""``spillway``: run the service, submit and follow jobs. Talks to the service only through the SDK.
+
+Only typer and rich load at start-up: the SDK (httpx, pydantic) loads in the commands that talk to
+the service, FastAPI, SQLAlchemy and Dask only in ``serve``, ``demo`` and ``token``.
+"""
 
 from __future__ import annotations
 
 import logging
 import shutil
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from enum import Enum
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
-import httpx
 import typer
-from pydantic import ValidationError
-from rich.console import Console
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-)
-from rich.table import Table
 
-from jobs.spec import JobSpec
-from jobs.status import JobStatus, ResultManifest
+from service.cli_common import DEFAULT_URL, UrlOption, console, err, fail, plural
 from service.cli_pipelines import pipeline_app
-from service.client import DEFAULT_URL, ApiError, JobEvent, SpillwayClient
-from service.documents import DocumentError, read_mapping
-from service.launcher import launch_service
-from service.schemas import JobView
+
+if TYPE_CHECKING:
+    from jobs.spec import JobSpec
+    from jobs.status import ResultManifest
+    from service.client import JobEvent, SpillwayClient
+    from service.schemas import JobView
+
+#: JobStatus' values, spelled out so that building the commands needs no pydantic.
+JOB_STATES = ("PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED")
+JobState = Enum("JobState", {state: state for state in JOB_STATES}, type=str)  # typer shows and parses the choices
 
 app = typer.Typer(
     help=(
@@ -39,11 +37,17 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-console = Console()
-err = Console(stderr=True)
 
-UrlOption = Annotated[str, typer.Option("--url", envvar="SPILLWAY_URL", help="The Spillway service to talk to.")]
 _token: str | None = None
+# Case-insensitive, like Ray's and Prefect's CLIs: `--state running` is RUNNING.
+_StateOption = Annotated[
+    Optional[JobState],  # noqa: UP007 - typer needs Optional
+    typer.Option("--state", case_sensitive=False, help="Only jobs in this state.", show_default=False),
+]
+SetOption = Annotated[
+    Optional[list[str]],  # noqa: UP007
+    typer.Option("--set", help="Override a spec field: KEY=VALUE, KEY dotted (sink.mode=overwrite), VALUE read as YAML (repeatable).", show_default=False),
+]
 
 
 @app.callback()
@@ -55,30 +59,60 @@ def _global_options(
 
 
 def _client(url: str) -> SpillwayClient:
+    from service.client import SpillwayClient
+
     return SpillwayClient(url, token=_token)
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {escape(message)}")
-    return typer.Exit(code)
+    return fail(message, code)
 
 
-def load_spec(path: Path) -> JobSpec:
-    """Read a JobSpec from a YAML or JSON file, with errors that name the file and the field."""
+def apply_overrides(data: dict[str, Any], pairs: list[str] | None) -> dict[str, Any]:
+    """``--set sink.mode=overwrite``: set a dotted key of the spec mapping; the value is read as YAML."""
+    import yaml
+
+    from service.documents import _Loader  # the CLI's one YAML 1.2 reading, for values too
+
+    for pair in pairs or []:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key.strip():
+            raise _fail(f"--set takes KEY=VALUE, not '{pair}'", 2)
+        *parents, leaf = key.strip().split(".")
+        node: Any = data
+        for part in parents:
+            child = node.get(part) if isinstance(node, dict) else None
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                raise _fail(f"--set {key}: '{part}' is not a mapping in the spec", 2)
+            node = child
+        node[leaf] = yaml.load(raw, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+    return data
+
+
+def load_spec(path: Path, overrides: list[str] | None = None) -> JobSpec:
+    """Read a JobSpec from a YAML or JSON file, with errors that name the file and the field,
+    worded as the service words them (``unknown_step``, ``invalid_spec``)."""
+    from pydantic import ValidationError
+
+    from jobs.spec import JobSpec
+    from service.client import SpecFileError, read_spec_file
+    from service.spec_errors import error_detail
+
     try:
-        data = read_mapping(path, "name, source, steps, sink")
-    except DocumentError as exc:
-        raise _fail(str(exc), 2) from exc
-    try:
+        data = apply_overrides(read_spec_file(path), overrides)
         return JobSpec.model_validate(data)
+    except SpecFileError as exc:
+        raise _fail(str(exc), 2) from exc
     except ValidationError as exc:
-        from service.errors import field_path
-
-        lines = [f"  {field_path(e['loc']) or '(top)'}: {e['msg']}" for e in exc.errors()]
-        raise _fail(f"{path} is not a valid job spec:\n" + "\n".join(lines), 2) from exc
+        lines = "\n".join(f"  {error_detail(dict(e)).message}" for e in exc.errors())
+        raise _fail(f"{path} is not a valid job spec:\n{lines}", 2) from exc
 
 
 def _print_manifest(manifest: ResultManifest) -> None:
+    from rich.table import Table
+
     console.print(f"[bold]result:[/] {manifest.location}")
     table = Table()
     table.add_column("file")
@@ -87,7 +121,7 @@ def _print_manifest(manifest: ResultManifest) -> None:
     for f in manifest.files:
         table.add_row(f.path, f"{f.rows:,}", f"{f.size_bytes:,}")
     table.add_section()
-    table.add_row(f"{len(manifest.files)} files", f"{manifest.total_rows:,}", f"{manifest.total_bytes:,}")
+    table.add_row(plural(len(manifest.files), "file"), f"{manifest.total_rows:,}", f"{manifest.total_bytes:,}")
     console.print(table)
     console.print("schema: " + ", ".join(f"{c.name}: {c.type}" for c in manifest.columns))
 
@@ -103,13 +137,21 @@ def _print_job(job: JobView) -> None:
 
 
 def follow(client: SpillwayClient, job_id: str) -> JobView:
-    """Show a live progress bar per stage until the job ends; returns the final job."""
-    with Progress(
-        TextColumn("{task.description:<44}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
-    ) as bars:
+    """Show a live progress bar per stage until the job ends; returns the final job.
+
+    A cancelled or failed job's bars turn red, so they do not read as done.
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+    from jobs.status import JobStatus
+
+    bar = BarColumn()
+    with Progress(TextColumn("{task.description:<44}"), bar, MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bars:
         tasks: dict[str, TaskID] = {}
 
         def update(event: JobEvent) -> None:
+            if event.state in (JobStatus.CANCELLED, JobStatus.FAILED):
+                bar.complete_style = bar.finished_style = "red"
             for stage in event.progress.stages:
                 if stage.name not in tasks:
                     tasks[stage.name] = bars.add_task(stage.name, total=stage.total)
@@ -118,14 +160,42 @@ def follow(client: SpillwayClient, job_id: str) -> JobView:
         return client.wait(job_id, on_event=update)
 
 
+def _follow_to_end(client: SpillwayClient, job_id: str, url: str) -> None:
+    """Follow a job to its end and print how it ended; Ctrl-C detaches and says how to come back."""
+    try:
+        job = follow(client, job_id)
+    except KeyboardInterrupt:
+        where = "" if url == DEFAULT_URL else f" --url {url}"
+        err.print(
+            f"\nstopped following {job_id}; the job keeps running on the service.\n"
+            f"  reattach: spillway wait {job_id}{where}\n"
+            f"  cancel:   spillway cancel {job_id}{where}"
+        )
+        raise typer.Exit(130) from None
+    _finish(job)
+
+
+def _finish(job: JobView) -> None:
+    from jobs.status import JobStatus
+
+    if job.state == JobStatus.SUCCEEDED and job.result is not None:
+        _print_manifest(job.result)
+        return
+    _print_job(job)
+    raise typer.Exit(1)
+
+
 @app.command()
 def submit(
     spec_file: Annotated[Path, typer.Argument(help="Job spec, YAML or JSON.", exists=False)],
     url: UrlOption = DEFAULT_URL,
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Follow progress and print the result manifest.")] = False,
+    overrides: SetOption = None,
 ) -> None:
     """Submit a job spec. With --wait, show progress per stage and print where the result is."""
-    spec = load_spec(spec_file)
+    from service.client import ApiError
+
+    spec = load_spec(spec_file, overrides)
     with _client(url) as client:
         try:
             accepted = client.submit(spec)
@@ -135,23 +205,28 @@ def submit(
             raise _fail(f"cannot reach {url}: {exc}. Is `spillway serve` running?") from exc
         console.print(f"submitted [bold]{accepted.id}[/] ({spec.name})")
         if not wait:
-            console.print(f"follow it: spillway status {accepted.id}")
+            console.print(f"follow it: spillway wait {accepted.id}")
             return
-        job = follow(client, accepted.id)
-        _finish(job)
+        _follow_to_end(client, accepted.id, url)
 
 
-def _finish(job: JobView) -> None:
-    if job.state == JobStatus.SUCCEEDED and job.result is not None:
-        _print_manifest(job.result)
-        return
-    _print_job(job)
-    raise typer.Exit(1)
+@app.command("wait")
+def wait_job(job_id: str, url: UrlOption = DEFAULT_URL) -> None:
+    """Follow a job's live progress until it ends (reattach after Ctrl-C), then print its result."""
+    from service.client import ApiError
+
+    with _client(url) as client:
+        try:
+            _follow_to_end(client, job_id, url)
+        except ApiError as exc:
+            raise _fail(str(exc)) from exc
 
 
 @app.command()
 def status(job_id: str, url: UrlOption = DEFAULT_URL) -> None:
     """Show a job's state and progress per stage."""
+    from service.client import ApiError
+
     with _client(url) as client:
         try:
             _print_job(client.get(job_id))
@@ -162,13 +237,17 @@ def status(job_id: str, url: UrlOption = DEFAULT_URL) -> None:
 @app.command("list")
 def list_jobs(
     url: UrlOption = DEFAULT_URL,
-    state: Annotated[Optional[JobStatus], typer.Option(help="Only jobs in this state.")] = None,  # noqa: UP007 - typer needs Optional
+    state: _StateOption = None,
     limit: Annotated[int, typer.Option(help="How many, newest first.")] = 20,
 ) -> None:
     """List jobs, newest first."""
+    from rich.table import Table
+
+    from jobs.status import JobStatus
+
     with _client(url) as client:
-        page = client.list(state=state, limit=limit)
-    table = Table(title=f"{page.total} jobs", title_justify="left")
+        page = client.list(state=JobStatus(state.value) if state else None, limit=limit)
+    table = Table(title=plural(page.total, "job"), title_justify="left")
     for column in ("id", "name", "state", "created", "duration", "progress"):
         table.add_column(column)
     for job in page.items:
@@ -180,6 +259,8 @@ def list_jobs(
 @app.command()
 def cancel(job_id: str, url: UrlOption = DEFAULT_URL) -> None:
     """Cancel a pending or running job; nothing it wrote is committed."""
+    from service.client import ApiError
+
     with _client(url) as client:
         try:
             job = client.cancel(job_id)
@@ -189,17 +270,54 @@ def cancel(job_id: str, url: UrlOption = DEFAULT_URL) -> None:
 
 
 @app.command()
-def result(job_id: str, url: UrlOption = DEFAULT_URL, as_json: Annotated[bool, typer.Option("--json", help="Print the manifest as JSON.")] = False) -> None:
-    """Print the result manifest of a finished job: files, rows, bytes and schema."""
+def result(
+    job_id: str,
+    url: UrlOption = DEFAULT_URL,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the manifest as JSON.")] = False,
+    head: Annotated[Optional[int], typer.Option("--head", min=1, help="Print the first N rows of the output, read through the manifest's files.", show_default=False)] = None,  # noqa: UP007
+) -> None:
+    """Print the result manifest of a finished job: files, rows, bytes and schema (or its first rows)."""
+    from service.client import ApiError
+
     with _client(url) as client:
         try:
             manifest = client.result(job_id)
+            rows = client.head(job_id, head) if head is not None else None
         except (ApiError, RuntimeError) as exc:
             raise _fail(str(exc)) from exc
-    if as_json:
+        except OSError as exc:
+            raise _fail(f"cannot read the result files from here: {exc}") from exc
+    if rows is not None:
+        _print_rows(rows, manifest.total_rows)
+    elif as_json:
         console.print_json(manifest.model_dump_json())
     else:
         _print_manifest(manifest)
+
+
+def _print_rows(rows: Any, total: int) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"first {plural(rows.num_rows, 'row')} of {total:,}", title_justify="left")
+    for name in rows.column_names:
+        table.add_column(name)
+    for record in rows.to_pylist():
+        table.add_row(*("null" if v is None else escape(str(v)) for v in record.values()))
+    console.print(table)
+
+
+@app.command()
+def logs(job_id: str, url: UrlOption = DEFAULT_URL) -> None:
+    """Print a job's log: service events, the engine chosen, the worker traceback and warnings."""
+    from service.client import ApiError
+
+    with _client(url) as client:
+        try:
+            lines = client.logs(job_id)
+        except ApiError as exc:
+            raise _fail(str(exc)) from exc
+    for line in lines:
+        console.print(escape(line), highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -210,6 +328,7 @@ def serve(
 ) -> None:
     """Run the service (FastAPI under uvicorn) with its Dask cluster. Settings come from SPILLWAY_* variables."""
     import uvicorn
+    from pydantic import ValidationError
 
     from service.app import create_app
     from service.config import Settings
@@ -229,31 +348,42 @@ def serve(
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level.lower())
 
 
+def _absolute_sqlite(url: str) -> str:
+    """``sqlite:///var/x.db`` → an absolute path, so a child started elsewhere finds the same file."""
+    prefix = "sqlite:///"
+    if url.startswith(prefix) and not url.startswith(prefix + "/"):
+        return prefix + str(Path(url[len(prefix) :]).resolve())
+    return url
+
+
 @app.command()
 def demo(
     rows: Annotated[int, typer.Option(help="Sample sales rows to generate.")] = 2_000_000,
-    workdir: Annotated[Path, typer.Option(help="Where data, store and output go.")] = Path("var/demo"),
+    workdir: Annotated[Path, typer.Option(help="Where data and output go.")] = Path("var/demo"),
     spec_file: Annotated[Path, typer.Option("--spec", help="The pipeline to run.")] = Path("examples/revenue_by_region.yaml"),
     keep_serving: Annotated[bool, typer.Option(help="Leave the service running afterwards.")] = False,
 ) -> None:
-    """Generate sample data, start the service with a local cluster and SQLite, run a pipeline, print the result."""
+    """Generate sample data, start the service with a local cluster and SQLite, run a pipeline, print the result.
+
+    The job goes into the store `spillway serve` uses (SPILLWAY_DATABASE_URL), so it is listed there afterwards.
+    """
     from jobs.samples import write_sample_data
+    from service.config import Settings
+    from service.launcher import launch_service
 
     spec = load_spec(spec_file)
     data = workdir / "data"
     if not (data / "sales").is_dir():
         console.print(f"generating {rows:,} sample sales rows in {data} …")
         write_sample_data(data, rows=rows)
-    # The demo owns its folder: each run starts from an empty store and no output.
+    # The demo owns its output folder: each run writes the result anew.
     output = Path(spec.sink.path)
     if output.resolve().is_relative_to(workdir.resolve()) and output.exists():
         console.print(f"removing the previous demo output {output}")
         shutil.rmtree(output)
-    for stale in workdir.glob("spillway.db*"):
-        stale.unlink()
     console.print("starting the service with a local Dask cluster and a SQLite store …")
     try:
-        server = launch_service(workdir, {"SPILLWAY_DATABASE_URL": f"sqlite:///{workdir / 'spillway.db'}"})
+        server = launch_service(workdir, {"SPILLWAY_DATABASE_URL": _absolute_sqlite(Settings().database_url)})
     except RuntimeError as exc:
         raise _fail(str(exc)) from exc
     console.print(f"service: {server.url} (docs {server.url}/docs, log {server.log_path})")
@@ -268,6 +398,8 @@ def demo(
         if keep_serving:
             console.print(f"the service keeps running at {server.url} (pid {server.process.pid}); stop it with Ctrl-C")
             server.process.wait()
+        else:
+            console.print("next: `spillway serve`, then `spillway list` shows this job (README, \"Using it\")")
     except KeyboardInterrupt:
         pass
     finally:
@@ -307,12 +439,19 @@ def main() -> None:
     """Console-script entry point: service errors print as one clear line, not a traceback."""
     try:
         app()
-    except ApiError as exc:
-        err.print(f"[bold red]error:[/] {escape(str(exc))}")
-        raise SystemExit(1) from None
-    except httpx.TransportError as exc:
-        err.print(f"[bold red]error:[/] cannot reach the service: {escape(str(exc))}. Is `spillway serve` running (see --url)?")
-        raise SystemExit(1) from None
+    except Exception as exc:
+        # Imported only now: a command that raised one of these has loaded them already.
+        import httpx
+
+        from service.client import ApiError
+
+        if isinstance(exc, ApiError):
+            err.print(f"[bold red]error:[/] {escape(str(exc))}")
+            raise SystemExit(1) from None
+        if isinstance(exc, httpx.TransportError):
+            err.print(f"[bold red]error:[/] cannot reach the service: {escape(str(exc))}. Is `spillway serve` running (see --url)?")
+            raise SystemExit(1) from None
+        raise
 
 
 if __name__ == "__main__":

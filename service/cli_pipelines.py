@@ -1,4 +1,8 @@
-"""``spillway pipeline ...``: scheduled pipelines from the command line, only through the SDK."""
+"""``spillway pipeline ...``: scheduled pipelines from the command line, only through the SDK.
+
+The SDK loads inside the commands (see service/cli_common.py): importing ``service.pipelines``
+brings its scheduler and SQLAlchemy along.
+"""
 
 from __future__ import annotations
 
@@ -7,39 +11,40 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any, Optional
-from zoneinfo import ZoneInfo
+from enum import Enum
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
-import httpx
 import typer
-import yaml
-from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
-from service.client import DEFAULT_URL, ApiError
-from service.documents import DocumentError, read_mapping
-from service.pipelines.client import PipelineClient
-from service.pipelines.models import PipelineView, RunState, RunView
+from service.cli_common import DEFAULT_URL, UrlOption, console, fail, plural
+
+if TYPE_CHECKING:
+    from service.pipelines.client import PipelineClient
+    from service.pipelines.models import PipelineView, RunView
 
 pipeline_app = typer.Typer(
     help="Scheduled pipelines: a job spec template run on a cron schedule. `spillway pipeline create FILE` to start.",
     no_args_is_help=True,
 )
-console = Console()
-err = Console(stderr=True)
 
-UrlOption = Annotated[str, typer.Option("--url", envvar="SPILLWAY_URL", help="The Spillway service to talk to.")]
+#: RunState's values, spelled out so that building the commands needs no pydantic.
+RUN_STATES = ("QUEUED", "RUNNING", "UP_FOR_RETRY", "SUCCEEDED", "FAILED", "CANCELLED", "SKIPPED")
+RunStateChoice = Enum("RunStateChoice", {state: state for state in RUN_STATES}, type=str)  # typer shows and parses the choices
 ParamOption = Annotated[Optional[list[str]], typer.Option("--param", "-p", help="Override a parameter: NAME=VALUE (repeatable).")]  # noqa: UP007
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {escape(message)}")
-    return typer.Exit(code)
+    return fail(message, code)
 
 
 @contextmanager
 def _client(ctx: typer.Context, url: str) -> Iterator[PipelineClient]:
+    import httpx
+
+    from service.client import ApiError
+    from service.pipelines.client import PipelineClient
+
     # The token may be given to `spillway --token` (the root command) or to this group.
     token = None
     context: Any = ctx
@@ -64,6 +69,8 @@ def _options(
 
 def load_pipeline(path: Path) -> dict[str, Any]:
     """Read a pipeline (name, spec, schedule, ...) from a YAML or JSON file."""
+    from service.documents import DocumentError, read_mapping
+
     try:
         data = read_mapping(path, "name, spec, schedule")
     except DocumentError as exc:
@@ -86,6 +93,8 @@ def parse_params(pairs: list[str] | None) -> dict[str, str]:
 
 def _when(value: datetime | None, zone: str = "UTC") -> str:
     """A time in the pipeline's zone, as its schedule reads (the API gives UTC)."""
+    from zoneinfo import ZoneInfo
+
     return value.astimezone(ZoneInfo(zone)).isoformat(timespec="minutes") if value is not None else "-"
 
 
@@ -122,7 +131,9 @@ def list_pipelines(ctx: typer.Context, url: UrlOption = DEFAULT_URL) -> None:
     """List pipelines."""
     with _client(ctx, url) as client:
         pipelines = client.list()
-    table = Table(title=f"{len(pipelines)} pipelines", title_justify="left")
+    from rich.table import Table
+
+    table = Table(title=plural(len(pipelines), "pipeline"), title_justify="left")
     for column in ("name", "version", "schedule", "timezone", "state", "next run"):
         table.add_column(column)
     for p in pipelines:
@@ -135,6 +146,8 @@ def show(ctx: typer.Context, name: str, url: UrlOption = DEFAULT_URL) -> None:
     """Show a pipeline: schedule, policies, parameters and its spec template."""
     with _client(ctx, url) as client:
         pipeline = client.get(name)
+    import yaml
+
     _print_pipeline(pipeline)
     console.print(escape(yaml.safe_dump({"spec": pipeline.spec}, sort_keys=False)), end="")
 
@@ -183,12 +196,12 @@ def backfill(
     param: ParamOption = None,
     url: UrlOption = DEFAULT_URL,
 ) -> None:
-    """Queue runs for every interval starting in [start, end]; they run max_active_runs at a time."""
+    """Queue runs for every interval starting in \\[start, end]; they run max_active_runs at a time."""
     with _client(ctx, url) as client:
         result = client.backfill(name, start, end, parse_params(param))
-    console.print(f"queued {len(result.created)} runs; {len(result.existing)} dates already had one")
+    console.print(f"queued {plural(len(result.created), 'run')}; {plural(len(result.existing), 'date')} already had one")
     if result.not_ended:
-        console.print(f"{len(result.not_ended)} intervals have not ended yet; the schedule will run them")
+        console.print(f"{plural(len(result.not_ended), 'interval')} not ended yet; the schedule will run them")
 
 
 @pipeline_app.command()
@@ -196,14 +209,21 @@ def runs(
     ctx: typer.Context,
     name: str,
     url: UrlOption = DEFAULT_URL,
-    state: Annotated[Optional[RunState], typer.Option(help="Only runs in this state.")] = None,  # noqa: UP007
+    state: Annotated[
+        Optional[RunStateChoice],  # noqa: UP007 - typer needs Optional
+        typer.Option(case_sensitive=False, help="Only runs in this state.", show_default=False),
+    ] = None,
     limit: Annotated[int, typer.Option(help="How many, newest logical date first.")] = 20,
 ) -> None:
     """A pipeline's run history: state, duration, attempts and where the result is."""
+    from rich.table import Table
+
+    from service.pipelines.models import RunState
+
     with _client(ctx, url) as client:
         zone = client.get(name).timezone
-        page = client.runs(name, state=state, limit=limit)
-    table = Table(title=f"{page.total} runs of {name}", title_justify="left")
+        page = client.runs(name, state=RunState(state.value) if state else None, limit=limit)
+    table = Table(title=f"{plural(page.total, 'run')} of {name}", title_justify="left")
     for column in ("logical date", "state", "trigger", "version", "duration", "attempts", "result / reason"):
         table.add_column(column)
     for run in page.items:

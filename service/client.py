@@ -5,16 +5,68 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import httpx
+from pydantic import ValidationError
 
 from cluster.info import ClusterInfo
 from jobs.spec import JobSpec
 from jobs.status import JobProgress, JobStatus, ResultManifest
-from service.schemas import ErrorDetail, Health, JobAccepted, JobPage, JobView
+from service.documents import DocumentError, read_mapping
+from service.schemas import ErrorDetail, Health, JobAccepted, JobLogs, JobPage, JobView
+from service.spec_errors import error_detail
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 DEFAULT_URL = "http://127.0.0.1:8000"
+
+
+class SpecFileError(ValueError):
+    """A spec file that cannot be read, or whose spec is invalid.
+
+    ``details`` holds one :class:`ErrorDetail` per problem, worded as ``POST /jobs`` words
+    them (``unknown_step``, ``invalid_spec``); it is empty when the file itself is unreadable.
+    """
+
+    def __init__(self, message: str, details: list[ErrorDetail] | None = None) -> None:
+        super().__init__(message)
+        self.details = details or []
+
+
+def read_spec_file(path: str | Path) -> dict[str, Any]:
+    """The mapping a YAML or JSON spec file holds, read as YAML 1.2 (a join's ``on:`` stays a key).
+
+    Raises
+    ------
+    SpecFileError
+        If the file cannot be read or is not a YAML/JSON mapping.
+    """
+    try:
+        return read_mapping(Path(path), "name, source, steps, sink")
+    except DocumentError as exc:
+        raise SpecFileError(str(exc)) from exc
+
+
+def load_spec(path: str | Path) -> JobSpec:
+    """Read and check a :class:`JobSpec` from a YAML or JSON file, as ``spillway submit`` does.
+
+    Only the spec's shape is checked here; the service checks it against its sources on submit.
+
+    Raises
+    ------
+    SpecFileError
+        Naming the file, and each invalid field in the words the service uses.
+    """
+    data = read_spec_file(path)
+    try:
+        return JobSpec.model_validate(data)
+    except ValidationError as exc:
+        details = [error_detail(dict(e)) for e in exc.errors()]
+        lines = "\n".join(f"  {d.message}" for d in details)
+        raise SpecFileError(f"{path} is not a valid job spec:\n{lines}", details) from exc
 
 
 class ApiError(Exception):
@@ -83,6 +135,10 @@ class SpillwayClient:
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
         return JobAccepted.model_validate(self._request("POST", "/jobs", json=body, headers=headers))
 
+    def submit_file(self, path: str | Path, *, idempotency_key: str | None = None) -> JobAccepted:
+        """Submit the spec in a YAML or JSON file (read by :func:`load_spec`)."""
+        return self.submit(load_spec(path), idempotency_key=idempotency_key)
+
     def get(self, job_id: str) -> JobView:
         return JobView.model_validate(self._request("GET", f"/jobs/{job_id}"))
 
@@ -91,6 +147,10 @@ class SpillwayClient:
         if state is not None:
             params["state"] = state.value
         return JobPage.model_validate(self._request("GET", "/jobs", params=params))
+
+    def logs(self, job_id: str) -> list[str]:
+        """The job's log lines: service events, the worker traceback, workers' warnings."""
+        return JobLogs.model_validate(self._request("GET", f"/jobs/{job_id}/logs")).lines
 
     def cancel(self, job_id: str) -> JobView:
         return JobView.model_validate(self._request("POST", f"/jobs/{job_id}/cancel"))
@@ -108,6 +168,22 @@ class SpillwayClient:
             reason = f": {job.error.message}" if job.error else ""
             raise RuntimeError(f"job {job_id} is {job.state.value}, no result{reason}")
         return job.result
+
+    def head(self, job_id: str, n: int = 10) -> pa.Table:
+        """The first ``n`` rows of a SUCCEEDED job's output, read through its manifest's files.
+
+        The files are read from where the manifest says they are, so the caller needs access to
+        the sink (the same machine, or the object store's credentials). Partition columns of a
+        ``partition_on`` sink are added from the file paths, as text.
+
+        Raises
+        ------
+        RuntimeError
+            If the job has not succeeded.
+        """
+        from service.result_preview import read_head
+
+        return read_head(self.result(job_id), n)
 
     def cluster(self) -> ClusterInfo:
         return ClusterInfo.model_validate(self._request("GET", "/cluster"))

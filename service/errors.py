@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -25,8 +23,9 @@ from jobs.errors import (
 )
 from jobs.sandbox import PathNotAllowed
 from service.auth import Forbidden, Unauthenticated
-from jobs.spec import STEP_OPS
 from jobs.status import ErrorDetail
+from service.spec_errors import field_path as field_path  # re-exported: its old home
+from service.spec_errors import first_error_detail
 
 log = logging.getLogger(__name__)
 
@@ -51,40 +50,14 @@ def error_response(status: int, code: str, message: str, field: str | None = Non
     return JSONResponse({"error": detail.model_dump(exclude_none=True)}, status_code=status, headers=headers)
 
 
-def field_path(loc: Sequence[Any]) -> str:
-    """``("body", "steps", 2, "filter", "expr")`` → ``steps[2].expr``."""
-    parts: list[str] = []
-    previous: Any = None
-    for item in loc:
-        if item == "body" and not parts:
-            continue
-        if isinstance(item, int):
-            parts.append(f"[{item}]")
-        elif isinstance(previous, int) and item in STEP_OPS:
-            pass  # the discriminated union's tag, not a field
-        else:
-            parts.append(("." if parts else "") + str(item))
-        previous = item
-    return "".join(parts)
-
-
 def _validation_response(exc: RequestValidationError) -> JSONResponse:
     errors = list(exc.errors())
     if any(e.get("type") == "json_invalid" for e in errors):
         first = next(e for e in errors if e.get("type") == "json_invalid")
         reason = (first.get("ctx") or {}).get("error", "invalid JSON")
         return error_response(400, "malformed_json", f"the request body is not valid JSON: {reason}")
-    first = errors[0]
-    field = field_path(first.get("loc", ()))
-    if first.get("type") == "union_tag_invalid":
-        field = f"{field}.op"
-        tag = (first.get("ctx") or {}).get("tag")
-        message = f"{field}: unknown step '{tag}'; known steps: {', '.join(STEP_OPS)}"
-        return error_response(422, "unknown_step", message, field)
-    message = f"{field or 'body'}: {first.get('msg', 'invalid value')}"
-    if len(errors) > 1:
-        message += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
-    return error_response(422, "invalid_spec", message, field or None)
+    detail = first_error_detail(errors)  # worded once, for the SDK and the CLI too
+    return error_response(422, detail.code, detail.message, detail.field)
 
 
 _METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")

@@ -1,0 +1,33 @@
+"""What the ``spillway`` command groups share, importing only typer and rich.
+
+The CLI builds every command (and so reads these options) on each start, ``--help`` included;
+the SDK, pydantic and httpx load only inside the commands that talk to the service, which keeps
+start-up short (bench/cli_startup.py).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+#: The service the CLI talks to without ``--url``; the same as ``service.client.DEFAULT_URL``.
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+UrlOption = Annotated[str, typer.Option("--url", envvar="SPILLWAY_URL", help="The Spillway service to talk to.")]
+
+console = Console()
+err = Console(stderr=True)
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    """Print ``error: message`` on stderr; the caller raises the returned exit."""
+    err.print(f"[bold red]error:[/] {escape(message)}")
+    return typer.Exit(code)
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 job``, ``2 jobs`` (nouns that take an s)."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
