@@ -5,8 +5,12 @@
 Measures, on the same machine and data:
 - submit → RUNNING latency (POST /jobs until GET /jobs/{id} says RUNNING);
 - GET /jobs/{id} requests per second (one client, sequential, keep-alive);
-- end-to-end time of a trivial job through the service (submit → SUCCEEDED);
-- the same graph run directly with a Dask client on an equal LocalCluster (build, compute, write);
+- end-to-end time of a trivial job through the service (submit → SUCCEEDED), seen two ways:
+  a client polling ``GET /jobs/{id}`` without pause, and the SDK's ``wait`` on the SSE stream
+  (what the CLI and ``bench/gpu_tpch.py`` use);
+- the same job run directly: on the Dask engine the same graph with a Dask client on an equal
+  LocalCluster (build, compute, write); on the Polars engine the same LazyFrame collected and
+  written in this process (plan, collect, write);
 - how long POST /jobs/{id}/cancel takes to return a running job as CANCELLED (tasks released);
 and reports the overhead in milliseconds and as a ratio.
 """
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import platform
 import statistics
@@ -31,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from jobs.samples import write_sample_data  # noqa: E402
 from jobs.spec import JobSpec  # noqa: E402
 from jobs.status import JobStatus  # noqa: E402
+from service.client import SpillwayClient  # noqa: E402
 from service.launcher import launch_service  # noqa: E402
 
 
@@ -42,16 +48,27 @@ def median_ms(values: list[float]) -> float:
     return round(statistics.median(values) * 1000, 2)
 
 
-def through_service(work: Path, data: Path, runs: int) -> dict[str, Any]:
-    env = {"SPILLWAY_CLUSTER__BACKEND": "pandas", "SPILLWAY_CLUSTER__N_WORKERS": "2", "SPILLWAY_CLUSTER__DASHBOARD_ADDRESS": "127.0.0.1:0", "SPILLWAY_MAX_CONCURRENT_JOBS": "1", "SPILLWAY_ALLOWED_ROOTS": json.dumps([str(work)])}
-    service = launch_service(work / "svc", env)
+def through_service(work: Path, data: Path, runs: int, engine: str) -> dict[str, Any]:
+    env = {
+        "SPILLWAY_CLUSTER__BACKEND": "pandas", "SPILLWAY_CLUSTER__N_WORKERS": "2", "SPILLWAY_CLUSTER__DASHBOARD_ADDRESS": "127.0.0.1:0",
+        "SPILLWAY_MAX_CONCURRENT_JOBS": "1", "SPILLWAY_ALLOWED_ROOTS": json.dumps([str(work)]), "SPILLWAY_DEFAULT_ENGINE": engine,
+    }
+    service = launch_service(work / f"svc_{engine}", env)
     to_running: list[float] = []
     end_to_end: list[float] = []
+    through_sse: list[float] = []
     try:
+        with SpillwayClient(service.url) as sdk:
+            for i in range(runs + 1):
+                start = time.perf_counter()
+                job = sdk.wait(sdk.submit(trivial_spec(data, work / f"out_sse_{engine}_{i}")).id, timeout=60)
+                assert job.state == JobStatus.SUCCEEDED, job.state
+                if i:
+                    through_sse.append(time.perf_counter() - start)
         with httpx.Client(base_url=service.url, timeout=60) as http:
             for i in range(runs + 1):
                 start = time.perf_counter()
-                job_id = http.post("/jobs", json=trivial_spec(data, work / f"out_svc_{i}")).json()["id"]
+                job_id = http.post("/jobs", json=trivial_spec(data, work / f"out_svc_{engine}_{i}")).json()["id"]
                 running_at = None
                 while True:
                     state = http.get(f"/jobs/{job_id}").json()["state"]
@@ -66,7 +83,7 @@ def through_service(work: Path, data: Path, runs: int) -> dict[str, Any]:
                     end_to_end.append(now - start)
             cancel_ms: list[float] = []
             for i in range(3):
-                heavy = {**trivial_spec(data, work / f"out_cancel_{i}"), "steps": [{"op": "sort", "by": ["amount"]}, {"op": "sort", "by": ["customer_id"]}]}
+                heavy = {**trivial_spec(data, work / f"out_cancel_{engine}_{i}"), "steps": [{"op": "sort", "by": ["amount"]}, {"op": "sort", "by": ["customer_id"]}]}
                 job_id = http.post("/jobs", json=heavy).json()["id"]
                 while http.get(f"/jobs/{job_id}").json()["progress"]["stages"] == []:
                     time.sleep(0.01)
@@ -84,10 +101,37 @@ def through_service(work: Path, data: Path, runs: int) -> dict[str, Any]:
     return {
         "submit_to_running_ms": median_ms(to_running),
         "end_to_end_ms": median_ms(end_to_end),
+        "end_to_end_sse_ms": median_ms(through_sse),
         "get_job_rps": round(rps, 1),
         "cancel_running_job_ms": [round(x, 1) for x in cancel_ms],
         "runs": runs,
     }
+
+
+def _polars_runs(data: Path, sinks: list[Path], queue: Any) -> None:
+    from jobs.polars_frame import build_lazyframe
+    from jobs.validate import plan_spec
+
+    times = []
+    for sink in sinks:
+        start = time.perf_counter()
+        spec = JobSpec.model_validate(trivial_spec(data, sink))
+        sink.mkdir(parents=True)
+        build_lazyframe(plan_spec(spec)).collect(engine="streaming").write_parquet(sink / "part.0.parquet")
+        times.append(time.perf_counter() - start)
+    queue.put(times)
+
+
+def direct_polars(work: Path, data: Path, runs: int, threads: int) -> dict[str, Any]:
+    """The Polars engine's own work in a fresh process with the worker's threads: plan from the spec, collect, write."""
+    context = multiprocessing.get_context("spawn")
+    os.environ["POLARS_MAX_THREADS"] = str(threads)  # read by Polars when the child imports it
+    queue = context.Queue()
+    child = context.Process(target=_polars_runs, args=(data, [work / f"out_direct_polars_{i}" for i in range(runs + 1)], queue))
+    child.start()
+    times = queue.get(timeout=600)[1:]  # the first run warms up
+    child.join()
+    return {"end_to_end_ms": median_ms(times), "runs": runs, "threads": threads}
 
 
 def direct_dask(work: Path, data: Path, runs: int) -> dict[str, Any]:
@@ -114,21 +158,24 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--engines", default="polars,dask", help="comma-separated: polars, dask (default both)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    result: dict[str, Any] = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}", "rows": args.rows}
+    direct_run = {"polars": lambda work, data, runs: direct_polars(work, data, runs, threads=1), "dask": direct_dask}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         data = write_sample_data(work / "data", rows=args.rows, files=8)["sales"]
-        service = through_service(work, data, args.runs)
-        direct = direct_dask(work, data, args.runs)
-    result = {
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
-        "rows": args.rows,
-        "service": service,
-        "direct_dask": direct,
-        "overhead_ms": round(service["end_to_end_ms"] - direct["end_to_end_ms"], 2),
-        "overhead_ratio": round(service["end_to_end_ms"] / direct["end_to_end_ms"], 3),
-    }
+        for engine in args.engines.split(","):
+            service = through_service(work, data, args.runs, engine)
+            direct = direct_run[engine](work, data, args.runs)
+            result[engine] = {
+                "service": service,
+                "direct": direct,
+                "overhead_ms": round(service["end_to_end_ms"] - direct["end_to_end_ms"], 2),
+                "overhead_sse_ms": round(service["end_to_end_sse_ms"] - direct["end_to_end_ms"], 2),
+                "overhead_ratio": round(service["end_to_end_ms"] / direct["end_to_end_ms"], 3),
+            }
     (args.out / "control_plane.json").write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))
 

@@ -30,6 +30,9 @@ from jobs.status import PROGRESS_TOPIC, EngineChoice, ErrorDetail, JobProgress, 
 from jobs.validate import plan_spec
 
 if TYPE_CHECKING:
+    import polars as pl
+
+    from jobs.polars_io import OutputTarget
     from service.schemas import JobView
     from service.store import JobStore
 
@@ -287,11 +290,17 @@ class JobManager:
 
     async def _execute_polars(self, job: JobView, active: _ActiveJob, logical: LogicalPlan, phase: float) -> None:
         assert active.engine is not None
-        frame = await asyncio.to_thread(build_lazyframe, logical)
-        target = await asyncio.to_thread(active.writer.polars_target, await asyncio.to_thread(polars_job.output_columns, frame))
-        planned_s = time.perf_counter() - phase
         active.progress = polars_job.empty_progress(job.spec).model_copy(update={"engine": active.engine})
-        await asyncio.to_thread(self.store.save_progress, job.id, active.progress)
+
+        def prepare() -> tuple[pl.LazyFrame, OutputTarget]:
+            # One thread hop for all of it: each hop costs a scheduling round on a busy event loop.
+            frame = build_lazyframe(logical)
+            target = active.writer.polars_target(polars_job.output_columns(frame))
+            self.store.save_progress(job.id, active.progress)
+            return frame, target
+
+        frame, target = await asyncio.to_thread(prepare)
+        planned_s = time.perf_counter() - phase
         if active.cancel_requested:
             raise _JobCancelled()
         active.log.add(f"{self._now()} Polars query built in {planned_s:.3f} s; running as one task")
@@ -386,6 +395,8 @@ class JobManager:
         client = self.cluster.client
         for future in active.futures:
             future.release()
+        if active.engine is not None and active.engine.engine == "polars":
+            return  # no progress plugin: it is registered for Dask-engine graphs only
         # The plugin removes itself when the job ends; this is the backstop for a
         # job that failed before its graph reached the scheduler.
         try:

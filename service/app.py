@@ -19,6 +19,7 @@ from jobs.validate import validate_submission
 from service.auth import redact_tokens
 from service.config import Settings
 from service.errors import BodySizeLimit, install_error_handlers
+from service.job_changes import JobChanges
 from service.metrics import ServiceMetrics
 from service.pipelines import PipelineScheduler, PipelineServices, PipelineStore
 from service.pipelines.bridge import job_callbacks
@@ -53,6 +54,7 @@ class Services:
     cluster: ClusterHandle
     manager: JobManager
     metrics: ServiceMetrics
+    changes: JobChanges
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -62,6 +64,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         store = JobStore(settings.database_url)
+        changes = JobChanges(asyncio.get_running_loop())
+        store.subscribe(changes.notify)
         metrics = ServiceMetrics(store.count_by_state)
         cluster = await start_cluster(settings.cluster)
         log.info("backend %s: %s", cluster.backend, cluster.backend_reason)
@@ -76,7 +80,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             metrics=metrics,
         )
         await manager.start()
-        services = app.state.services = Services(settings, store, cluster, manager, metrics)
+        services = app.state.services = Services(settings, store, cluster, manager, metrics, changes)
 
         def use_new_cluster(new: ClusterHandle) -> None:
             services.cluster = new

@@ -101,6 +101,7 @@ class JobStore:
     def __init__(self, url: str, *, clock: Clock = utc_now) -> None:
         self.engine = make_engine(url)
         self.clock = clock
+        self._listeners: list[Callable[[str], None]] = []
         metadata.create_all(self.engine)
         self._add_new_columns()
 
@@ -118,6 +119,14 @@ class JobStore:
 
     def close(self) -> None:
         self.engine.dispose()
+
+    def subscribe(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener(job_id)`` after every committed write to a job (from the writing thread)."""
+        self._listeners.append(listener)
+
+    def _changed(self, job_id: str) -> None:
+        for listener in self._listeners:
+            listener(job_id)
 
     def create(
         self,
@@ -169,6 +178,7 @@ class JobStore:
             if idempotency_key is None:
                 raise
             return self.get_by_idempotency_key(idempotency_key), False
+        self._changed(job_id)
         return self.get(job_id), True
 
     def get_by_idempotency_key(self, key: str) -> JobView:
@@ -217,7 +227,10 @@ class JobStore:
                 .where(jobs_table.c.id == job_id, jobs_table.c.state.in_(allowed_from))
                 .values(**values)
             )
-        return result.rowcount == 1
+        moved = result.rowcount == 1
+        if moved:
+            self._changed(job_id)
+        return moved
 
     def finish(
         self,
@@ -246,16 +259,19 @@ class JobStore:
                 .where(jobs_table.c.id == job_id, jobs_table.c.state == JobStatus.RUNNING.value)
                 .values(progress=progress.model_dump(mode="json"), updated_at=self.clock())
             )
+        self._changed(job_id)
 
     def save_resources(self, job_id: str, resources: JobResources) -> None:
         """Record GPU memory and spilling measured while the job ran."""
         with self.engine.begin() as conn:
             conn.execute(update(jobs_table).where(jobs_table.c.id == job_id).values(resources=resources.model_dump(mode="json")))
+        self._changed(job_id)
 
     def save_logs(self, job_id: str, lines: list[str]) -> None:
         """Record a finished job's log lines."""
         with self.engine.begin() as conn:
             conn.execute(update(jobs_table).where(jobs_table.c.id == job_id).values(logs=lines))
+        self._changed(job_id)
 
     def logs(self, job_id: str) -> list[str]:
         """A job's log lines (empty while it has not finished). Raises :class:`JobNotFound`."""

@@ -30,7 +30,9 @@ _ERRORS = {
     429: {"model": ErrorBody, "description": "Too many jobs waiting; see Retry-After."},
     422: {"model": ErrorBody, "description": "The spec does not fit its sources: the field and column are named."},
 }
-_EVENT_POLL_S = 0.25
+# A stream wakes on every write this process makes to its job (service.job_changes); it also
+# re-reads the row this often, for writes made by another service process on the same database.
+_EVENT_FALLBACK_S = 1.0
 _KEEPALIVE_S = 15.0
 
 
@@ -135,26 +137,28 @@ async def job_events(job_id: str, services: ServicesDep) -> StreamingResponse:
     async def stream() -> AsyncIterator[str]:
         last: str | None = None
         quiet = 0.0
-        while True:
-            job = await asyncio.to_thread(services.store.get, job_id)
-            data = json.dumps(
-                {
-                    "id": job.id,
-                    "state": job.state.value,
-                    "progress": job.progress.model_dump(mode="json"),
-                    "error": job.error.model_dump(mode="json") if job.error else None,
-                }
-            )
-            if job.state.is_terminal():
-                yield f"event: end\ndata: {data}\n\n"
-                return
-            if data != last:
-                yield f"event: progress\ndata: {data}\n\n"
-                last, quiet = data, 0.0
-            elif quiet >= _KEEPALIVE_S:
-                yield ": keep-alive\n\n"
-                quiet = 0.0
-            await asyncio.sleep(_EVENT_POLL_S)
-            quiet += _EVENT_POLL_S
+        async with services.changes.watch(job_id) as changed:
+            while True:
+                job = await asyncio.to_thread(services.store.get, job_id)
+                data = json.dumps(
+                    {
+                        "id": job.id,
+                        "state": job.state.value,
+                        "progress": job.progress.model_dump(mode="json"),
+                        "error": job.error.model_dump(mode="json") if job.error else None,
+                    }
+                )
+                if job.state.is_terminal():
+                    yield f"event: end\ndata: {data}\n\n"
+                    return
+                if data != last:
+                    yield f"event: progress\ndata: {data}\n\n"
+                    last, quiet = data, 0.0
+                elif quiet >= _KEEPALIVE_S:
+                    yield ": keep-alive\n\n"
+                    quiet = 0.0
+                started = asyncio.get_running_loop().time()
+                await changed.wait(_EVENT_FALLBACK_S)
+                quiet += asyncio.get_running_loop().time() - started
 
     return StreamingResponse(stream(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
