@@ -324,7 +324,7 @@ function jobDetailView(id) {
       h("p", {}, h("a", { href: "#/jobs" }, "← all jobs")),
       header, dashboardLinks(job.links && job.links.dashboard), errorSection(job.error),
       section("Job", h("div", { id: "job-facts" }, jobFacts(job))),
-      h("div", { id: "progress-slot" }, stagesSection(job.progress)), resourcesSection(job.resources), resultSection(job.result),
+      h("div", { id: "progress-slot", "data-state": job.state }, stagesSection(job.progress)), resourcesSection(job.resources), resultSection(job.result),
       section("Spec", h("p", { class: "muted" }, "As stored, with unset (null) fields left out."),
         h("pre", { class: "spec", id: "job-spec" }, JSON.stringify(job.spec, (k, v) => (v === null ? undefined : v), 2))));
   }
