@@ -34,7 +34,9 @@ from jobs.spec import (
     SourceSpec,
     Step,
     TopKStep,
+    WindowStep,
 )
+from jobs.window_pandas import WindowOutput, compute_window
 
 Backend = Literal["pandas", "cudf"]
 
@@ -83,6 +85,9 @@ def apply_step(frame: dd.DataFrame, step: Step, field: str, frame_of: FrameOf, p
         return frame.drop_duplicates(subset=list(step.subset) if step.subset else None)
     if isinstance(step, TopKStep):
         return _top_k(frame, step)
+    if isinstance(step, WindowStep):
+        windowed = _window(frame, step, field, plan)
+        return windowed[plan.columns_after(field)] if field in plan.schemas else windowed
     if isinstance(step, JoinStep):
         right = frame_of(step.right, f"{field}.right")
         if step.how in ("semi", "anti"):
@@ -155,6 +160,29 @@ def _top_k(frame: dd.DataFrame, step: TopKStep) -> dd.DataFrame:
     # cumcount is not blockwise): left to itself it would align the two by a shuffle on
     # the index, losing the order and mispairing rows where partitions repeat index labels.
     return ordered.map_partitions(operator.getitem, keep, align_dataframes=False, meta=ordered._meta)
+
+
+def _window(frame: dd.DataFrame, step: WindowStep, field: str, plan: LogicalPlan) -> dd.DataFrame:
+    """The window step by a shuffle on the partition keys (every partition then lies in one
+    dask partition, all rows in one without keys) and :func:`compute_window` on each."""
+    hidden: dict[str, Any] = {}
+    outputs: list[WindowOutput] = []
+    for name, column in step.columns.items():
+        source = column.column
+        if column.expr is not None:
+            source = f"{_HIDDEN}w{len(hidden)}"
+            hidden[source] = plan.expression(f"{field}.columns.{name}.expr", column.expr).evaluate(frame)
+        outputs.append(WindowOutput(name, column.func, source, column.offset or 1, column.default, column.frame or "partition",
+                                    column.preceding or 0))
+    prepared = frame.assign(**hidden) if hidden else frame
+    keys = list(step.partition_by)
+    order = [(key.column, key.descending) for key in step.order_by]
+    shuffled = prepared.shuffle(on=keys) if keys else prepared.repartition(npartitions=1)
+    sample = compute_window(prepared._meta_nonempty, keys, order, outputs)
+    dtypes = {output.name: sample[output.name].dtype for output in outputs}
+    meta = compute_window(prepared._meta, keys, order, outputs, dtypes)
+    result = shuffled.map_partitions(compute_window, keys, order, outputs, dtypes, meta=meta, align_dataframes=False)
+    return result.drop(columns=list(hidden)) if hidden else result
 
 
 def _aggregated_columns(

@@ -31,7 +31,9 @@ from jobs.spec import (
     SourceSpec,
     Step,
     TopKStep,
+    WindowStep,
 )
+from jobs.window_polars import window_columns
 
 _HIDDEN = "__spillway_"
 _HOW = {"inner": "inner", "left": "left", "right": "right", "outer": "full", "semi": "semi", "anti": "anti"}
@@ -89,6 +91,13 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
             return ranked.filter(pl.int_range(pl.len()).over(list(step.by)) < step.k)
         if isinstance(step, JoinStep):
             return self.join(frame, step, field)
+        if isinstance(step, WindowStep):
+            inputs = {
+                name: pl.col(column.column) if column.column is not None else self.expr(f"{field}.columns.{name}.expr", column.expr or "", schema)
+                for name, column in step.columns.items()
+                if column.column is not None or column.expr is not None
+            }
+            return window_columns(frame, step, inputs).select(self.plan.columns_after(field))
         raise TypeError(f"unsupported step {step!r}")  # pragma: no cover - the union is closed
 
     def aggregate(self, agg: Aggregation, name: str, field: str, schema: dict[str, str]) -> pl.Expr:

@@ -186,6 +186,72 @@ class TopKStep(_Strict):
     k: int = Field(ge=1, le=1_000_000, description="Rows kept per group.")
 
 
+WindowFunc = Literal["row_number", "rank", "dense_rank", "lag", "lead", "sum", "count", "min", "max", "mean"]
+#: Window functions that number or shift rows, so need an order; the rest aggregate over a frame.
+RANKING_WINDOW_FUNCS = frozenset({"row_number", "rank", "dense_rank"})
+OFFSET_WINDOW_FUNCS = frozenset({"lag", "lead"})
+LiteralValue = int | float | str | bool | None
+
+
+class WindowColumn(_Strict):
+    """One output column of a window step: ``func`` over the rows of each partition.
+
+    ``row_number``, ``rank`` and ``dense_rank`` take no input; ``lag`` and ``lead`` take a
+    ``column`` or ``expr``, an ``offset`` (rows back or ahead, default 1) and a ``default``
+    for rows that have no such neighbour. The aggregates (``sum``, ``count``, ``min``,
+    ``max``, ``mean``) take an input and a ``frame``: the whole ``partition`` (the default),
+    the ``running`` rows from the partition's first to this one, or ``rolling``: this row and
+    the ``preceding`` rows before it.
+    """
+
+    func: WindowFunc
+    column: ColumnName | None = None
+    expr: Expr | None = None
+    offset: int | None = Field(default=None, ge=1, le=1_000_000, description="lag/lead: how many rows back or ahead (default 1).")
+    default: LiteralValue = Field(default=None, description="lag/lead: the value where no row lies that far away (default null).")
+    frame: Literal["partition", "running", "rolling"] | None = Field(
+        default=None, description="Aggregates: the whole partition (default), the running rows up to this one, or rolling."
+    )
+    preceding: int | None = Field(default=None, ge=1, le=100_000, description="rolling: rows before this one in the frame.")
+
+    @model_validator(mode="after")
+    def _fields_fit_func(self) -> WindowColumn:
+        has_input = self.column is not None or self.expr is not None
+        if self.column is not None and self.expr is not None:
+            raise ValueError("give either 'column' or 'expr', not both")
+        if self.func in RANKING_WINDOW_FUNCS and has_input:
+            raise ValueError(f"'{self.func}' numbers rows and takes no column or expr")
+        if self.func not in RANKING_WINDOW_FUNCS and not has_input:
+            raise ValueError(f"'{self.func}' needs a column or an expr")
+        if self.func not in OFFSET_WINDOW_FUNCS and (self.offset is not None or self.default is not None):
+            raise ValueError(f"'offset' and 'default' belong to lag and lead, not '{self.func}'")
+        if self.func in RANKING_WINDOW_FUNCS | OFFSET_WINDOW_FUNCS and self.frame is not None:
+            raise ValueError(f"'frame' belongs to the aggregates (sum, count, min, max, mean), not '{self.func}'")
+        if (self.frame == "rolling") != (self.preceding is not None):
+            raise ValueError("a 'rolling' frame needs 'preceding' (rows before this one), and only it takes one")
+        return self
+
+    @property
+    def needs_order(self) -> bool:
+        """Whether the result depends on the order of rows within the partition."""
+        return self.func in RANKING_WINDOW_FUNCS | OFFSET_WINDOW_FUNCS or self.frame in ("running", "rolling")
+
+
+class WindowStep(_Strict):
+    """Add columns computed over each row's partition, as SQL's ``func(...) OVER (PARTITION BY ... ORDER BY ...)``.
+
+    Every row is kept; rows with equal ``partition_by`` values (null included) form a
+    partition, ordered by ``order_by`` (nulls last). Ties in ``order_by`` are broken
+    arbitrarily for row_number, lag, lead and running or rolling frames (SQL's ROWS frames);
+    rank and dense_rank give tied rows the same number. Rows come out in no defined order.
+    """
+
+    op: Literal["window"]
+    partition_by: list[ColumnName] = Field(default_factory=list, description="Partition key columns; none: all rows are one partition.")
+    order_by: list[SortKey] = Field(default_factory=list, description="Ordering within each partition.")
+    columns: Annotated[dict[ColumnName, WindowColumn], Field(min_length=1, description="Output column name → window function.")]
+
+
 class LimitStep(_Strict):
     """Keep the first ``n`` rows (after any sort)."""
 
@@ -239,11 +305,12 @@ class JoinStep(_Strict):
 
 Step = Annotated[
     Union[
-        FilterStep, SelectStep, AssignStep, RenameStep, GroupByStep, SortStep, LimitStep, DropDuplicatesStep, JoinStep, TopKStep
+        FilterStep, SelectStep, AssignStep, RenameStep, GroupByStep, SortStep, LimitStep, DropDuplicatesStep, JoinStep, TopKStep,
+        WindowStep,
     ],
     Field(discriminator="op"),
 ]
-STEP_OPS = ("filter", "select", "assign", "rename", "groupby", "sort", "limit", "drop_duplicates", "join", "top_k")
+STEP_OPS = ("filter", "select", "assign", "rename", "groupby", "sort", "limit", "drop_duplicates", "join", "top_k", "window")
 Steps = Annotated[list[Step], Field(max_length=200)]
 
 

@@ -31,6 +31,7 @@ from jobs.spec import (
     SourceSpec,
     Step,
     TopKStep,
+    WindowStep,
 )
 
 SchemaReader = Callable[..., Schema]
@@ -163,6 +164,8 @@ def _check_step(schema: Schema, step: Step, where: str, field: str, schema_of: _
         return schema
     if isinstance(step, JoinStep):
         return _check_join(schema, step, where, field, schema_of)
+    if isinstance(step, WindowStep):
+        return _check_window(schema, step, where, field)
     raise SpecError(f"{where}: unsupported step", field=f"{field}.op")  # pragma: no cover - the union is closed
 
 
@@ -191,6 +194,44 @@ def _check_groupby(schema: Schema, step: GroupByStep, where: str, field: str) ->
             raise SpecError(f"{where}: output column '{name}' is also a group key", field=agg_field)
         # A sum of bools counts them; min, max and first keep their input's kind.
         out[name] = _AGG_KIND.get(agg.func, "numeric" if agg.func == "sum" and kind == "bool" else kind)
+    return out
+
+
+def _literal_kind(value: object) -> str:
+    if value is None:
+        return "unknown"
+    return "bool" if isinstance(value, bool) else "string" if isinstance(value, str) else "numeric"
+
+
+def _check_window(schema: Schema, step: WindowStep, where: str, field: str) -> Schema:
+    _require(schema, step.partition_by, where=where, field=f"{field}.partition_by")
+    for position, key in enumerate(step.order_by):
+        _require(schema, [key.column], where=where, field=f"{field}.order_by[{position}].column")
+    keys = {*step.partition_by, *(key.column for key in step.order_by)}
+    out = dict(schema)
+    for name, column in step.columns.items():
+        at = f"{field}.columns.{name}"
+        if name in keys:
+            raise SpecError(f"{where}: output column '{name}' is a partition_by or order_by column", field=at)
+        if column.needs_order and not step.order_by:
+            frame = f" with a {column.frame} frame" if column.frame else ""
+            raise SpecError(f"{where}: '{name}' ({column.func}{frame}) depends on the order of rows: give order_by", field=f"{field}.order_by")
+        kind = "numeric"  # row_number, rank and dense_rank read no input
+        if column.expr is not None:
+            kind = _expression_kind(column.expr, schema, where=where, field=f"{at}.expr")
+        elif column.column is not None:
+            _require(schema, [column.column], where=where, field=f"{at}.column")
+            kind = schema[column.column]
+        summed = column.func in ("sum", "mean") or (column.func in ("min", "max") and column.frame in ("running", "rolling"))
+        if summed and kind in (*_NOT_SUMMABLE, "bool"):
+            frame = f" over a {column.frame} frame" if column.func in ("min", "max") else ""
+            raise TypeMismatch(f"{where}: cannot {column.func} '{column.column or shorten(column.expr or '')}' of kind {kind}{frame}: "
+                               "numbers only (cast a bool with cast(x, 'int64'))", field=f"{at}.func")
+        default_kind = _literal_kind(column.default)
+        if not kinds_compatible(kind, default_kind) or (kind == "datetime" and column.default is not None):
+            raise TypeMismatch(f"{where}: default {column.default!r} ({default_kind}) cannot stand for '{name}' values of kind {kind}",
+                               field=f"{at}.default")
+        out[name] = "numeric" if column.func in ("row_number", "rank", "dense_rank", "count", "sum", "mean") else kind
     return out
 
 

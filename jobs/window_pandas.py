@@ -1,0 +1,108 @@
+"""The window step on one pandas or cuDF frame that holds whole partitions.
+
+The Dask engine shuffles rows on the partition keys, so every partition of the window
+lies in one dask partition, and runs :func:`compute_window` on each (a groupby-apply, done
+vectorised per dask partition, not per group). Only pandas-API methods that cuDF shares
+are used. The rules are those of the Polars engine (:mod:`jobs.window_polars`): aggregates
+skip nulls, a frame without a non-null value gives null (count: 0), a rank is the row
+number of the first of its peers, nulls sort last.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+_ALL = "__spillway_all"
+_TEMP = "__spillway_wtemp"
+
+
+@dataclass(frozen=True)
+class WindowOutput:
+    """One output column, as plain values (it travels to the workers): its name, the
+    function, the input column (None for ranks), and the function's options."""
+
+    name: str
+    func: str
+    input: str | None = None
+    offset: int = 1
+    default: Any = None
+    frame: str = "partition"
+    preceding: int = 0
+
+
+def _by_group(frame: Any, keys: list[str], series: Any, method: str) -> Any:
+    """``series`` (aligned with ``frame``) through a grouped cumulative ``method`` per partition."""
+    grouped = frame[keys].assign(**{_TEMP: series}).groupby(keys, dropna=False, sort=False)[_TEMP]
+    return getattr(grouped, method)()
+
+
+def _running(frame: Any, keys: list[str], output: WindowOutput, value: Any, count: Any) -> Any:
+    if output.func == "count":
+        return count
+    total = _by_group(frame, keys, value.fillna(0), "cumsum").where(count > 0)
+    if output.func == "sum":
+        return total
+    if output.func == "mean":
+        return total / count.where(count > 0)
+    extreme = _by_group(frame, keys, value, "cummin" if output.func == "min" else "cummax")
+    return _by_group(frame, keys, extreme, "ffill")  # a null row keeps the extreme so far
+
+
+def _aggregate(frame: Any, keys: list[str], position: Any, output: WindowOutput) -> Any:
+    value = frame[output.input]
+    present = value.notnull().astype("int64")
+    if output.frame == "partition":
+        count = frame.groupby(keys, dropna=False, sort=False)[output.input].transform("count").astype("int64")
+        if output.func == "count":
+            return count
+        return frame.groupby(keys, dropna=False, sort=False)[output.input].transform(output.func).where(count > 0)
+    running = _running(frame, keys, output, value, _by_group(frame, keys, present, "cumsum"))
+    if output.frame == "running":
+        return running
+    # Rows are sorted by partition, so a plain rolling window over the frame stays inside
+    # the row's partition once the row has `preceding` rows before it there; before that,
+    # the rolling frame is the running one.
+    size = output.preceding + 1
+    if output.func == "count":
+        rolled = present.rolling(size, min_periods=1).sum().astype("int64")
+    elif output.func == "mean":
+        total = value.rolling(size, min_periods=1).sum()
+        rolled = total / present.rolling(size, min_periods=1).sum()
+    else:
+        rolled = getattr(value.rolling(size, min_periods=1), output.func)()
+    return rolled.where(position >= output.preceding, running)
+
+
+def compute_window(part: Any, keys: list[str], order: list[tuple[str, bool]], outputs: list[WindowOutput], dtypes: dict[str, Any] | None = None) -> Any:
+    """``part`` with the window columns of ``outputs`` added, over partitions of ``keys`` in
+    ``order`` (column, descending); ``dtypes`` fixes the new columns' types, so that every
+    dask partition agrees with the graph's metadata."""
+    if not keys:
+        part = part.assign(**{_ALL: 0})
+    by = list(keys) or [_ALL]
+    columns = [*by, *(column for column, _ in order)]
+    ascending = [True] * len(by) + [not descending for _, descending in order]
+    frame = part.sort_values(columns, ascending=ascending, na_position="last").reset_index(drop=True)
+    grouped = frame.groupby(by, dropna=False, sort=False)
+    position = grouped.cumcount()
+    funcs = {output.func for output in outputs}
+    peer = frame.groupby(columns, dropna=False, sort=False).cumcount() if funcs & {"rank", "dense_rank"} else None
+    results: dict[str, Any] = {}
+    for output in outputs:
+        if output.func == "row_number":
+            results[output.name] = position + 1
+        elif output.func == "rank":
+            results[output.name] = position - peer + 1
+        elif output.func == "dense_rank":
+            results[output.name] = _by_group(frame, by, (peer == 0).astype("int64"), "cumsum")
+        elif output.func in ("lag", "lead"):
+            shift = output.offset if output.func == "lag" else -output.offset
+            shifted = grouped[output.input]
+            results[output.name] = shifted.shift(shift) if output.default is None else shifted.shift(shift, fill_value=output.default)
+        else:
+            results[output.name] = _aggregate(frame, by, position, output)
+    if dtypes:
+        results = {name: value.astype(dtypes[name]) for name, value in results.items()}
+    out = frame.assign(**results)
+    return out.drop(columns=[_ALL]) if not keys else out

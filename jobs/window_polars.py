@@ -1,0 +1,78 @@
+"""The window step on Polars: each output column one expression evaluated ``over`` the partition.
+
+The frame is sorted by ``order_by`` first (nulls last, as the sort step), so within each
+partition ``over`` sees the rows in that order. The rules are SQL's, and the Dask engine's
+(:mod:`jobs.window_pandas`): aggregates skip nulls, a frame without a non-null value gives
+null (count: 0), a rank is the row number of the first of its peers.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from jobs.spec import WindowColumn, WindowStep
+
+_PEER = "__spillway_peer"
+
+
+def _over(expr: pl.Expr, keys: list[str]) -> pl.Expr:
+    return expr.over(keys) if keys else expr
+
+
+def _position() -> pl.Expr:
+    return pl.int_range(pl.len(), dtype=pl.Int64)
+
+
+def _aggregate(column: WindowColumn, value: pl.Expr) -> pl.Expr:
+    """The aggregate of ``column`` over its frame, within one partition."""
+    func, frame = column.func, column.frame or "partition"
+    present = value.is_not_null().cast(pl.Int64)
+    if frame == "partition":
+        count = value.count().cast(pl.Int64)
+        if func == "count":
+            return count
+        return pl.when(count > 0).then(getattr(value, func)())
+    if frame == "running":
+        count = present.cum_sum()
+        if func == "count":
+            return count
+        total = pl.when(count > 0).then(value.fill_null(0).cum_sum())
+        if func == "sum":
+            return total
+        if func == "mean":
+            return total / count
+        return (value.cum_min() if func == "min" else value.cum_max()).forward_fill()  # a null row keeps the extreme so far
+    size = (column.preceding or 0) + 1
+    if func == "count":
+        return present.rolling_sum(size, min_samples=1)
+    rolled: pl.Expr = getattr(value, f"rolling_{func}")(size, min_samples=1)  # min_samples counts non-null values
+    return rolled
+
+
+def window_columns(frame: pl.LazyFrame, step: WindowStep, inputs: dict[str, pl.Expr]) -> pl.LazyFrame:
+    """``frame`` with ``step``'s columns added; ``inputs`` gives each column's input expression by output name."""
+    keys = list(step.partition_by)
+    order = [key.column for key in step.order_by]
+    if order:
+        frame = frame.sort(order, descending=[key.descending for key in step.order_by], nulls_last=True)
+    funcs = {column.func for column in step.columns.values()}
+    if funcs & {"rank", "dense_rank"}:  # a separate pass: Polars does not nest one window in another
+        frame = frame.with_columns(_position().over([*keys, *order]).alias(_PEER))
+    row_number = _over(_position(), keys) + 1
+    outputs: list[pl.Expr] = []
+    for name, column in step.columns.items():
+        if column.func == "row_number":
+            result = row_number
+        elif column.func == "rank":
+            result = row_number - pl.col(_PEER)
+        elif column.func == "dense_rank":
+            result = _over((pl.col(_PEER) == 0).cast(pl.Int64).cum_sum(), keys)
+        elif column.func in ("lag", "lead"):
+            offset = (column.offset or 1) * (1 if column.func == "lag" else -1)
+            fill = None if column.default is None else pl.lit(column.default)
+            result = _over(inputs[name].shift(offset, fill_value=fill), keys)
+        else:
+            result = _over(_aggregate(column, inputs[name]), keys)
+        outputs.append(result.alias(name))
+    frame = frame.with_columns(outputs)
+    return frame.drop(_PEER) if funcs & {"rank", "dense_rank"} else frame

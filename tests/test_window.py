@@ -1,0 +1,210 @@
+"""The window step on both engines, each function against a row-by-row Python reference
+(written without pandas' or Polars' window machinery), and the errors a bad window gets."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from pydantic import ValidationError
+
+from jobs.errors import SpecError, TypeMismatch, UnknownColumn
+from jobs.spec import JobSpec
+from jobs.validate import check_spec
+from tests.test_engines import assert_same_rows, run_both
+
+ROWS = 240
+
+
+def rows_frame() -> pd.DataFrame:
+    rng = np.random.default_rng(5)
+    value = rng.normal(10, 5, ROWS).round(2)
+    value[rng.random(ROWS) < 0.25] = np.nan  # nulls inside frames, and frames with only nulls
+    return pd.DataFrame({
+        "k": pd.Series(rng.choice(["a", "b", "c", "d", None], ROWS, p=[0.4, 0.3, 0.2, 0.05, 0.05]), dtype="str"),
+        "o": rng.permutation(ROWS),  # a unique order: row_number, lag and frames are then defined
+        "t": rng.integers(0, 6, ROWS),  # a tied order, for rank and dense_rank
+        "v": value,
+        "i": rng.integers(-5, 9, ROWS),
+        "s": rng.choice(["x", "y", "zz"], ROWS),
+    })
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("window")
+    frame = rows_frame()
+    for index in range(6):  # six dask partitions, so a partition's rows start out spread over them
+        frame.iloc[index * ROWS // 6 : (index + 1) * ROWS // 6].to_parquet(root / f"part-{index}.parquet", index=False)
+    return root
+
+
+def job(data: Path, steps: list[dict[str, Any]]) -> JobSpec:
+    return JobSpec.model_validate({"source": {"format": "parquet", "path": str(data)}, "steps": steps, "sink": {"path": "/tmp/unused"}})
+
+
+def window(partition_by: list[str], order_by: list[dict[str, Any]], columns: dict[str, Any]) -> dict[str, Any]:
+    return {"op": "window", "partition_by": partition_by, "order_by": order_by, "columns": columns}
+
+
+# A reference: each partition's rows as Python lists, in order.
+
+
+def _null(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _frame_values(values: list[Any], position: int, frame: str, preceding: int) -> list[Any]:
+    start = 0 if frame != "rolling" else max(0, position - preceding)
+    chosen = values if frame == "partition" else values[start : position + 1]
+    return [v for v in chosen if not _null(v)]
+
+
+def _aggregate(func: str, values: list[Any]) -> Any:
+    if func == "count":
+        return len(values)
+    if not values:
+        return None
+    return {"sum": sum, "min": min, "max": max, "mean": lambda vs: sum(vs) / len(vs)}[func](values)
+
+
+def reference(frame: pd.DataFrame, keys: list[str], order: list[tuple[str, bool]], name: str, spec: dict[str, Any]) -> pd.Series:
+    """The window column ``name`` computed partition by partition, row by row."""
+    out = pd.Series([None] * len(frame), index=frame.index, dtype=object)
+    groups = frame.groupby(keys[0] if len(keys) == 1 else keys, dropna=False, sort=False).groups if keys else {None: frame.index}
+    for members in groups.values():
+        part = frame.loc[list(members)]
+        for column, descending in reversed(order):  # a stable sort per key, last key first
+            part = part.sort_values(column, ascending=not descending, kind="stable")
+        ordered = list(part.index)
+        order_values = [tuple(part.loc[i, c] for c, _ in order) for i in ordered]
+        values = list(part[spec["column"]]) if "column" in spec else []
+        for position, index in enumerate(ordered):
+            func = spec["func"]
+            if func == "row_number":
+                result: Any = position + 1
+            elif func == "rank":
+                result = order_values.index(order_values[position]) + 1
+            elif func == "dense_rank":
+                result = len(dict.fromkeys(order_values[: position + 1]))
+            elif func in ("lag", "lead"):
+                other = position + (-1 if func == "lag" else 1) * spec.get("offset", 1)
+                result = values[other] if 0 <= other < len(values) else spec.get("default")
+            else:
+                result = _aggregate(func, _frame_values(values, position, spec.get("frame", "partition"), spec.get("preceding", 0)))
+            out[index] = result
+    return out
+
+
+COLUMNS: dict[str, dict[str, Any]] = {
+    "row_number": {"func": "row_number"},
+    "lag": {"func": "lag", "column": "v"},
+    "lag_text": {"func": "lag", "column": "s", "default": "none"},
+    "lead_2": {"func": "lead", "column": "i", "offset": 2, "default": -1},
+    "share": {"func": "sum", "column": "v"},
+    "present": {"func": "count", "column": "v"},
+    "lowest_text": {"func": "min", "column": "s"},
+    "average": {"func": "mean", "column": "v"},
+    "highest": {"func": "max", "column": "i"},
+    "running_sum": {"func": "sum", "column": "v", "frame": "running"},
+    "running_count": {"func": "count", "column": "v", "frame": "running"},
+    "running_min": {"func": "min", "column": "v", "frame": "running"},
+    "running_max": {"func": "max", "column": "v", "frame": "running"},
+    "running_mean": {"func": "mean", "column": "v", "frame": "running"},
+    "rolling_sum": {"func": "sum", "column": "v", "frame": "rolling", "preceding": 2},
+    "rolling_count": {"func": "count", "column": "v", "frame": "rolling", "preceding": 3},
+    "rolling_min": {"func": "min", "column": "v", "frame": "rolling", "preceding": 1},
+    "rolling_max": {"func": "max", "column": "i", "frame": "rolling", "preceding": 4},
+    "rolling_mean": {"func": "mean", "column": "v", "frame": "rolling", "preceding": 2},
+}
+UNIQUE_ORDER = [{"column": "t"}, {"column": "o", "descending": True}]
+
+
+def _expected(frame: pd.DataFrame, keys: list[str], order: list[dict[str, Any]], columns: dict[str, Any]) -> pd.DataFrame:
+    pairs = [(key["column"], key.get("descending", False)) for key in order]
+    return frame.assign(**{name: reference(frame, keys, pairs, name, spec) for name, spec in columns.items()})
+
+
+@pytest.mark.parametrize("keys", [["k"], [], ["k", "s"]], ids=["one key", "no key", "two keys"])
+def test_every_window_function_matches_the_reference_on_both_engines(data: Path, keys: list[str]) -> None:
+    spec = job(data, [window(keys, UNIQUE_ORDER, COLUMNS)])
+    on_dask, on_polars = run_both(spec)
+    expected = _expected(rows_frame(), keys, UNIQUE_ORDER, COLUMNS)
+    assert_same_rows(on_dask, on_polars, ordered=False)
+    assert_same_rows(on_dask, expected[list(on_dask.columns)], ordered=False)
+
+
+def test_rank_and_dense_rank_give_ties_one_number(data: Path) -> None:
+    columns = {"rank": {"func": "rank"}, "dense": {"func": "dense_rank"}}
+    order = [{"column": "t", "descending": True}]
+    spec = job(data, [window(["k"], order, columns)])
+    expected = _expected(rows_frame(), ["k"], order, columns)
+    for result in run_both(spec):
+        assert_same_rows(result, expected[list(result.columns)], ordered=False)
+        assert result["rank"].max() > result["dense"].max()  # there were ties
+
+
+def test_window_over_an_expression_after_a_filter_and_a_share_of_the_total(data: Path) -> None:
+    steps = [
+        {"op": "filter", "expr": "i >= 0"},
+        window(["k"], [], {"total": {"func": "sum", "expr": "fillna(v, 0) * 2"}, "n": {"func": "count", "column": "i"}}),
+        {"op": "assign", "column": "share", "expr": "fillna(v, 0) * 2 / total"},
+    ]
+    on_dask, on_polars = run_both(job(data, steps))
+    assert_same_rows(on_dask, on_polars, ordered=False)
+    frame = rows_frame()
+    frame = frame[frame.i >= 0]
+    sums = frame.assign(x=frame.v.fillna(0) * 2).groupby("k", dropna=False).x.sum()
+    assert np.isclose(on_polars.groupby("k", dropna=False).share.sum(), 1).all() and len(sums) == on_polars.k.nunique(dropna=False)
+
+
+def test_window_columns_are_in_the_schema_and_an_output_may_replace_a_column(data: Path) -> None:
+    spec = job(data, [window(["k"], UNIQUE_ORDER, {"v": {"func": "lag", "column": "v"}, "n": {"func": "row_number"}})])
+    assert check_spec(spec) == {"k": "string", "o": "numeric", "t": "numeric", "v": "numeric", "i": "numeric", "s": "string", "n": "numeric"}
+    on_dask, on_polars = run_both(spec)
+    assert list(on_dask.columns) == ["k", "o", "t", "v", "i", "s", "n"]
+    assert_same_rows(on_dask, on_polars, ordered=False)
+
+
+@pytest.mark.parametrize(
+    ("step", "error", "field", "fragment"),
+    [
+        (window(["k"], [], {"p": {"func": "lag", "column": "v"}}), SpecError, "steps[0].order_by", "give order_by"),
+        (window([], [], {"r": {"func": "sum", "column": "v", "frame": "running"}}), SpecError, "steps[0].order_by", "running frame"),
+        (window(["kk"], [], {"n": {"func": "count", "column": "v"}}), UnknownColumn, "steps[0].partition_by", "unknown column 'kk'"),
+        (window([], [{"column": "oo"}], {"n": {"func": "row_number"}}), UnknownColumn, "steps[0].order_by[0].column", "'oo'"),
+        (window([], [], {"n": {"func": "sum", "column": "vv"}}), UnknownColumn, "steps[0].columns.n.column", "'vv'"),
+        (window([], [], {"n": {"func": "sum", "expr": "vv + 1"}}), UnknownColumn, "steps[0].columns.n.expr", "'vv'"),
+        (window([], [], {"n": {"func": "sum", "column": "s"}}), TypeMismatch, "steps[0].columns.n.func", "of kind string"),
+        (window([], [{"column": "o"}], {"n": {"func": "max", "column": "s", "frame": "running"}}), TypeMismatch, "steps[0].columns.n.func", "numbers only"),
+        (window([], [{"column": "o"}], {"n": {"func": "lag", "column": "v", "default": "none"}}), TypeMismatch, "steps[0].columns.n.default", "'none'"),
+        (window(["k"], [], {"k": {"func": "count", "column": "v"}}), SpecError, "steps[0].columns.k", "partition_by or order_by column"),
+    ],
+)
+def test_bad_windows_name_their_field(data: Path, step: dict[str, Any], error: type[SpecError], field: str, fragment: str) -> None:
+    with pytest.raises(error) as info:
+        check_spec(job(data, [step]))
+    assert info.value.field == field and fragment in info.value.message, info.value.message
+
+
+@pytest.mark.parametrize(
+    ("column", "message"),
+    [
+        ({"func": "row_number", "column": "v"}, "takes no column"),
+        ({"func": "sum"}, "needs a column or an expr"),
+        ({"func": "sum", "column": "v", "expr": "v"}, "not both"),
+        ({"func": "sum", "column": "v", "offset": 2}, "belong to lag and lead"),
+        ({"func": "lag", "column": "v", "frame": "running"}, "belongs to the aggregates"),
+        ({"func": "sum", "column": "v", "frame": "rolling"}, "needs 'preceding'"),
+        ({"func": "sum", "column": "v", "preceding": 2}, "needs 'preceding'"),
+        ({"func": "ntile"}, "'row_number', 'rank'"),
+        ({"func": "lag", "column": "v", "offset": 0}, "greater than or equal to 1"),
+    ],
+)
+def test_window_shape_errors(column: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        JobSpec.model_validate({"source": {"format": "csv", "path": "p"}, "steps": [window([], [], {"x": column})], "sink": {"path": "o"}})
