@@ -24,6 +24,7 @@ from service.metrics import ServiceMetrics
 from service.pipelines import PipelineScheduler, PipelineServices, PipelineStore
 from service.pipelines.bridge import job_callbacks
 from service.routes import cluster as cluster_routes
+from service.routes import docs as docs_routes
 from service.routes import health as health_routes
 from service.routes import jobs as job_routes
 from service.routes import pipelines as pipeline_routes
@@ -111,6 +112,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         summary="GPU ETL jobs on Dask: submit a spec, watch its partitions, get its result files.",
         version="0.1.0",
         lifespan=lifespan,
+        docs_url=None,  # /docs and /redoc come from service/routes/docs.py, with their assets: no CDN
+        redoc_url=None,
         # Any route can answer these, in the stable error shape (see service/errors.py).
         responses={code: {"model": ErrorBody, "description": text} for code, text in _COMMON_ERRORS.items()},
     )
@@ -123,4 +126,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(pipeline_routes.router)
     app.include_router(schema_routes.router)
     app.include_router(ui_routes.router)
+    app.include_router(docs_routes.router)
     return app
