@@ -22,7 +22,8 @@ from cluster import polars_job
 from cluster.plan import plan_job
 from cluster.progress import JobProgressPlugin, plugin_name
 from jobs.engine_choice import EngineName, choose_engine
-from jobs.errors import GpuUnsupported, InvalidTransition, SpillwayError, TooManyPartitions
+from jobs.gpu_support import gpu_refusal, settle_on_gpu
+from jobs.errors import InvalidTransition, SpillwayError, TooManyPartitions
 from jobs.logical import LogicalPlan
 from jobs.polars_frame import build_lazyframe
 from jobs.sink import SinkWriter
@@ -280,26 +281,30 @@ class JobManager:
         # Checked again against the sources as they are now: they may have changed while the job queued.
         logical = await asyncio.to_thread(plan_spec, job.spec)
         choice = choose_engine(job.spec, self.default_engine, self.cluster.backend)
+        frame = None
+        if choice.engine == "polars":
+            frame = await asyncio.to_thread(build_lazyframe, logical)
+            if choice.device == "gpu":  # cudf-polars says now, from the plan alone, whether it can run it
+                choice = settle_on_gpu(choice, job.spec.engine or self.default_engine, await asyncio.to_thread(gpu_refusal, frame))
         active.engine = choice
         active.log.add(f"{self._now()} engine: {choice.engine} on {choice.device} ({choice.reason})")
         log.info("job %s: %s", job.id, choice.reason)
-        if choice.engine == "polars":
-            await self._execute_polars(job, active, logical, phase)
+        if frame is not None and choice.engine == "polars":
+            await self._execute_polars(job, active, frame, logical, phase)
         else:
             await self._execute_dask(job, active, logical, phase)
 
-    async def _execute_polars(self, job: JobView, active: _ActiveJob, logical: LogicalPlan, phase: float) -> None:
+    async def _execute_polars(self, job: JobView, active: _ActiveJob, frame: pl.LazyFrame, logical: LogicalPlan, phase: float) -> None:
         assert active.engine is not None
         active.progress = polars_job.empty_progress(job.spec).model_copy(update={"engine": active.engine})
 
-        def prepare() -> tuple[pl.LazyFrame, OutputTarget]:
-            # One thread hop for all of it: each hop costs a scheduling round on a busy event loop.
-            frame = build_lazyframe(logical)
+        def prepare() -> OutputTarget:
+            # One thread hop for both: each hop costs a scheduling round on a busy event loop.
             target = active.writer.polars_target(polars_job.output_columns(frame))
             self.store.save_progress(job.id, active.progress)
-            return frame, target
+            return target
 
-        frame, target = await asyncio.to_thread(prepare)
+        target = await asyncio.to_thread(prepare)
         planned_s = time.perf_counter() - phase
         if active.cancel_requested:
             raise _JobCancelled()
@@ -319,11 +324,9 @@ class JobManager:
         await self._commit(job, active, f"plan {planned_s:.3f} s, compute {computed_s:.3f} s")
 
     async def _gpu_fallback(self, job: JobView, active: _ActiveJob, logical: LogicalPlan, why: str) -> None:
-        """cudf-polars refused the query: under ``auto``, run it on dask-cudf instead (still on the GPUs)."""
+        """cudf-polars refused the query while running it (its translation had passed): under ``auto``, run it on dask-cudf."""
         assert active.engine is not None
-        if (job.spec.engine or self.default_engine) != "auto":
-            raise GpuUnsupported(f"cudf-polars cannot run this job on the GPU: {why}; use engine: dask (dask-cudf) or auto")
-        active.engine = EngineChoice(engine="dask", device="gpu", reason=f"engine: auto — cudf-polars cannot run it ({why[:300]}); dask-cudf does")
+        active.engine = settle_on_gpu(active.engine, job.spec.engine or self.default_engine, why)
         active.log.add(f"{self._now()} engine: dask on gpu ({active.engine.reason})")
         log.info("job %s: %s", job.id, active.engine.reason)
         await self._execute_dask(job, active, logical, time.perf_counter())

@@ -94,7 +94,7 @@ class TooManyPartitions(SpillwayError):
     code = "too_many_partitions"
 
 
-class GpuUnsupported(SpillwayError):
-    """cudf-polars cannot run this query on the GPU (and the job asked for the Polars engine)."""
+class GpuUnsupported(SpecError):
+    """cudf-polars cannot run this query on the GPU (and the job asked for the Polars engine): a 422."""
 
     code = "gpu_unsupported"

@@ -15,6 +15,7 @@ from typing import Any
 
 import polars as pl
 
+from jobs.gpu_support import gpu_engine
 from jobs.polars_io import OutputTarget, write_output
 from jobs.status import PROGRESS_TOPIC
 
@@ -36,8 +37,7 @@ class PolarsRunResult:
 def _engine(device: str) -> Any:
     if device == "cpu":
         return "streaming"  # Polars' streaming engine: faster than in-memory on scans (TPC-H q01 0.9 s vs 3.9 s at SF 10)
-    # raise_on_fail: a query cudf-polars cannot run fails the job instead of running on the CPU.
-    return pl.GPUEngine(executor="in-memory", raise_on_fail=True)
+    return gpu_engine()
 
 
 def _cannot_run_on_gpu(exc: BaseException) -> bool:

@@ -11,6 +11,7 @@ from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
 from jobs.errors import IdempotencyConflict, JobNotFound, QueueFull
+from jobs.gpu_support import check_gpu_submission
 from jobs.spec import JobSpec
 from jobs.status import JobStatus
 from jobs.validate import validate_submission
@@ -71,6 +72,8 @@ async def submit_job(
     if queued >= limit:
         raise QueueFull(f"{queued} jobs are waiting; the limit is {limit}. Retry later.")
     await asyncio.to_thread(validate_submission, spec, services.settings.allowed_roots)
+    if services.cluster.backend == "cudf":
+        await asyncio.to_thread(check_gpu_submission, spec, services.settings.default_engine, services.cluster.backend)
     owner = getattr(request.state, "token_name", None)
     job, created = await asyncio.to_thread(
         services.store.create, spec, services.cluster.backend, idempotency_key=idempotency_key, owner=owner, max_pending=limit

@@ -1,0 +1,113 @@
+"""cudf-polars' answer, known before any work: refused queries are a 422 under ``engine: polars``
+and start on dask-cudf under ``auto`` (jobs/gpu_support.py).
+
+The translation tests and the service tests are marked ``gpu`` (they need cudf-polars and a
+GPU); the choice logic itself runs everywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+from jobs.errors import GpuUnsupported
+from jobs.expr import parse_expression
+from jobs.gpu_support import check_gpu_submission, gpu_engine, gpu_refusal, settle_on_gpu
+from jobs.lower_polars import to_polars
+from jobs.polars_run import _cannot_run_on_gpu
+from jobs.spec import JobSpec
+from jobs.status import EngineChoice, JobStatus
+from service.client import ApiError
+from service.launcher import ServiceProcess, launch_service
+from tests.conftest import wait_terminal
+from tests.test_expr import FEATURES, make_frame
+
+ON_GPU = EngineChoice(engine="polars", device="gpu", reason="engine: auto — Polars runs every step of this spec")
+
+
+def test_a_query_cudf_polars_can_run_keeps_the_polars_engine() -> None:
+    assert settle_on_gpu(ON_GPU, "auto", None) is ON_GPU
+    assert settle_on_gpu(ON_GPU, "polars", None) is ON_GPU
+
+
+def test_under_auto_a_refused_query_starts_on_dask_cudf_with_the_reason() -> None:
+    choice = settle_on_gpu(ON_GPU, "auto", "NotImplementedError: offset_by")
+    assert (choice.engine, choice.device) == ("dask", "gpu")
+    assert "cudf-polars cannot run it (NotImplementedError: offset_by)" in choice.reason
+
+
+def test_under_engine_polars_a_refused_query_is_an_error_naming_the_field() -> None:
+    with pytest.raises(GpuUnsupported) as refused:
+        settle_on_gpu(ON_GPU, "polars", "NotImplementedError: offset_by")
+    assert refused.value.field == "engine" and "offset_by" in refused.value.message and "engine: auto" in refused.value.message
+
+
+def test_on_a_cpu_cluster_nothing_is_asked_of_cudf_polars(tmp_path: Path) -> None:
+    # No cudf-polars here: asking it would fail with ImportError, so passing shows it was not asked.
+    spec = JobSpec.model_validate({"name": "t", "engine": "polars", "source": {"format": "parquet", "path": str(tmp_path / "none.parquet")}, "sink": {"path": str(tmp_path / "out")}})
+    check_gpu_submission(spec, "polars", "pandas")
+
+
+# --- on the GPU -------------------------------------------------------------------------------
+
+KINDS = {"day_text": "string", "name": "string", "category": "string"}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("text", list(FEATURES))
+def test_the_translation_refuses_exactly_what_cudf_polars_refuses_to_run(text: str) -> None:
+    pytest.importorskip("cudf_polars")
+    query = pl.from_pandas(make_frame()).lazy().select(to_polars(parse_expression(text).node, text, None, KINDS).alias("value"))
+    refusal = gpu_refusal(query)
+    try:
+        query.collect(engine=gpu_engine())
+        ran = True
+    except Exception as exc:  # noqa: BLE001 - what matters is whether it was a refusal
+        assert _cannot_run_on_gpu(exc), exc
+        ran = False
+    assert (refusal is None) == ran, (text, refusal)
+
+
+@pytest.fixture(scope="module")
+def gpu_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
+    pytest.importorskip("cudf_polars")
+    env = {"SPILLWAY_CLUSTER__BACKEND": "cudf", "SPILLWAY_CLUSTER__DASHBOARD_ADDRESS": "127.0.0.1:0", "SPILLWAY_ALLOWED_ROOTS": '["/tmp"]'}
+    service = launch_service(tmp_path_factory.mktemp("gpu_svc"), env, timeout=300)
+    yield service
+    service.stop()
+
+
+def month_shift_spec(sample_data: dict[str, Path], sink: Path, engine: str) -> dict[str, Any]:
+    """A month interval: Polars' ``offset_by``, which cudf-polars 26.10 refuses."""
+    return {
+        "name": "next_month", "engine": engine, "source": {"format": "parquet", "path": str(sample_data["sales"])},
+        "steps": [{"op": "assign", "columns": {"due": 'ts + interval(1, "month")'}}, {"op": "select", "columns": ["order_id", "ts", "due"]}],
+        "sink": {"path": str(sink)},
+    }
+
+
+@pytest.mark.gpu
+def test_engine_polars_with_a_query_cudf_polars_refuses_is_a_422_at_submit(gpu_service: ServiceProcess, sample_data: dict[str, Path], tmp_path: Path) -> None:
+    with gpu_service.client() as client, pytest.raises(ApiError) as refused:
+        client.submit(month_shift_spec(sample_data, tmp_path / "out", "polars"))
+    assert refused.value.status == 422 and refused.value.detail.code == "gpu_unsupported" and refused.value.detail.field == "engine"
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.gpu
+def test_engine_auto_with_a_query_cudf_polars_refuses_runs_on_dask_cudf_from_the_start(
+    gpu_service: ServiceProcess, sample_data: dict[str, Path], tmp_path: Path
+) -> None:
+    with gpu_service.client() as client:
+        job = wait_terminal(client, client.submit(month_shift_spec(sample_data, tmp_path / "out", "auto")).id, timeout=300)
+        lines = client.logs(job.id)
+    assert job.state == JobStatus.SUCCEEDED, job.error
+    assert job.progress.engine is not None and (job.progress.engine.engine, job.progress.engine.device) == ("dask", "gpu")
+    assert "cudf-polars cannot run it" in job.progress.engine.reason
+    assert not any("Polars query built" in line for line in lines)  # no Polars task was ever sent
+    shifted = pl.read_parquet(tmp_path / "out")
+    assert shifted.height > 0 and (shifted["due"] > shifted["ts"]).all()
