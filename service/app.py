@@ -30,6 +30,7 @@ from service.routes import jobs as job_routes
 from service.routes import pipelines as pipeline_routes
 from service.routes import schema as schema_routes
 from service.routes import ui as ui_routes
+from service.routes import validate as validate_routes
 from service.schemas import ErrorBody
 from service.store import JobStore
 
@@ -127,4 +128,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(schema_routes.router)
     app.include_router(ui_routes.router)
     app.include_router(docs_routes.router)
+    app.include_router(validate_routes.router)
     return app

@@ -321,6 +321,29 @@ def logs(job_id: str, url: UrlOption = DEFAULT_URL) -> None:
 
 
 @app.command()
+def validate(
+    spec_file: Annotated[Path, typer.Argument(help="Job spec, YAML or JSON.")],
+    url: UrlOption = DEFAULT_URL,
+    overrides: SetOption = None,
+) -> None:
+    """Check a spec as `submit` would (its sources, columns, types, data roots, sink) and say which
+    engine would run it and what it would write. Runs nothing."""
+    from service.client import ApiError
+
+    spec = load_spec(spec_file, overrides)
+    with _client(url) as client:
+        try:
+            report = client.validate(spec)
+        except ApiError as exc:
+            raise _fail(str(exc), 2) from exc
+    console.print(f"[bold]{escape(report.name)}[/] is valid; nothing was run")
+    for check in report.checks:
+        console.print(f"  [green]ok[/] {escape(check)}")
+    console.print(f"engine: {report.engine.engine} on the {report.engine.device} ({escape(report.engine.reason)})")
+    console.print("output: " + ", ".join(f"{name}: {kind}" for name, kind in report.columns.items()))
+
+
+@app.command()
 def serve(
     host: Annotated[Optional[str], typer.Option(help="Bind address (default from SPILLWAY_HOST, else 127.0.0.1).")] = None,  # noqa: UP007
     port: Annotated[Optional[int], typer.Option(help="Port (default from SPILLWAY_PORT, else 8000).")] = None,  # noqa: UP007

@@ -17,6 +17,7 @@ from jobs.status import JobProgress, JobStatus, ResultManifest
 from service.documents import DocumentError, read_mapping
 from service.schemas import ErrorDetail, Health, JobAccepted, JobLogs, JobPage, JobView
 from service.spec_errors import error_detail
+from service.validation import ValidationReport
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -134,6 +135,17 @@ class SpillwayClient:
         body = spec.model_dump(mode="json") if isinstance(spec, JobSpec) else spec
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
         return JobAccepted.model_validate(self._request("POST", "/jobs", json=body, headers=headers))
+
+    def validate(self, spec: JobSpec | dict[str, Any]) -> ValidationReport:
+        """Every check ``submit`` makes, and the engine the job would run on; no job is created.
+
+        Raises
+        ------
+        ApiError
+            As ``submit`` would (422 with the field, 403 for a path outside the data roots, 409 ...).
+        """
+        body = spec.model_dump(mode="json") if isinstance(spec, JobSpec) else spec
+        return ValidationReport.model_validate(self._request("POST", "/jobs:validate", json=body))
 
     def submit_file(self, path: str | Path, *, idempotency_key: str | None = None) -> JobAccepted:
         """Submit the spec in a YAML or JSON file (read by :func:`load_spec`)."""
