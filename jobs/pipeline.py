@@ -34,6 +34,7 @@ from jobs.spec import (
     SourceSpec,
     Step,
     TopKStep,
+    UnionStep,
     WindowStep,
 )
 from jobs.window_pandas import WindowOutput, compute_window
@@ -88,6 +89,9 @@ def apply_step(frame: dd.DataFrame, step: Step, field: str, frame_of: FrameOf, p
     if isinstance(step, WindowStep):
         windowed = _window(frame, step, field, plan)
         return windowed[plan.columns_after(field)] if field in plan.schemas else windowed
+    if isinstance(step, UnionStep):
+        others = [frame_of(ref, f"{field}.sources[{i}]") for i, ref in enumerate(step.sources)]
+        return _union(frame, others, step.distinct)
     if isinstance(step, JoinStep):
         right = frame_of(step.right, f"{field}.right")
         if step.how in ("semi", "anti"):
@@ -160,6 +164,18 @@ def _top_k(frame: dd.DataFrame, step: TopKStep) -> dd.DataFrame:
     # cumcount is not blockwise): left to itself it would align the two by a shuffle on
     # the index, losing the order and mispairing rows where partitions repeat index labels.
     return ordered.map_partitions(operator.getitem, keep, align_dataframes=False, meta=ordered._meta)
+
+
+def _union(frame: dd.DataFrame, others: list[dd.DataFrame], distinct: bool) -> dd.DataFrame:
+    """The rows of ``frame`` then of ``others`` (columns matched by name), each part cast to
+    the types of the whole: pandas would otherwise keep an int part int beside a float one,
+    and the partitions would disagree with the graph's metadata."""
+    columns = list(frame.columns)
+    parts = [frame, *(other[columns] for other in others)]
+    dtypes = dd.concat(parts)._meta.dtypes
+    parts = [part if (part.dtypes == dtypes).all() else part.astype(dict(dtypes)) for part in parts]
+    combined = dd.concat(parts)
+    return combined.drop_duplicates() if distinct else combined
 
 
 def _window(frame: dd.DataFrame, step: WindowStep, field: str, plan: LogicalPlan) -> dd.DataFrame:

@@ -31,6 +31,7 @@ from jobs.spec import (
     SourceSpec,
     Step,
     TopKStep,
+    UnionStep,
     WindowStep,
 )
 from jobs.window_polars import window_columns
@@ -91,6 +92,11 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
             return ranked.filter(pl.int_range(pl.len()).over(list(step.by)) < step.k)
         if isinstance(step, JoinStep):
             return self.join(frame, step, field)
+        if isinstance(step, UnionStep):
+            columns = self.plan.columns_after(field)
+            others = [self.frame_of(ref, f"{field}.sources[{i}]").select(columns) for i, ref in enumerate(step.sources)]
+            combined = pl.concat([frame.select(columns), *others], how="vertical_relaxed")  # int with float gives float
+            return combined.unique(maintain_order=ordered) if step.distinct else combined
         if isinstance(step, WindowStep):
             inputs = {
                 name: pl.col(column.column) if column.column is not None else self.expr(f"{field}.columns.{name}.expr", column.expr or "", schema)

@@ -303,14 +303,27 @@ class JoinStep(_Strict):
         return list(self.on or self.right_on or [])
 
 
+class UnionStep(_Strict):
+    """Append the rows of other sources, inline or named, as SQL's ``UNION ALL`` (``distinct``: ``UNION``).
+
+    Columns are matched by name, not position: every source must have the current rows'
+    columns, each of a kind that fits; the output keeps the current rows' column order.
+    ``distinct`` drops repeated rows from the whole result, as ``UNION`` does.
+    """
+
+    op: Literal["union"]
+    sources: Annotated[list[SourceRef], Field(min_length=1, max_length=64, description="The sources whose rows are appended.")]
+    distinct: bool = Field(default=False, description="Drop repeated rows of the result (UNION), instead of keeping all (UNION ALL).")
+
+
 Step = Annotated[
     Union[
         FilterStep, SelectStep, AssignStep, RenameStep, GroupByStep, SortStep, LimitStep, DropDuplicatesStep, JoinStep, TopKStep,
-        WindowStep,
+        WindowStep, UnionStep,
     ],
     Field(discriminator="op"),
 ]
-STEP_OPS = ("filter", "select", "assign", "rename", "groupby", "sort", "limit", "drop_duplicates", "join", "top_k", "window")
+STEP_OPS = ("filter", "select", "assign", "rename", "groupby", "sort", "limit", "drop_duplicates", "join", "top_k", "window", "union")
 Steps = Annotated[list[Step], Field(max_length=200)]
 
 
@@ -340,11 +353,14 @@ NamedSource = Annotated[SourceSpec | DerivedSource, WrapValidator(_files_or_deri
 Loc = tuple[str | int, ...]
 
 
-def _join_references(at: Loc, steps: Sequence[Step]) -> Iterator[tuple[Loc, SourceSpec | str]]:
+def _step_references(at: Loc, steps: Sequence[Step]) -> Iterator[tuple[Loc, SourceSpec | str]]:
+    """(location, reference) of every source the steps read: joins' ``right``, unions' ``sources``."""
     for index, step in enumerate(steps):
+        # The step's op is in the location, as pydantic puts a union member's tag there.
         if isinstance(step, JoinStep):
-            # The step's op is in the location, as pydantic puts a union member's tag there.
             yield (*at, index, step.op, "right"), step.right
+        elif isinstance(step, UnionStep):
+            yield from (((*at, index, step.op, "sources", position), ref) for position, ref in enumerate(step.sources))
 
 
 class SinkSpec(_Strict):
@@ -448,17 +464,17 @@ class JobSpec(_Strict):
         return {name: source for name, source in self.sources.items() if isinstance(source, DerivedSource)}
 
     def _references(self) -> Iterator[tuple[Loc, SourceSpec | str]]:
-        """(location, reference) for every source reference: ``source``, joins, and each derived
-        source's ``from`` and joins."""
+        """(location, reference) for every source reference: ``source``, joins, unions, and each
+        derived source's ``from``, joins and unions."""
         yield ("source",), self.source
-        yield from _join_references(("steps",), self.steps)
+        yield from _step_references(("steps",), self.steps)
         for name in self.derived_sources():
             yield from self._dependencies(name)
 
     def _dependencies(self, name: str) -> Iterator[tuple[Loc, SourceSpec | str]]:
         derived = self.derived_sources()[name]
         yield ("sources", name, "from"), derived.from_
-        yield from _join_references(("sources", name, "steps"), derived.steps)
+        yield from _step_references(("sources", name, "steps"), derived.steps)
 
     def _cycle(self) -> tuple[Loc, list[str]] | None:
         """The first cycle among derived sources, searched in definition order: the location of
@@ -490,7 +506,7 @@ class JobSpec(_Strict):
 
     def source_fields(self) -> Iterator[tuple[str, SourceSpec]]:
         """(field, source) for every source of files this job defines, each once: inline,
-        named, and inline in the joins of the job's and its derived sources' steps."""
+        named, and inline in the joins and unions of the job's and its derived sources' steps."""
         if isinstance(self.source, SourceSpec):
             yield "source", self.source
         for name, source in self.sources.items():
@@ -500,6 +516,10 @@ class JobSpec(_Strict):
             for index, step in enumerate(steps):
                 if isinstance(step, JoinStep) and isinstance(step.right, SourceSpec):
                     yield f"{at}[{index}].right", step.right
+                if isinstance(step, UnionStep):
+                    for position, ref in enumerate(step.sources):
+                        if isinstance(ref, SourceSpec):
+                            yield f"{at}[{index}].sources[{position}]", ref
 
     def step_lists(self) -> Iterator[tuple[str, list[Step]]]:
         """(field, steps) for the job's steps and each derived source's, e.g. ``sources.late.steps``."""

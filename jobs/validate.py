@@ -31,6 +31,7 @@ from jobs.spec import (
     SourceSpec,
     Step,
     TopKStep,
+    UnionStep,
     WindowStep,
 )
 
@@ -166,6 +167,8 @@ def _check_step(schema: Schema, step: Step, where: str, field: str, schema_of: _
         return _check_join(schema, step, where, field, schema_of)
     if isinstance(step, WindowStep):
         return _check_window(schema, step, where, field)
+    if isinstance(step, UnionStep):
+        return _check_union(schema, step, where, field, schema_of)
     raise SpecError(f"{where}: unsupported step", field=f"{field}.op")  # pragma: no cover - the union is closed
 
 
@@ -232,6 +235,25 @@ def _check_window(schema: Schema, step: WindowStep, where: str, field: str) -> S
             raise TypeMismatch(f"{where}: default {column.default!r} ({default_kind}) cannot stand for '{name}' values of kind {kind}",
                                field=f"{at}.default")
         out[name] = "numeric" if column.func in ("row_number", "rank", "dense_rank", "count", "sum", "mean") else kind
+    return out
+
+
+def _check_union(schema: Schema, step: UnionStep, where: str, field: str, schema_of: _SourceSchemas) -> Schema:
+    out = dict(schema)
+    for position, ref in enumerate(step.sources):
+        at = f"{field}.sources[{position}]"
+        other = schema_of(ref, at)
+        name = f"source '{ref}'" if isinstance(ref, str) else f"source {position}"
+        missing, extra = [c for c in schema if c not in other], [c for c in other if c not in schema]
+        if missing or extra:
+            parts = [f"lacks {', '.join(missing)}" if missing else "", f"has {', '.join(extra)} too" if extra else ""]
+            raise SpecError(f"{where}: {name} {' and '.join(p for p in parts if p)}; a union needs the same columns "
+                            f"(by name) as the rows before it: {', '.join(schema)}", field=at)
+        for column, kind in schema.items():
+            if not kinds_compatible(kind, other[column]):
+                raise TypeMismatch(f"{where}: column '{column}' is {kind} here but {other[column]} in {name}", field=at)
+            if out[column] != other[column]:  # numbers with bools, or a loose kind
+                out[column] = "numeric" if {out[column], other[column]} <= {"numeric", "bool"} else "unknown"
     return out
 
 
