@@ -31,6 +31,13 @@ CAST_TYPES = ("int64", "int32", "float64", "float32", "bool", "datetime64[ns]", 
 _CALENDAR_UNITS = ("month", "year")  # variable length, so pandas.DateOffset; the rest are Timedeltas
 _UNITS = tuple(u + s for u in ("second", "minute", "hour", "day", "week", *_CALENDAR_UNITS) for s in ("", "s"))
 
+#: The units of ``date_trunc`` and ``date_diff``.
+DATE_PARTS = ("year", "quarter", "month", "week", "day", "hour", "minute", "second")
+#: ``strftime`` format codes: numeric fields only, so output never depends on the locale.
+FORMAT_CODES = "YmdHMSjy%"
+_FORMAT = re.compile(f"(?:%[{FORMAT_CODES}]|[^%])*")
+MAX_PAD = 10_000
+
 _DATE = r"\d{4}-\d\d-\d\d"
 TIMESTAMP_PATTERN = _DATE + r"([ T]\d\d:\d\d(:\d\d(\.\d{1,9})?)?)?"
 
@@ -106,6 +113,13 @@ _LITERALS: dict[str, tuple[str, Any]] = {
     "count": ("a non-negative integer literal", lambda v: type(v) is int and v >= 0),
     "dtype": ("one of " + ", ".join(map(repr, CAST_TYPES)), lambda v: isinstance(v, str) and v in CAST_TYPES),
     "unit": ("one of " + ", ".join(map(repr, _UNITS)), lambda v: isinstance(v, str) and v in _UNITS),
+    "part": ("one of " + ", ".join(map(repr, DATE_PARTS)), lambda v: isinstance(v, str) and v in DATE_PARTS),
+    "format": (f"a format literal of %-codes {', '.join('%' + c for c in FORMAT_CODES)} and plain characters",
+               lambda v: isinstance(v, str) and len(v) <= 200 and _FORMAT.fullmatch(v) is not None),
+    "needle": ("a non-empty string literal", lambda v: isinstance(v, str) and 0 < len(v) <= 200),
+    "index": ("an integer literal of 1 or more (parts count from 1)", lambda v: type(v) is int and v >= 1),
+    "width": (f"an integer literal from 0 to {MAX_PAD}", lambda v: type(v) is int and 0 <= v <= MAX_PAD),
+    "char": ("a one-character string literal", lambda v: isinstance(v, str) and len(v) == 1),
 }
 _STR = {1: "text"}
 _FUNCS: dict[str, _Func] = {
@@ -133,6 +147,22 @@ _FUNCS: dict[str, _Func] = {
     "date": _Func('date("YYYY-MM-DD")', 1, 1, {0: "text"}),
     "timestamp": _Func('timestamp("YYYY-MM-DD hh:mm:ss")', 1, 1, {0: "text"}),
     "interval": _Func('interval(n, "days")', 2, 2, {0: "int", 1: "unit"}),
+    "date_trunc": _Func('date_trunc("unit", d)', 2, 2, {0: "part"}),
+    "date_diff": _Func('date_diff("unit", start, end)', 3, 3, {0: "part"}),
+    "strftime": _Func('strftime(d, "%Y-%m-%d")', 2, 2, {1: "format"}),
+    "day_of_week": _Func("day_of_week(d)", 1, 1),
+    "day_of_year": _Func("day_of_year(d)", 1, 1),
+    "quarter": _Func("quarter(d)", 1, 1),
+    "week": _Func("week(d)", 1, 1),
+    "split_part": _Func('split_part(s, "delimiter", n)', 3, 3, {1: "needle", 2: "index"}),
+    "strpos": _Func('strpos(s, "text")', 2, 2, {1: "needle"}),
+    "replace": _Func('replace(s, "old", "new")', 3, 3, {1: "needle", 2: "text"}),
+    "trim": _Func("trim(s)", 1, 1),
+    "ltrim": _Func("ltrim(s)", 1, 1),
+    "rtrim": _Func("rtrim(s)", 1, 1),
+    "lpad": _Func('lpad(s, n[, "c"])', 2, 3, {1: "width", 2: "char"}),
+    "rpad": _Func('rpad(s, n[, "c"])', 2, 3, {1: "width", 2: "char"}),
+    "concat": _Func("concat(s1, s2, ...)", 2, None),
 }
 #: Functions that build a literal from literal arguments, evaluated by the parser.
 _CONSTRUCTORS: dict[str, Any] = {

@@ -57,6 +57,18 @@ _SIGNATURES: dict[str, tuple[str | None, str]] = {
     "length": ("string", "numeric"),
     "year": ("datetime", "numeric"), "month": ("datetime", "numeric"), "day": ("datetime", "numeric"),
     "date": (None, "datetime"), "timestamp": (None, "datetime"), "interval": (None, _DURATION),
+    "strftime": ("datetime", "string"), "day_of_week": ("datetime", "numeric"), "day_of_year": ("datetime", "numeric"),
+    "quarter": ("datetime", "numeric"), "week": ("datetime", "numeric"),
+    "split_part": ("string", "string"), "strpos": ("string", "numeric"), "replace": ("string", "string"),
+    "trim": ("string", "string"), "ltrim": ("string", "string"), "rtrim": ("string", "string"),
+    "lpad": ("string", "string"), "rpad": ("string", "string"),
+}
+# Functions whose later arguments are checked too: the kind each argument needs (None: any;
+# the last one repeats), and the kind of the result.
+_ARGUMENTS: dict[str, tuple[tuple[str | None, ...], str]] = {
+    "date_trunc": ((None, "datetime"), "datetime"),
+    "date_diff": ((None, "datetime", "datetime"), "numeric"),
+    "concat": (("string",), "string"),
 }
 
 
@@ -223,6 +235,14 @@ class _KindChecker:
             return _CAST_KINDS.get(target, "unknown")
         if name == "abs" and kinds[0] in (_DURATION, "unknown", "other"):
             return _DURATION if kinds[0] == _DURATION else "unknown"  # durations stay durations
+        if name in _ARGUMENTS:
+            wanted, result = _ARGUMENTS[name]
+            for index, (arg, kind) in enumerate(zip(args, kinds, strict=True)):
+                needed = wanted[min(index, len(wanted) - 1)]
+                if needed is not None and not _accepts(needed, kind):
+                    raise self.mismatch(f"argument {index + 1} of {name}() must be of kind {needed}, got {self.show(arg, kind)} "
+                                        f"at col {arg.start}")
+            return result
         needed, result = _SIGNATURES.get(name, (None, "unknown"))  # a function without one checks nothing
         if needed is not None and not _accepts(needed, kinds[0]):
             raise self.mismatch(f"argument 1 of {name}() must be of kind {needed}, got {self.show(args[0], kinds[0])} "

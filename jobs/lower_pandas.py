@@ -21,6 +21,7 @@ from pandas.api.types import is_bool_dtype, is_object_dtype
 
 from jobs import ir
 from jobs.errors import ExpressionError
+from jobs.pandas_functions import FUNCTIONS
 
 MAX_INT_BITS = 10_000  # caps constant integer powers such as 9 ** 9 ** 9
 _EVAL_ERRORS = (ArithmeticError, AttributeError, NotImplementedError, TypeError, ValueError)
@@ -206,6 +207,7 @@ IMPLS: dict[str, Callable[..., Any]] = {
     "year": _elementwise(lambda s: s.dt.year, operator.attrgetter("year")),
     "month": _elementwise(lambda s: s.dt.month, operator.attrgetter("month")),
     "day": _elementwise(lambda s: s.dt.day, operator.attrgetter("day")),
+    **FUNCTIONS,
 }
 
 

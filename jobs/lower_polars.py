@@ -34,11 +34,34 @@ _COMPARE: dict[str, Callable[[pl.Expr, pl.Expr], pl.Expr]] = {
     "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b,
 }
 _FALSE = pl.lit(False)
+_TRUNCATE = {"year": "1y", "quarter": "1q", "month": "1mo", "week": "1w", "day": "1d", "hour": "1h", "minute": "1m", "second": "1s"}
+_TOTALS = {"week": "total_days", "day": "total_days", "hour": "total_hours", "minute": "total_minutes", "second": "total_seconds"}
 _DATETIME_CAST = "datetime64[ns]"
 
 
 def _false_if_null(expr: pl.Expr) -> pl.Expr:
     return expr.fill_null(_FALSE)
+
+
+def _date_diff(unit: str, start: pl.Expr, end: pl.Expr) -> pl.Expr:
+    """The number of ``unit`` boundaries from ``start`` to ``end`` (DuckDB's date_diff)."""
+    if unit in ("year", "quarter", "month"):
+        def index(value: pl.Expr) -> pl.Expr:
+            year = value.dt.year().cast(pl.Int64)
+            if unit == "year":
+                return year
+            return year * 4 + value.dt.quarter() if unit == "quarter" else year * 12 + value.dt.month()
+
+        return index(end) - index(start)
+    span = end.dt.truncate(_TRUNCATE[unit]) - start.dt.truncate(_TRUNCATE[unit])
+    count: pl.Expr = getattr(span.dt, _TOTALS[unit])()
+    return count // 7 if unit == "week" else count
+
+
+def _strpos(text: pl.Expr, needle: str) -> pl.Expr:
+    # Characters before the first match: Polars' str.find counts bytes, SQL's strpos characters.
+    before = text.str.splitn(needle, 2).struct.field("field_0").str.len_chars().cast(pl.Int64)
+    return pl.when(text.is_null()).then(None).when(text.str.contains(needle, literal=True)).then(before + 1).otherwise(0)
 
 
 _CALLS: dict[str, Callable[..., pl.Expr]] = {
@@ -53,6 +76,14 @@ _CALLS: dict[str, Callable[..., pl.Expr]] = {
     "month": lambda d: d.dt.month(),
     "day": lambda d: d.dt.day(),
     "between": lambda x, low, high: _false_if_null(x.is_between(low, high, closed="both")),
+    "day_of_week": lambda d: d.dt.weekday(),  # ISO: Monday 1 … Sunday 7
+    "day_of_year": lambda d: d.dt.ordinal_day(),
+    "quarter": lambda d: d.dt.quarter(),
+    "week": lambda d: d.dt.week(),
+    "trim": lambda s: s.str.strip_chars(),
+    "ltrim": lambda s: s.str.strip_chars_start(),
+    "rtrim": lambda s: s.str.strip_chars_end(),
+    "concat": lambda *parts: pl.concat_str([part.cast(pl.String) for part in parts], ignore_nulls=True),
 }
 #: Functions whose arguments after the first are literals, passed as Python values.
 _LITERAL_CALLS: dict[str, Callable[..., pl.Expr]] = {
@@ -63,6 +94,13 @@ _LITERAL_CALLS: dict[str, Callable[..., pl.Expr]] = {
     "startswith": lambda s, text: _false_if_null(s.str.starts_with(text)),
     "endswith": lambda s, text: _false_if_null(s.str.ends_with(text)),
     "substr": lambda s, start, length=None: s.str.slice(start, length),
+    "strftime": lambda d, fmt: d.dt.to_string(fmt),
+    "split_part": lambda s, delimiter, index: pl.when(s.is_not_null()).then(
+        s.str.split(delimiter).list.get(index - 1, null_on_oob=True).fill_null("")),
+    "strpos": _strpos,
+    "replace": lambda s, old, new: s.str.replace_all(old, new, literal=True),
+    "lpad": lambda s, width, fill=" ": s.str.pad_start(width, fill).str.slice(0, width),
+    "rpad": lambda s, width, fill=" ": s.str.pad_end(width, fill).str.slice(0, width),
 }
 
 
@@ -150,6 +188,10 @@ class PolarsLowering:
             return result
         if name == "cast" and isinstance(args[1], ir.Lit) and args[1].value == _DATETIME_CAST and self.kind(args[0]) == "string":
             return self.lower(args[0]).str.to_datetime(time_unit="ns")  # parsed, as pandas' astype does
+        if name == "date_trunc":  # the unit comes first, a literal
+            return self.lower(args[1]).dt.truncate(_TRUNCATE[args[0].value])  # type: ignore[attr-defined]
+        if name == "date_diff":
+            return _date_diff(args[0].value, self.lower(args[1]), self.lower(args[2]))  # type: ignore[attr-defined]
         if name in _LITERAL_CALLS:
             values = [arg.value for arg in args[1:] if isinstance(arg, ir.Lit)]  # the parser checked they are literals
             return _LITERAL_CALLS[name](self.lower(args[0]), *values)

@@ -203,9 +203,57 @@ CONDITIONALS: dict[str, Ref] = {
     "case(True, qty, 0)": lambda df: df.qty,
     "case(False, qty, flag, 1, 0)": lambda df: df.flag.astype("int64"),
 }
-FEATURES = {**ARITHMETIC, **COMPARISON, **NULLS, **NUMERIC, **STRINGS, **DATES, **CONDITIONALS}
+def _monday(v: pd.Timestamp) -> pd.Timestamp:
+    return (v - pd.Timedelta(days=v.weekday())).normalize()
+
+
+_START = pd.Timestamp("1998-01-01")
+DATE_FUNCTIONS: dict[str, Ref] = {
+    "date_trunc('year', ship_date)": _py(lambda v: v.replace(month=1, day=1), "ship_date"),
+    "date_trunc('quarter', ship_date)": _py(lambda v: v.replace(month=(v.month - 1) // 3 * 3 + 1, day=1), "ship_date"),
+    "date_trunc('month', ship_date)": _py(lambda v: v.replace(day=1), "ship_date"),
+    "date_trunc('week', ship_date)": _py(_monday, "ship_date"),
+    "date_trunc('day', ship_date + interval(7, 'hours'))": _py(lambda v: v, "ship_date"),
+    "date_trunc('hour', ship_date + interval(150, 'minutes'))": _py(lambda v: v + pd.Timedelta(hours=2), "ship_date"),
+    "strftime(ship_date, '%Y/%m/%d %j %y, %H:%M:%S %%')": _py(lambda v: v.strftime("%Y/%m/%d %j %y, %H:%M:%S %%"), "ship_date"),
+    "date_diff('year', date('1998-01-01'), ship_date)": _py(lambda v: v.year - 1998, "ship_date"),
+    "date_diff('quarter', ship_date, date('1998-01-01'))": _py(lambda v: 1998 * 4 + 1 - (v.year * 4 + (v.month - 1) // 3 + 1), "ship_date"),
+    "date_diff('month', date('1998-01-01'), ship_date)": _py(lambda v: v.year * 12 + v.month - (1998 * 12 + 1), "ship_date"),
+    "date_diff('week', date('1998-01-01'), ship_date)": _py(lambda v: (_monday(v) - _monday(_START)).days // 7, "ship_date"),
+    "date_diff('day', ship_date, date('1998-01-01'))": _py(lambda v: (_START - v).days, "ship_date"),
+    "date_diff('hour', date('1998-01-01'), ship_date)": _py(lambda v: (v - _START).days * 24, "ship_date"),
+    "day_of_week(ship_date)": _py(lambda v: v.isoweekday(), "ship_date"),
+    "day_of_year(ship_date)": _py(lambda v: v.timetuple().tm_yday, "ship_date"),
+    "quarter(ship_date)": _py(lambda v: (v.month - 1) // 3 + 1, "ship_date"),
+    "week(ship_date)": _py(lambda v: v.isocalendar()[1], "ship_date"),
+}
+
+
+def _part(v: str, delimiter: str, index: int) -> str:
+    parts = v.split(delimiter)
+    return parts[index - 1] if index <= len(parts) else ""
+
+
+STRING_FUNCTIONS: dict[str, Ref] = {
+    "split_part(name, ' ', 2)": _py(lambda v: _part(v, " ", 2)),
+    "split_part(name, '.', 1)": _py(lambda v: _part(v, ".", 1)),  # not a regex
+    "split_part(name, 'an', 3)": _py(lambda v: _part(v, "an", 3)),
+    "strpos(name, 'an')": _py(lambda v: v.find("an") + 1),
+    "strpos(name, '.')": _py(lambda v: v.find(".") + 1),
+    "replace(name, 'a', 'A!')": _py(lambda v: v.replace("a", "A!")),
+    "replace(name, '.', '')": _py(lambda v: v.replace(".", "")),
+    "trim(lpad(name, 14))": _py(lambda v: v.rjust(14)[:14].strip()),
+    "ltrim(rpad(' ' + name, 9))": _py(lambda v: (" " + v).ljust(9)[:9].lstrip()),
+    "rtrim(rpad(name, 9))": _py(lambda v: v.ljust(9)[:9].rstrip()),
+    "lpad(name, 6, '*')": _py(lambda v: v.rjust(6, "*")[:6]),
+    "rpad(name, 4)": _py(lambda v: v.ljust(4)[:4]),
+    "concat(name, '-', category)": lambda df: pd.Series([(n if isinstance(n, str) else "") + "-" + c for n, c in zip(df.name, df.category)],
+                                                         index=df.index, dtype=object),
+}
+FEATURES = {**ARITHMETIC, **COMPARISON, **NULLS, **NUMERIC, **STRINGS, **DATES, **CONDITIONALS, **DATE_FUNCTIONS, **STRING_FUNCTIONS}
 # Python refs: object dtype
-LOOSE = set(STRINGS) | {"year(ship_date)", "month(ship_date)", "day(ship_date)", 'cast(amount, "string")'}
+LOOSE = set(STRINGS) | set(DATE_FUNCTIONS) | set(STRING_FUNCTIONS) | {"year(ship_date)", "month(ship_date)", "day(ship_date)",
+                                                                         'cast(amount, "string")'}
 
 
 @pytest.mark.parametrize("text", list(FEATURES))

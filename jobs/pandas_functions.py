@@ -1,0 +1,138 @@
+"""Date and text functions of the expression language for the Dask engine (pandas, dask, cuDF).
+
+Each takes the call's argument values in order: a column (a Series-like) or, when the parser
+folds a constant, a plain value. Only Series methods the three share, and arithmetic with
+``pd.Timedelta``, are used. Semantics (docs/spec.md, "Dates and times", "Strings") are those
+of :mod:`jobs.lower_polars` too: SQL's, where SQL has one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import pandas as pd
+
+_DAY = pd.Timedelta(days=1)
+_FLOORS = {"hour": "h", "minute": "min", "second": "s"}
+_STEPS = {"week": pd.Timedelta(weeks=1), "day": _DAY, "hour": pd.Timedelta(hours=1), "minute": pd.Timedelta(minutes=1),
+          "second": pd.Timedelta(seconds=1)}
+
+
+def _is_value(value: Any) -> bool:
+    """Whether ``value`` is one plain value (a folded constant), not a column."""
+    return getattr(value, "ndim", 0) == 0
+
+
+def _lift(fn: Callable[..., Any], position: int = 0) -> Callable[..., Any]:
+    """``fn`` over Series, also taking a plain value (null: null) at ``position``."""
+
+    def impl(*args: Any) -> Any:
+        if not _is_value(args[position]):
+            return fn(*args)
+        if pd.isna(args[position]):
+            return None
+        column = [*args[:position], pd.Series([args[position]]), *args[position + 1 :]]
+        result = fn(*column).iloc[0]
+        return None if pd.isna(result) else result
+
+    return impl
+
+
+def _is_cudf(value: Any) -> bool:
+    return type(getattr(value, "_meta", value)).__module__.split(".")[0] == "cudf"
+
+
+def _part(value: Any, name: str) -> Any:
+    """A datetime part by its pandas name (``day_of_week``), or cuDF's older one (``dayofweek``)."""
+    found = getattr(value.dt, name, None)
+    return found if found is not None else getattr(value.dt, name.replace("_", ""))
+
+
+def _trunc(unit: str, value: Any) -> Any:
+    if unit in _FLOORS:
+        return value.dt.floor(_FLOORS[unit])
+    day = value.dt.floor("D")
+    if unit == "day":
+        return day
+    if unit == "week":  # weeks start on Monday, as ISO's and Polars'
+        return day - _part(value, "day_of_week") * _DAY
+    if unit == "year":
+        return day - (_part(value, "day_of_year") - 1) * _DAY
+    month = day - (value.dt.day - 1) * _DAY
+    if unit == "month":
+        return month
+    # A quarter: back 0, 1 or 2 months from the month's first day. 28 days back from a first
+    # lands in the month before, 56 back two months before (months have 28 to 31 days).
+    earlier = month - ((value.dt.month - 1) % 3) * (28 * _DAY)
+    return earlier - (earlier.dt.day - 1) * _DAY
+
+
+def _diff(unit: str, start: Any, end: Any) -> Any:
+    """The number of ``unit`` boundaries from ``start`` to ``end`` (DuckDB's date_diff)."""
+    if unit in ("year", "quarter", "month"):
+        def index(value: Any) -> Any:
+            if unit == "year":
+                return value.dt.year
+            return value.dt.year * 4 + value.dt.quarter if unit == "quarter" else value.dt.year * 12 + value.dt.month
+
+        return index(end) - index(start)
+    return (_trunc(unit, end) - _trunc(unit, start)) // _STEPS[unit]
+
+
+def _diff_values(unit: str, start: Any, end: Any) -> Any:
+    if any(_is_value(v) and pd.isna(v) for v in (start, end)):
+        return None
+    if _is_value(start) and _is_value(end):
+        return _diff(unit, pd.Series([start]), pd.Series([end])).iloc[0]
+    # A literal against a column: as a column of that value, which has the .dt accessor.
+    if _is_value(start):
+        start = end.to_frame(name="start").assign(start=start)["start"]
+    elif _is_value(end):
+        end = start.to_frame(name="end").assign(end=end)["end"]
+    return _diff(unit, start, end)
+
+
+def _split_part(value: Any, delimiter: str, index: int) -> Any:
+    # pandas (and dask) read a delimiter longer than one character as a regex; cuDF never does.
+    pattern = delimiter if _is_cudf(value) else re.escape(delimiter)
+    part = value.str.split(pattern).str.get(index - 1)
+    return part.fillna("").where(value.notnull())  # past the last part: '' (SQL), a null stays null
+
+
+def _pad(side: str) -> Callable[..., Any]:
+    def pad(value: Any, width: int, fill: str = " ") -> Any:
+        return value.str.pad(width, side=side, fillchar=fill).str.slice(0, width)  # longer text is cut, as SQL's lpad
+
+    return pad
+
+
+def _concat(*values: Any) -> Any:
+    """SQL's concat: the texts joined, a null counting as ''."""
+    parts = ["" if _is_value(v) and pd.isna(v) else v if _is_value(v) else v.fillna("") for v in values]
+    result = parts[0]
+    for part in parts[1:]:
+        result = result + part
+    return result
+
+
+#: Function name → implementation over the call's argument values.
+FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "date_trunc": _lift(_trunc, 1),
+    "date_diff": _diff_values,
+    "strftime": _lift(lambda d, fmt: d.dt.strftime(fmt)),
+    "day_of_week": _lift(lambda d: _part(d, "day_of_week") + 1),  # ISO: Monday 1 … Sunday 7
+    "day_of_year": _lift(lambda d: _part(d, "day_of_year")),
+    "quarter": _lift(lambda d: d.dt.quarter),
+    "week": _lift(lambda d: d.dt.isocalendar().week.astype("float64")),  # ISO week; float, as the other parts with nulls
+    "split_part": _lift(_split_part),
+    "strpos": _lift(lambda s, text: s.str.find(text) + 1),  # 1-based; 0: not found
+    "replace": _lift(lambda s, old, new: s.str.replace(old, new, regex=False)),
+    "trim": _lift(lambda s: s.str.strip()),
+    "ltrim": _lift(lambda s: s.str.lstrip()),
+    "rtrim": _lift(lambda s: s.str.rstrip()),
+    "lpad": _lift(_pad("left")),
+    "rpad": _lift(_pad("right")),
+    "concat": _concat,
+}

@@ -1,0 +1,95 @@
+"""The date and text functions: constants folded by the parser, and the literals and kinds
+they refuse before any work. Their values over columns, on both engines, are checked with
+every other feature in tests/test_expr.py (against Python) and tests/test_engines.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from jobs.errors import ExpressionError, TypeMismatch
+from jobs.expr import parse_expression
+from jobs.ir import Lit
+
+SCHEMA = {"name": "string", "day": "datetime", "n": "numeric"}
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("date_trunc('month', date('2024-02-15'))", pd.Timestamp("2024-02-01")),
+        ("date_trunc('quarter', date('2024-12-31'))", pd.Timestamp("2024-10-01")),
+        ("date_trunc('week', date('2024-03-03'))", pd.Timestamp("2024-02-26")),  # a Sunday: back to Monday
+        ("date_diff('day', date('2024-01-01'), date('2024-03-01'))", 60),
+        ("date_diff('month', date('2024-01-31'), date('2024-02-01'))", 1),  # boundaries crossed, as DuckDB
+        ("date_diff('year', date('2024-12-31'), date('2024-01-01'))", 0),
+        ("strftime(date('2024-02-05'), '%Y-%m')", "2024-02"),
+        ("day_of_week(date('2024-03-03'))", 7),
+        ("week(date('2021-01-03'))", 53),
+        ("split_part('a-b-c', '-', 2)", "b"),
+        ("split_part('a-b', '-', 3)", ""),
+        ("strpos('banana', 'an')", 2),
+        ("strpos('banana', 'x')", 0),
+        ("replace('a.b.c', '.', '')", "abc"),
+        ("trim('  x ')", "x"),
+        ("lpad('hello', 3)", "hel"),
+        ("lpad('7', 3, '0')", "007"),
+        ("rpad('ab', 4, '.')", "ab.."),
+        ("concat('a', None, 'b')", "ab"),
+        ("split_part(None, '-', 1)", None),
+    ],
+)
+def test_constant_calls_are_folded(text: str, value: Any) -> None:
+    node = parse_expression(text).node
+    assert isinstance(node, Lit) and node.value == value, node
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("date_trunc('decade', day)", "argument 1 of date_trunc() must be one of 'year', 'quarter'"),
+        ("date_trunc(unit, day)", "argument 1 of date_trunc() must be one of"),
+        ("date_diff('days', day, day)", "must be one of 'year'"),
+        ("strftime(day, '%A %d')", "argument 2 of strftime() must be a format literal of %-codes %Y"),
+        ("strftime(day, name)", "must be a format literal"),
+        ("split_part(name, '', 1)", "must be a non-empty string literal"),
+        ("split_part(name, '-', 0)", "must be an integer literal of 1 or more"),
+        ("replace(name, '', 'x')", "non-empty"),
+        ("lpad(name, 100000)", "from 0 to 10000"),
+        ("lpad(name, 5, '00')", "one-character string literal"),
+        ("concat(name)", "expected 2 or more"),
+    ],
+)
+def test_function_literals_are_checked(text: str, fragment: str) -> None:
+    with pytest.raises(ExpressionError) as info:
+        parse_expression(text, field="steps[0].expr")
+    assert fragment in info.value.message and info.value.field == "steps[0].expr", info.value.message
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("date_trunc('month', name)", "argument 2 of date_trunc() must be of kind datetime, got 'name' (string)"),
+        ("date_diff('day', day, n)", "argument 3 of date_diff() must be of kind datetime"),
+        ("concat(name, n)", "argument 2 of concat() must be of kind string, got 'n' (numeric)"),
+        ("strftime(n, '%Y')", "argument 1 of strftime() must be of kind datetime"),
+        ("week(name)", "argument 1 of week() must be of kind datetime"),
+        ("trim(n)", "argument 1 of trim() must be of kind string"),
+        ("strpos(day, 'x')", "argument 1 of strpos() must be of kind string"),
+    ],
+)
+def test_function_kinds_are_checked(text: str, fragment: str) -> None:
+    with pytest.raises(TypeMismatch) as info:
+        parse_expression(text).infer_kind(SCHEMA)
+    assert fragment in info.value.message, info.value.message
+
+
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [("date_trunc('day', day)", "datetime"), ("date_diff('week', day, day)", "numeric"), ("strftime(day, '%Y')", "string"),
+     ("quarter(day)", "numeric"), ("concat(name, 'x', None)", "string"), ("strpos(name, 'a')", "numeric"), ("lpad(name, 3)", "string")],
+)
+def test_function_result_kinds(text: str, kind: str) -> None:
+    assert parse_expression(text).infer_kind(SCHEMA) == kind
