@@ -111,9 +111,38 @@ def _power(base: Any, exponent: Any) -> Any:
     return result
 
 
+def _all_null(value: Any) -> Any:
+    return value.astype("float64").where(value.isnull())
+
+
+def _truncated(op: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """SQL's ``//`` or ``%`` from Python's floored one: the quotient is truncated toward zero and
+    the remainder takes the dividend's sign (-7 // 2 is -3, -7 % 3 is -1); by zero, null."""
+
+    def divide(left: Any, right: Any) -> Any:
+        if _is_scalar(right) and (right is None or pd.isna(right) or right == 0):
+            return None if _is_scalar(left) else _all_null(left)
+        if _is_scalar(left) and _is_scalar(right):
+            if left is None or pd.isna(left):
+                return None
+            quotient = abs(left) // abs(right) * (1 if (left < 0) == (right < 0) else -1)
+            return quotient if op is operator.floordiv else left - right * quotient
+        zero = None if _is_scalar(right) else right == 0
+        divisor = right if zero is None else right.where(~zero, 1)
+        floored = op(left, divisor)
+        if op is operator.floordiv:  # a negative inexact quotient was rounded down: one up
+            result = floored.where(~((floored < 0) & (floored * divisor != left)), floored + 1)
+        else:  # a remainder whose sign differs from the dividend's is one divisor off
+            result = floored.where(~((floored != 0) & ((floored < 0) != (left < 0))), floored - divisor)
+        # By a column, float64 always: the rows divided by zero are null, and dask partitions must agree.
+        return result if zero is None else result.astype("float64").where(~zero)
+
+    return divide
+
+
 _BINARY: dict[str, Callable[[Any, Any], Any]] = {
     "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
-    "//": operator.floordiv, "%": operator.mod, "**": _power,
+    "//": _truncated(operator.floordiv), "%": _truncated(operator.mod), "**": _power,
 }
 
 
@@ -155,6 +184,10 @@ def _between(value: Any, low: Any, high: Any) -> Any:
 def _astype(value: Any, name: str) -> Any:
     if name == "string":  # pandas 2 would turn nulls into the text "nan"
         return value.astype(str).where(value.notnull())
+    dtype = getattr(value, "dtype", None)
+    if name in ("int64", "int32") and isinstance(dtype, np.dtype) and dtype.kind == "f":
+        # numpy ints hold no null: pandas' nullable ints do, so a null stays null (cuDF's ints are nullable already)
+        return np.trunc(value).astype(name.capitalize())
     return value.astype(_DTYPES[name])
 
 

@@ -3,8 +3,8 @@
 Follows the language's rules (docs/spec.md, "Nulls") exactly as the Dask engine does, where
 Polars' own defaults differ: a comparison with a null is false (Polars: null), so a
 comparison, ``in`` or predicate result is filled with false; ``not`` of it then stays
-two-valued. Everything else (arithmetic with a null gives null, floored ``//`` and ``%``,
-half-to-even rounding) is what Polars does already.
+two-valued; ``//`` and ``%`` truncate toward zero, as SQL's (Polars floors). Everything else
+(arithmetic with a null gives null, half-to-even rounding) is what Polars does already.
 """
 
 from __future__ import annotations
@@ -25,9 +25,21 @@ _CASTS: dict[str, Any] = {
     "int64": pl.Int64, "int32": pl.Int32, "float64": pl.Float64, "float32": pl.Float32, "bool": pl.Boolean,
     "datetime64[ns]": pl.Datetime("ns"), "string": pl.String,
 }
+def _truncated_divide(a: pl.Expr, b: pl.Expr) -> pl.Expr:
+    """SQL's ``//``: truncated toward zero (Polars floors); by zero, null."""
+    floored = a // b
+    return pl.when(b == 0).then(None).when((floored < 0) & (floored * b != a)).then(floored + 1).otherwise(floored)
+
+
+def _truncated_remainder(a: pl.Expr, b: pl.Expr) -> pl.Expr:
+    """SQL's ``%``: the dividend's sign (Polars takes the divisor's); by zero, null."""
+    floored = a % b
+    return pl.when(b == 0).then(None).when((floored != 0) & ((floored < 0) != (a < 0))).then(floored - b).otherwise(floored)
+
+
 _BINARY: dict[str, Callable[[pl.Expr, pl.Expr], pl.Expr]] = {
     "+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "/": lambda a, b: a / b,
-    "//": lambda a, b: a // b, "%": lambda a, b: a % b, "**": lambda a, b: a.pow(b),
+    "//": _truncated_divide, "%": _truncated_remainder, "**": lambda a, b: a.pow(b),
 }
 _COMPARE: dict[str, Callable[[pl.Expr, pl.Expr], pl.Expr]] = {
     "==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<": lambda a, b: a < b,

@@ -4,6 +4,7 @@ the same expression on dask, and the whitelist's rejections and their messages."
 from __future__ import annotations
 
 import builtins
+import math
 import pickle
 from collections.abc import Callable
 from typing import Any
@@ -93,8 +94,11 @@ ARITHMETIC: dict[str, Ref] = {
     "amount + qty": lambda df: df.amount + df.qty,
     "amount - qty * 2": lambda df: df.amount - df.qty * 2,
     "amount / qty": lambda df: df.amount / df.qty,
-    "qty // 4": lambda df: df.qty // 4,
-    "qty % 4": lambda df: df.qty % 4,
+    "qty // 4": lambda df: np.sign(df.qty) * (df.qty.abs() // 4),  # truncated toward zero, as SQL: -3 // 4 is 0
+    "qty % 4": lambda df: np.fmod(df.qty, 4),  # the dividend's sign, as SQL: -3 % 4 is -3
+    "qty // 0": lambda df: pd.Series(np.nan, index=df.index),  # by zero: null
+    "amount // qty": lambda df: pd.Series([np.nan if q == 0 or pd.isna(a) else float(math.trunc(a / q)) for a, q in zip(df.amount, df.qty)]),
+    "amount % qty": lambda df: pd.Series([np.nan if q == 0 or pd.isna(a) else math.fmod(a, q) for a, q in zip(df.amount, df.qty)]),
     "qty ** 2": lambda df: df.qty**2,
     "-amount": lambda df: -df.amount,
     "+qty": lambda df: df.qty,
@@ -142,6 +146,8 @@ NUMERIC: dict[str, Ref] = {
     'cast(qty, "float64")': lambda df: df.qty.astype("float64"),
     'cast(qty, "int32")': lambda df: df.qty.astype("int32"),
     'cast(flag, "int64")': lambda df: df.flag.astype("int64"),
+    'cast(amount, "int64")': lambda df: pd.Series([None if pd.isna(a) else math.trunc(a) for a in df.amount], dtype="Int64"),  # null stays null
+    'cast(-amount, "int32")': lambda df: pd.Series([None if pd.isna(a) else math.trunc(-a) for a in df.amount], dtype="Int32"),
     'cast(qty, "bool")': lambda df: df.qty != 0,
     'cast(amount, "string")': _py(str, "amount"),  # nulls stay null (pandas 2 would write "nan")
     'cast(amount, "float32")': lambda df: df.amount.astype("float32"),

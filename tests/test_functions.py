@@ -39,6 +39,12 @@ SCHEMA = {"name": "string", "day": "datetime", "n": "numeric"}
         ("rpad('ab', 4, '.')", "ab.."),
         ("concat('a', None, 'b')", "ab"),
         ("split_part(None, '-', 1)", None),
+        ("-7 // 2", -3),
+        ("-7 % 3", -1),
+        ("7 // -2", -3),
+        ("7 % -3", 1),
+        ("7 // 0", None),
+        ("7 % 0", None),
     ],
 )
 def test_constant_calls_are_folded(text: str, value: Any) -> None:
