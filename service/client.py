@@ -11,16 +11,16 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from pydantic import ValidationError
 
-from cluster.info import ClusterInfo
 from jobs.spec import JobSpec
 from jobs.status import JobProgress, JobStatus, ResultManifest
-from service.documents import DocumentError, read_mapping
 from service.schemas import ErrorDetail, Health, JobAccepted, JobLogs, JobPage, JobView
 from service.spec_errors import error_detail
 from service.validation import ValidationReport
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from cluster.info import ClusterInfo
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 
@@ -45,6 +45,8 @@ def read_spec_file(path: str | Path) -> dict[str, Any]:
     SpecFileError
         If the file cannot be read or is not a YAML/JSON mapping.
     """
+    from service.documents import DocumentError, read_mapping  # PyYAML: only for the commands that read files
+
     try:
         return read_mapping(Path(path), "name, source, steps, sink")
     except DocumentError as exc:
@@ -198,6 +200,8 @@ class SpillwayClient:
         return read_head(self.result(job_id), n)
 
     def cluster(self) -> ClusterInfo:
+        from cluster.info import ClusterInfo
+
         return ClusterInfo.model_validate(self._request("GET", "/cluster"))
 
     def health(self) -> Health:
