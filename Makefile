@@ -5,18 +5,24 @@ BIN := $(VENV)/bin
 
 .PHONY: demo test setup clean
 
+# The runtime only: what the demo and the service need.
 $(BIN)/spillway: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e .
 	touch $(BIN)/spillway
+
+# The test extra on top (pytest, selenium, moto, schemathesis, duckdb, ...), for `make test` only.
+$(VENV)/.test-deps: $(BIN)/spillway
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
 
 setup: $(BIN)/spillway
 
 demo: setup
 	$(BIN)/spillway demo
 
-test: setup
+test: $(VENV)/.test-deps
 	$(BIN)/python -m pytest
 
 clean:
