@@ -46,7 +46,8 @@ FrameOf = Callable[[SourceSpec | str, str], dd.DataFrame]  # (inline source or n
 _HIDDEN = "__spillway_"
 # Aggregations that dask's agg() cannot combine with the others in one tree reduction:
 # each is its own reduction (median shuffles on the group keys), merged back on the keys.
-_SEPARATE_AGGS = ("nunique", "median")
+_SEPARATE_AGGS = ("nunique", "count_distinct", "median", "quantile")
+_DASK_AGGS = {"count_distinct": "nunique"}
 
 
 @contextmanager
@@ -229,6 +230,19 @@ def _named_aggregates(frame: Any, names: dict[tuple[str, str], str]) -> Any:
     return picked
 
 
+def group_quantile(part: Any, keys: list[str], column: str, q: float, name: str) -> Any:
+    """The ``q`` quantile of ``column`` per group of ``keys`` in one pandas or cuDF frame holding whole groups."""
+    return part.groupby(keys, dropna=False, sort=False)[column].quantile(q).rename(name).reset_index()
+
+
+def _quantile(frame: dd.DataFrame, keys: list[str], column: str, q: float, name: str) -> dd.DataFrame:
+    """An exact quantile per group: dask's groupby has none, so a shuffle on the keys puts each
+    group in one partition, where pandas (or cuDF) computes it, as dask's median does."""
+    rows = frame[[*keys, column]].shuffle(on=keys)
+    meta = group_quantile(frame[[*keys, column]]._meta_nonempty, keys, column, q, name).iloc[:0]
+    return rows.map_partitions(group_quantile, keys, column, q, name, meta=meta)
+
+
 def _groupby(frame: dd.DataFrame, step: GroupByStep, field: str, plan: LogicalPlan | None = None) -> dd.DataFrame:
     # The {column: [funcs]} form is the one dask-cudf and dask-pandas both take (cudf
     # has no named aggregation); the (column, func) result columns are then renamed.
@@ -263,7 +277,8 @@ def _groupby(frame: dd.DataFrame, step: GroupByStep, field: str, plan: LogicalPl
             named = named.assign(**copies)
         parts.append(named[list(wanted)].reset_index())
     parts += [
-        getattr(grouped[inputs[name] or row_column], agg.func)().to_frame(name).reset_index()
+        _quantile(frame, keys, inputs[name] or row_column, agg.q or 0.0, name) if agg.func == "quantile"
+        else getattr(grouped[inputs[name] or row_column], _DASK_AGGS.get(agg.func, agg.func))().to_frame(name).reset_index()
         for name, agg in step.aggs.items()
         if agg.func in _SEPARATE_AGGS
     ]

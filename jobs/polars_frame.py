@@ -39,7 +39,7 @@ from jobs.window_polars import window_columns
 _HIDDEN = "__spillway_"
 _HOW = {"inner": "inner", "left": "left", "right": "right", "outer": "full", "semi": "semi", "anti": "anti"}
 # Counts come out as Polars' u32; as Int64 they match the Dask engine's and SQL's type.
-_COUNTS = ("count", "size", "nunique")
+_COUNTS = ("count", "size", "nunique", "count_distinct")
 
 
 class PolarsFrames(NamedSources[pl.LazyFrame]):
@@ -112,10 +112,12 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
         value = pl.col(agg.column) if agg.column is not None else self.expr(f"{field}.aggs.{name}.expr", agg.expr or "", schema)
         kind = schema.get(agg.column, "") if agg.column is not None else ""
         result: pl.Expr
-        if agg.func == "nunique":
+        if agg.func in ("nunique", "count_distinct"):
             result = value.drop_nulls().n_unique()
-        elif agg.func == "first":  # the first non-null value, as pandas' first()
-            result = value.drop_nulls().first()
+        elif agg.func in ("first", "last"):  # the first (last) non-null value, as pandas' first() and last()
+            result = getattr(value.drop_nulls(), agg.func)()
+        elif agg.func == "quantile":  # exact, interpolating linearly between the values around q, as pandas
+            result = value.quantile(agg.q or 0.0, interpolation="linear")
         elif agg.func in ("std", "var"):
             result = getattr(value, agg.func)(ddof=1)
         else:

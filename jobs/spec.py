@@ -115,20 +115,24 @@ class RenameStep(_Strict):
     columns: Annotated[dict[ColumnName, ColumnName], Field(min_length=1)]
 
 
-AggFunc = Literal["sum", "mean", "median", "min", "max", "count", "size", "std", "var", "nunique", "first"]
-NUMERIC_AGGS = frozenset({"sum", "mean", "median", "std", "var"})
+AggFunc = Literal[
+    "sum", "mean", "median", "quantile", "min", "max", "count", "size", "std", "var", "nunique", "count_distinct", "first", "last"
+]
+NUMERIC_AGGS = frozenset({"sum", "mean", "median", "quantile", "std", "var"})
 
 
 class Aggregation(_Strict):
     """One output column of a groupby: ``func`` applied per group to ``column`` or to ``expr``.
 
     ``size`` counts rows and takes neither; ``count`` counts non-null values;
-    ``expr`` aggregates a computed value, e.g. ``{func: sum, expr: "price * (1 - discount)"}``.
+    ``expr`` aggregates a computed value, e.g. ``{func: sum, expr: "price * (1 - discount)"}``;
+    ``quantile`` takes ``q``, the fraction (0.95 for the 95th percentile).
     """
 
     func: AggFunc
     column: ColumnName | None = None
     expr: Expr | None = None
+    q: float | None = Field(default=None, ge=0, le=1, description="quantile: the fraction of values at or below the result.")
 
     @model_validator(mode="after")
     def _input_matches_func(self) -> Aggregation:
@@ -138,6 +142,8 @@ class Aggregation(_Strict):
             raise ValueError("'size' counts rows per group and takes no column")
         if self.func != "size" and self.column is None and self.expr is None:
             raise ValueError(f"'{self.func}' needs a column or an expr")
+        if (self.func == "quantile") != (self.q is not None):
+            raise ValueError("'quantile' needs 'q' (e.g. 0.95), and only it takes one")
         return self
 
 

@@ -37,7 +37,7 @@ from jobs.spec import (
 
 SchemaReader = Callable[..., Schema]
 
-_AGG_KIND = {kind: "numeric" for kind in ("count", "size", "nunique", "mean", "median", "std", "var")}
+_AGG_KIND = {kind: "numeric" for kind in ("count", "size", "nunique", "count_distinct", "mean", "median", "quantile", "std", "var")}
 _NOT_SUMMABLE = ("string", "datetime", "other")
 _CONDITION_KINDS = ("bool", "unknown", "other")
 # The plan being built by plan_spec: the checks below record into it what they parse and infer.
@@ -195,7 +195,7 @@ def _check_groupby(schema: Schema, step: GroupByStep, where: str, field: str) ->
                 )
         if name in out:
             raise SpecError(f"{where}: output column '{name}' is also a group key", field=agg_field)
-        # A sum of bools counts them; min, max and first keep their input's kind.
+        # A sum of bools counts them; min, max, first and last keep their input's kind.
         out[name] = _AGG_KIND.get(agg.func, "numeric" if agg.func == "sum" and kind == "bool" else kind)
     return out
 
