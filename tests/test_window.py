@@ -9,12 +9,16 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 from pydantic import ValidationError
 
 from jobs.errors import SpecError, TypeMismatch, UnknownColumn
 from jobs.spec import JobSpec
+from jobs.status import JobStatus
 from jobs.validate import check_spec
+from service.client import SpillwayClient
+from tests.conftest import wait_terminal
 from tests.test_engines import assert_same_rows, run_both
 
 ROWS = 240
@@ -208,3 +212,15 @@ def test_bad_windows_name_their_field(data: Path, step: dict[str, Any], error: t
 def test_window_shape_errors(column: dict[str, Any], message: str) -> None:
     with pytest.raises(ValidationError, match=message):
         JobSpec.model_validate({"source": {"format": "csv", "path": "p"}, "steps": [window([], [], {"x": column})], "sink": {"path": "o"}})
+
+
+def test_a_window_job_through_the_service(api: SpillwayClient, data: Path, tmp_path: Path) -> None:
+    """On the service's cluster the Dask engine's per-partition window function runs on real workers."""
+    columns = {"n": {"func": "row_number"}, "running": {"func": "sum", "column": "v", "frame": "running"}}
+    spec = job(data, [window(["k"], UNIQUE_ORDER, columns)]).model_dump(mode="json", exclude_none=True)
+    spec["sink"] = {"path": str(tmp_path / "out")}
+    done = wait_terminal(api, api.submit(spec).id)
+    assert done.state == JobStatus.SUCCEEDED, done.error
+    written = pq.read_table(tmp_path / "out").to_pandas()
+    expected = _expected(rows_frame(), ["k"], UNIQUE_ORDER, columns)
+    assert_same_rows(written[list(expected.columns)], expected, ordered=False)
