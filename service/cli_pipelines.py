@@ -199,9 +199,9 @@ def backfill(
     """Queue runs for every interval starting in \\[start, end]; they run max_active_runs at a time."""
     with _client(ctx, url) as client:
         result = client.backfill(name, start, end, parse_params(param))
-    console.print(f"queued {plural(len(result.created), 'run')}; {plural(len(result.existing), 'date')} already had one")
+    console.print(f"queued {len(result.created)} runs; {len(result.existing)} dates already had one")
     if result.not_ended:
-        console.print(f"{plural(len(result.not_ended), 'interval')} not ended yet; the schedule will run them")
+        console.print(f"{len(result.not_ended)} intervals have not ended yet; the schedule will run them")
 
 
 @pipeline_app.command()
