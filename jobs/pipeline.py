@@ -1,7 +1,9 @@
 """JobSpec → Dask dataframe graph. The only place the pandas/cudf backend switch lives.
 
 Every operation is a dask.dataframe method, so the graph holds only dask, pandas
-and cudf functions: workers need no Spillway code to run it. Helper columns that
+and cudf functions, except where dask has no method: a window step and a quantile run a
+Spillway function on each shuffled partition (:mod:`jobs.window_pandas`,
+:func:`group_quantile`), so their workers need Spillway installed. Helper columns that
 some steps need (an aggregated expression, a rank, a match marker) are named with
 the ``__spillway_`` prefix and dropped before the step ends.
 """
