@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from jobs.status import ResultManifest
     from service.client import JobEvent, SpillwayClient
     from service.schemas import JobView
+    from service.validation import ValidationReport
 
 #: JobStatus' values, spelled out so that building the commands needs no pydantic.
 JOB_STATES = ("PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED")
@@ -320,6 +321,21 @@ def logs(job_id: str, url: UrlOption = DEFAULT_URL) -> None:
         console.print(escape(line), highlight=False, soft_wrap=True)
 
 
+def _check_file(spec_file: Path, url: str, overrides: list[str] | None) -> ValidationReport:
+    from service.client import ApiError
+
+    spec = load_spec(spec_file, overrides)
+    with _client(url) as client:
+        try:
+            return client.validate(spec)
+        except ApiError as exc:
+            raise _fail(str(exc), 2) from exc
+
+
+def _columns(columns: dict[str, str]) -> str:
+    return ", ".join(f"{name}: {kind}" for name, kind in columns.items())
+
+
 @app.command()
 def validate(
     spec_file: Annotated[Path, typer.Argument(help="Job spec, YAML or JSON.")],
@@ -328,19 +344,29 @@ def validate(
 ) -> None:
     """Check a spec as `submit` would (its sources, columns, types, data roots, sink) and say which
     engine would run it and what it would write. Runs nothing."""
-    from service.client import ApiError
-
-    spec = load_spec(spec_file, overrides)
-    with _client(url) as client:
-        try:
-            report = client.validate(spec)
-        except ApiError as exc:
-            raise _fail(str(exc), 2) from exc
+    report = _check_file(spec_file, url, overrides)
     console.print(f"[bold]{escape(report.name)}[/] is valid; nothing was run")
     for check in report.checks:
         console.print(f"  [green]ok[/] {escape(check)}")
     console.print(f"engine: {report.engine.engine} on the {report.engine.device} ({escape(report.engine.reason)})")
-    console.print("output: " + ", ".join(f"{name}: {kind}" for name, kind in report.columns.items()))
+    console.print(f"output: {escape(_columns(report.columns))}")
+
+
+@app.command()
+def explain(
+    spec_file: Annotated[Path, typer.Argument(help="Job spec, YAML or JSON.")],
+    url: UrlOption = DEFAULT_URL,
+    overrides: SetOption = None,
+) -> None:
+    """How a spec would run, after the checks of `validate`: the engine and why, what each source
+    reads (files, bytes), and the columns after each step. Runs nothing."""
+    report = _check_file(spec_file, url, overrides)
+    console.print(f"[bold]{escape(report.name)}[/]: engine {report.engine.engine} on the {report.engine.device} ({escape(report.engine.reason)})")
+    for source in report.inputs:
+        console.print(f"  read  {source.field:<18} {escape(source.path)}: {plural(source.files, 'file')}, {source.bytes:,} bytes")
+    for step in report.steps:
+        console.print(f"  {step.field:<10} {step.op:<15} → {escape(_columns(step.columns))}")
+    console.print(f"  write {escape(_columns(report.columns))}")
 
 
 @app.command()

@@ -16,6 +16,23 @@ CHECKS = (
 )
 
 
+class InputFiles(BaseModel):
+    """What one source of the job would read."""
+
+    field: str = Field(description="Where the source is in the spec: `source`, `sources.products`, `steps[2].right`.")
+    path: str
+    files: int
+    bytes: int = Field(description="Their size on disk (compressed, for parquet).")
+
+
+class StepColumns(BaseModel):
+    """The columns after one step of the job, as the check found them."""
+
+    field: str = Field(description="`steps[i]`.")
+    op: str
+    columns: dict[str, str]
+
+
 class ValidationReport(BaseModel):
     """A spec that would be accepted, and how it would run; nothing was created or run."""
 
@@ -23,4 +40,6 @@ class ValidationReport(BaseModel):
     valid: bool = True
     checks: list[str] = Field(description="What the spec passed, in order.")
     engine: EngineChoice = Field(description="The engine the job would run on, and why (as `progress.engine` of a job).")
+    inputs: list[InputFiles] = Field(default_factory=list, description="Every source of files, with its file count and bytes.")
+    steps: list[StepColumns] = Field(default_factory=list, description="The job's steps, each with the columns after it.")
     columns: dict[str, str] = Field(description="The output's columns and their kinds (numeric, string, bool, datetime, ...).")

@@ -43,6 +43,12 @@ def test_validate_reports_engine_and_columns_and_creates_no_job(service: Service
         report = client.validate(spec(sample_data, tmp_path / "out"))
         assert report.valid and report.engine.engine in ("polars", "dask") and report.engine.reason
         assert list(report.columns) == ["region", "revenue"]
+        assert [(i.field, i.files) for i in report.inputs] == [("source", 4)] and report.inputs[0].bytes > 0
+        assert [(st.field, st.op, list(st.columns)) for st in report.steps] == [("steps[0]", "groupby", ["region", "revenue"])]
+        explained = spillway(service, "explain", str(spec_file))
+        assert explained.returncode == 0, explained.stderr
+        assert "engine dask on the cpu" in explained.stdout and "4 files" in explained.stdout
+        assert "steps[0]   groupby         → region: string, revenue: numeric" in explained.stdout
         assert client.list(limit=1).total == before  # nothing stored
     assert not (tmp_path / "out").exists()  # nothing written
 

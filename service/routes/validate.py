@@ -6,13 +6,17 @@ import asyncio
 
 from fastapi import APIRouter
 
-from jobs.engine_choice import choose_engine
-from jobs.spec import JobSpec
-from jobs.validate import check_spec, validate_submission
+from jobs.engine_choice import EngineName, choose_engine
+from jobs.gpu_support import gpu_refusal, settle_on_gpu
+from jobs.polars_frame import build_lazyframe
+from jobs.sources import resolve_files
+from jobs.spec import JobSpec, SourceSpec
+from jobs.storage import filesystem
+from jobs.validate import plan_spec, validate_submission
 from service.auth import Scope, require
 from service.routes.deps import ServicesDep
 from service.schemas import ErrorBody
-from service.validation import CHECKS, ValidationReport
+from service.validation import CHECKS, InputFiles, StepColumns, ValidationReport
 
 router = APIRouter(tags=["jobs"], dependencies=[require(Scope.SUBMIT)])
 
@@ -28,6 +32,27 @@ async def validate_job(spec: JobSpec, services: ServicesDep) -> ValidationReport
     """Check a JobSpec exactly as ``POST /jobs`` does (a failure is the same error) and say which
     engine would run it; no job is stored, queued or run. Needs the ``submit`` scope, as submitting does."""
     await asyncio.to_thread(validate_submission, spec, services.settings.allowed_roots)
-    schema = await asyncio.to_thread(check_spec, spec)  # metadata only: cheap to read twice
-    engine = choose_engine(spec, services.settings.default_engine, services.cluster.backend)
-    return ValidationReport(name=spec.name, checks=list(CHECKS), engine=engine, columns=dict(schema))
+    return await asyncio.to_thread(_report, spec, services.settings.default_engine, services.cluster.backend)
+
+
+def _report(spec: JobSpec, default_engine: EngineName, backend: str) -> ValidationReport:
+    plan = plan_spec(spec)  # reads the sources' metadata again: cheap, and validation has passed
+    engine = choose_engine(spec, default_engine, backend)
+    if engine.engine == "polars" and engine.device == "gpu":
+        # As the job manager decides when the job starts, and as submit refuses `engine: polars`.
+        engine = settle_on_gpu(engine, spec.engine or default_engine, gpu_refusal(build_lazyframe(plan)))
+    steps = [StepColumns(field=f"steps[{i}]", op=step.op, columns=dict(plan.schemas[f"steps[{i}]"])) for i, step in enumerate(spec.steps)]
+    return ValidationReport(
+        name=spec.name,
+        checks=list(CHECKS),
+        engine=engine,
+        inputs=[_input_files(field, source) for field, source in spec.source_fields()],
+        steps=steps,
+        columns=dict(plan.output),
+    )
+
+
+def _input_files(field: str, source: SourceSpec) -> InputFiles:
+    files = resolve_files(source, field=field)
+    fs, _ = filesystem(files[0], field=f"{field}.path")
+    return InputFiles(field=field, path=source.path, files=len(files), bytes=sum(fs.size(f) for f in files))
