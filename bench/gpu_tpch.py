@@ -201,7 +201,7 @@ def main() -> None:
     parser.add_argument("--backend", choices=("cudf", "pandas"), default="cudf", help="Spillway's backend.")
     parser.add_argument("--gpus", action="append", help="CUDA_VISIBLE_DEVICES of one Spillway run; repeat for 1 and 2 GPUs (default: 0).")
     parser.add_argument("--protocol", default="tcp", choices=("tcp", "ucx"))
-    parser.add_argument("--rmm-pool", default="32GB")
+    parser.add_argument("--rmm-pool", default=None, help="RMM pool per worker, e.g. 32GB (default: none, the service's default)")
     parser.add_argument("--cpu-workers", type=int, default=2, help="Spillway workers on the pandas backend.")
     parser.add_argument("--cpu-threads", type=int, default=1, help="Threads per Spillway worker on the pandas backend.")
     parser.add_argument("--spillway-engines", default="polars,dask", help="Spillway's engines to run, comma-separated: polars, dask.")

@@ -16,7 +16,7 @@ import polars as pl
 
 from jobs.engine_choice import EngineName, choose_engine
 from jobs.errors import GpuUnsupported
-from jobs.spec import JobSpec
+from jobs.logical import LogicalPlan
 from jobs.status import EngineChoice
 
 #: What the GPU engine runs: cudf-polars' in-memory executor, never a silent CPU fallback.
@@ -24,15 +24,32 @@ GPU_EXECUTOR = "in-memory"
 
 
 def gpu_engine() -> Any:
-    """The Polars GPU engine Spillway runs jobs on (``raise_on_fail``: a refused query fails, it never runs on the CPU)."""
-    return pl.GPUEngine(executor=GPU_EXECUTOR, raise_on_fail=True)
+    """The Polars GPU engine Spillway runs jobs on (``raise_on_fail``: a refused query fails, it never runs on the CPU).
+
+    On a worker whose RMM allocator was configured (``rmm_pool_size``, ``rmm_async``), cudf-polars
+    allocates from it. Otherwise it would make its own beside it, and the worker's pool would hold
+    device memory that the query then lacks (TPC-H SF 100 q01: 24.3 s beside a 32 GB pool against
+    4.2 s direct; bench/RESULTS.md).
+    """
+    return pl.GPUEngine(executor=GPU_EXECUTOR, raise_on_fail=True, memory_resource=_configured_memory_resource())
+
+
+def _configured_memory_resource() -> Any:
+    """This process's RMM resource if someone set one, else None (cudf-polars then picks its default)."""
+    try:
+        import rmm
+    except ImportError:  # no GPU stack, no allocator to share
+        return None
+    current = rmm.mr.get_current_device_resource()
+    return None if type(current) is rmm.mr.CudaMemoryResource else current
 
 
 def gpu_refusal(frame: pl.LazyFrame) -> str | None:
     """Why cudf-polars cannot run ``frame`` on the GPU, or None when it can (translation only)."""
     from cudf_polars.dsl.translate import Translator  # the gpu extra; only called on a GPU cluster
 
-    translator = Translator(frame._ldf.visit(), gpu_engine())
+    # No allocator here: translating needs none, and asking RMM for one could start a CUDA context in the service.
+    translator = Translator(frame._ldf.visit(), pl.GPUEngine(executor=GPU_EXECUTOR, raise_on_fail=True))
     translator.translate_ir()
     reasons = sorted({f"{type(error).__name__}: {error}" for error in translator.errors})
     return "; ".join(reasons)[:500] if reasons else None
@@ -51,16 +68,15 @@ def settle_on_gpu(choice: EngineChoice, asked: str, refusal: str | None) -> Engi
     return EngineChoice(engine="dask", device="gpu", reason=f"engine: auto — cudf-polars cannot run it ({refusal[:300]}); dask-cudf does")
 
 
-def check_gpu_submission(spec: JobSpec, default: EngineName, backend: str) -> None:
+def check_gpu_submission(plan: LogicalPlan, default: EngineName, backend: str) -> None:
     """At submit: a job that must run on cudf-polars (``engine: polars`` on a GPU cluster) and cannot is a 422 now.
 
     Under ``auto`` nothing is refused: the job starts on dask-cudf instead (decided when it starts).
     """
-    choice = choose_engine(spec, default, backend)
-    asked = spec.engine or default
+    choice = choose_engine(plan.spec, default, backend)
+    asked = plan.spec.engine or default
     if choice.engine != "polars" or choice.device != "gpu" or asked == "auto":
         return
     from jobs.polars_frame import build_lazyframe
-    from jobs.validate import plan_spec
 
-    settle_on_gpu(choice, asked, gpu_refusal(build_lazyframe(plan_spec(spec))))
+    settle_on_gpu(choice, asked, gpu_refusal(build_lazyframe(plan)))

@@ -11,6 +11,7 @@ types than the files hold (see its docstring).
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 
@@ -141,13 +142,31 @@ def parquet_schema(files: list[str]) -> tuple[pa.Schema, list[str]]:
     """The Arrow schema of parquet ``files`` with any hive partition columns, and those columns' names.
 
     The footer of the first file is read, and the paths are parsed for ``key=value``
-    folders, as dask's reader does.
+    folders, as dask's reader does. Local files' answers are kept while the first file's
+    size, modification time and inode stay the same: a job's schema is asked for at submit
+    and again when it starts, and a large file's footer costs tens of milliseconds each time
+    (TPC-H SF 100 lineitem: bench/RESULTS.md).
     """
+    if is_url(files[0]):
+        return _read_parquet_schema(tuple(files))
+    try:
+        stat = os.stat(files[0])
+    except OSError:
+        return _read_parquet_schema(tuple(files))  # let the reader raise its own error
+    return _cached_parquet_schema(tuple(files), (stat.st_size, stat.st_mtime_ns, stat.st_ino))
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_parquet_schema(files: tuple[str, ...], first_file_stat: tuple[int, int, int]) -> tuple[pa.Schema, list[str]]:
+    return _read_parquet_schema(files)
+
+
+def _read_parquet_schema(files: tuple[str, ...]) -> tuple[pa.Schema, list[str]]:
     if is_url(files[0]):
         fs, _ = filesystem(files[0])
         dataset = pads.dataset([fs._strip_protocol(f) for f in files], format="parquet", partitioning="hive", filesystem=fs)
     else:
-        dataset = pads.dataset(files, format="parquet", partitioning="hive")
+        dataset = pads.dataset(list(files), format="parquet", partitioning="hive")
     physical = next(dataset.get_fragments()).physical_schema.names
     return dataset.schema, [name for name in dataset.schema.names if name not in physical]
 

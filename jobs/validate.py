@@ -279,8 +279,8 @@ def _check_join(schema: Schema, step: JoinStep, where: str, field: str, schema_o
     return out
 
 
-def validate_submission(spec: JobSpec, allowed_roots: list[str]) -> None:
-    """Every check a job passes before it is accepted: data roots, sources' schemas, a free sink.
+def validate_submission(spec: JobSpec, allowed_roots: list[str]) -> LogicalPlan:
+    """Every check a job passes before it is accepted: data roots, sources' schemas, a free sink; its plan.
 
     Raises
     ------
@@ -290,5 +290,6 @@ def validate_submission(spec: JobSpec, allowed_roots: list[str]) -> None:
     from jobs.sink import ensure_sink_free
 
     check_paths(spec, allowed_roots)
-    schema = check_spec(spec)
-    ensure_sink_free(spec.sink, columns=schema)
+    plan = plan_spec(spec)
+    ensure_sink_free(spec.sink, columns=plan.output)
+    return plan

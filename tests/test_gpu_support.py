@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import polars as pl
 import pytest
 
@@ -21,6 +22,7 @@ from jobs.lower_polars import to_polars
 from jobs.polars_run import _cannot_run_on_gpu
 from jobs.spec import JobSpec
 from jobs.status import EngineChoice, JobStatus
+from jobs.validate import plan_spec
 from service.client import ApiError
 from service.launcher import ServiceProcess, launch_service
 from tests.conftest import wait_terminal
@@ -48,8 +50,9 @@ def test_under_engine_polars_a_refused_query_is_an_error_naming_the_field() -> N
 
 def test_on_a_cpu_cluster_nothing_is_asked_of_cudf_polars(tmp_path: Path) -> None:
     # No cudf-polars here: asking it would fail with ImportError, so passing shows it was not asked.
-    spec = JobSpec.model_validate({"name": "t", "engine": "polars", "source": {"format": "parquet", "path": str(tmp_path / "none.parquet")}, "sink": {"path": str(tmp_path / "out")}})
-    check_gpu_submission(spec, "polars", "pandas")
+    pd.DataFrame({"a": [1, 2]}).to_parquet(tmp_path / "in.parquet")
+    spec = JobSpec.model_validate({"name": "t", "engine": "polars", "source": {"format": "parquet", "path": str(tmp_path / "in.parquet")}, "sink": {"path": str(tmp_path / "out")}})
+    check_gpu_submission(plan_spec(spec), "polars", "pandas")
 
 
 # --- on the GPU -------------------------------------------------------------------------------
@@ -85,7 +88,7 @@ def month_shift_spec(sample_data: dict[str, Path], sink: Path, engine: str) -> d
     """A month interval: Polars' ``offset_by``, which cudf-polars 26.10 refuses."""
     return {
         "name": "next_month", "engine": engine, "source": {"format": "parquet", "path": str(sample_data["sales"])},
-        "steps": [{"op": "assign", "columns": {"due": 'ts + interval(1, "month")'}}, {"op": "select", "columns": ["order_id", "ts", "due"]}],
+        "steps": [{"op": "assign", "column": "due", "expr": 'ts + interval(1, "month")'}, {"op": "select", "columns": ["order_id", "ts", "due"]}],
         "sink": {"path": str(sink)},
     }
 

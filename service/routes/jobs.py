@@ -71,9 +71,9 @@ async def submit_job(
     queued = (await asyncio.to_thread(services.store.count_by_state))[JobStatus.PENDING]
     if queued >= limit:
         raise QueueFull(f"{queued} jobs are waiting; the limit is {limit}. Retry later.")
-    await asyncio.to_thread(validate_submission, spec, services.settings.allowed_roots)
+    plan = await asyncio.to_thread(validate_submission, spec, services.settings.allowed_roots)
     if services.cluster.backend == "cudf":
-        await asyncio.to_thread(check_gpu_submission, spec, services.settings.default_engine, services.cluster.backend)
+        await asyncio.to_thread(check_gpu_submission, plan, services.settings.default_engine, services.cluster.backend)
     owner = getattr(request.state, "token_name", None)
     job, created = await asyncio.to_thread(
         services.store.create, spec, services.cluster.backend, idempotency_key=idempotency_key, owner=owner, max_pending=limit
