@@ -3,7 +3,7 @@
 # with RAPIDS and cudf-polars staged (../shared/gpu/README.md):
 #
 #     bash bench/gpu_session.sh tests      # pytest -m gpu; the control-plane bench on the 16 cores; CUDA context probe
-#     bash bench/gpu_session.sh tpch10     # TPC-H SF 10 over REST, side by side with cudf-polars and DuckDB
+#     bash bench/gpu_session.sh tpch10 [--rmm-pool 32GB]   # TPC-H SF 10 over REST, side by side with cudf-polars and DuckDB
 #     bash bench/gpu_session.sh tpch100    # TPC-H SF 100, the same (data generated first, ~90 s)
 #
 # Logs and JSON go under $OUT; bench/RESULTS.md records what they said.
@@ -14,7 +14,8 @@ chmod +x /tmp/site/bin/* 2>/dev/null
 OUT=${OUT:-/tmp/gpu_session}
 mkdir -p "$OUT"
 
-case "${1:-}" in
+part=${1:-}; shift || true  # what follows goes to bench/gpu_tpch.py (e.g. --rmm-pool 32GB)
+case "$part" in
 tests)
     timeout 330 python3 -m pytest -m gpu tests/test_gpu_support.py tests/test_gpu.py tests/test_engines.py tests/test_expr.py \
         -o addopts="" -q -p no:cacheprovider > "$OUT/gpu_tests.log" 2>&1
@@ -38,13 +39,13 @@ PY
     ;;
 tpch10)
     timeout 560 python3 bench/gpu_tpch.py --out "$OUT" --work /tmp/spw_tpch --sf 10 --parts 1 --gpus 0 \
-        --engines spillway,spillway-plan,cudf-polars,duckdb --spillway-engines polars --iterations 2 --deadline 520 \
+        --engines spillway,spillway-plan,cudf-polars,duckdb --spillway-engines polars --iterations 2 --deadline 520 "$@" \
         > "$OUT/tpch10.log" 2>&1
     echo "tpch10 rc=$?"; tail -40 "$OUT/tpch10.log"
     ;;
 tpch100)
     timeout 580 python3 bench/gpu_tpch.py --out "$OUT" --work /tmp/spw_tpch100 --sf 100 --parts 1 --gpus 0 \
-        --engines spillway,cudf-polars,duckdb --spillway-engines polars --iterations 1 --deadline 540 \
+        --engines spillway,cudf-polars,duckdb --spillway-engines polars --iterations 1 --deadline 540 "$@" \
         > "$OUT/tpch100.log" 2>&1
     echo "tpch100 rc=$?"; tail -40 "$OUT/tpch100.log"
     ;;
