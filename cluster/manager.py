@@ -284,8 +284,11 @@ class JobManager:
         frame = None
         if choice.engine == "polars":
             frame = await asyncio.to_thread(build_lazyframe, logical)
-            if choice.device == "gpu":  # cudf-polars says now, from the plan alone, whether it can run it
-                choice = settle_on_gpu(choice, job.spec.engine or self.default_engine, await asyncio.to_thread(gpu_refusal, frame))
+            asked = job.spec.engine or self.default_engine
+            # Under auto, cudf-polars says now, from the plan alone, whether it can run it; under
+            # engine: polars it said so at submit (a 422 then), and the worker still refuses at collect.
+            if choice.device == "gpu" and asked == "auto":
+                choice = settle_on_gpu(choice, asked, await asyncio.to_thread(gpu_refusal, frame))
         active.engine = choice
         active.log.add(f"{self._now()} engine: {choice.engine} on {choice.device} ({choice.reason})")
         log.info("job %s: %s", job.id, choice.reason)
