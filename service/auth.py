@@ -12,6 +12,7 @@ import logging
 import re
 import secrets
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from enum import Enum
 from typing import Annotated, ParamSpec, TypeVar
@@ -127,6 +128,7 @@ def require(needed: Scope):  # noqa: ANN201 - a FastAPI dependency factory
         if found is None:
             raise Unauthenticated("the bearer token is not valid (unknown or revoked)")
         request.state.token_name, scope = found
+        request.state.token_scope = scope  # read by current_caller: admin sees every owner's jobs
         if not scope.allows(needed):
             raise Forbidden(f"this token has scope '{scope.value}'; the request needs '{needed.value}'")
 
@@ -135,6 +137,47 @@ def require(needed: Scope):  # noqa: ANN201 - a FastAPI dependency factory
 
 ReadAccess = Annotated[None, require(Scope.READ)]
 SubmitAccess = Annotated[None, require(Scope.SUBMIT)]
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who sent a request: the owner of what it creates, and what it may see.
+
+    Parameters
+    ----------
+    owner
+        The token's identity (``name#id``); None with auth off, where nothing has an owner.
+    admin
+        An ``admin`` token sees and changes every owner's jobs and pipelines.
+    """
+
+    owner: str | None
+    admin: bool = False
+
+    @property
+    def sees(self) -> str | None:
+        """The only owner whose jobs and pipelines this caller may see; None for all of them."""
+        return None if self.admin else self.owner
+
+
+def current_caller(request: Request) -> Caller:
+    """The :class:`Caller` of a request whose token a :func:`require` dependency has checked.
+
+    Raises
+    ------
+    Unauthenticated
+        With auth on, when no token was checked: a route that forgot :func:`require`
+        then sees nothing rather than everything.
+    """
+    if not request.app.state.services.settings.auth_required:
+        return Caller(owner=None)
+    owner = getattr(request.state, "token_name", None)
+    if owner is None:
+        raise Unauthenticated("this service needs a bearer token: send 'Authorization: Bearer <token>'")
+    return Caller(owner=owner, admin=request.state.token_scope is Scope.ADMIN)
+
+
+CallerDep = Annotated[Caller, Depends(current_caller)]
 
 
 class RedactTokens(logging.Filter):

@@ -2,10 +2,14 @@
 
 State changes are single conditional UPDATEs (``... WHERE state IN (allowed)``), so
 no race, restart or second writer can move a job out of a terminal state.
+
+Reads take an ``owner``: given one, another owner's job is not found, exactly as a
+missing one (see :class:`service.auth.Caller`); None reads every job.
 """
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -25,11 +29,13 @@ from sqlalchemy import (
     func,
     inspect,
     literal,
+    or_,
     select,
     text,
     update,
 )
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.sql import Select
 from sqlalchemy.exc import IntegrityError
 
 from jobs.errors import JobNotFound, QueueFull
@@ -76,6 +82,22 @@ def _aware(value: datetime | None) -> datetime | None:
     return value
 
 
+def add_new_columns(engine: Engine, table: Table) -> None:
+    """Add ``table``'s nullable columns that an older store lacks.
+
+    Additive upgrades only: a nullable column added in a later version is created on an
+    older store. Anything more needs a real migration (Alembic).
+    """
+    existing = {c["name"] for c in inspect(engine).get_columns(table.name)}
+    with engine.begin() as conn:
+        for column in table.columns:
+            if column.name not in existing and column.nullable:
+                kind = column.type.compile(dialect=engine.dialect)
+                conn.execute(text(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}'))
+                if column.unique:  # SQLite cannot add a UNIQUE column; an index does the same
+                    conn.execute(text(f'CREATE UNIQUE INDEX "uq_{table.name}_{column.name}" ON {table.name} ("{column.name}")'))
+
+
 def make_engine(url: str) -> Engine:
     """An engine for ``url``; SQLite gets WAL and a busy timeout for concurrent readers."""
     if url.startswith("sqlite"):
@@ -103,19 +125,7 @@ class JobStore:
         self.clock = clock
         self._listeners: list[Callable[[str], None]] = []
         metadata.create_all(self.engine)
-        self._add_new_columns()
-
-    def _add_new_columns(self) -> None:
-        # Additive upgrades only: a nullable column added in a later version is
-        # created on an older store. Anything more needs a real migration (Alembic).
-        existing = {c["name"] for c in inspect(self.engine).get_columns(jobs_table.name)}
-        with self.engine.begin() as conn:
-            for column in jobs_table.columns:
-                if column.name not in existing and column.nullable:
-                    kind = column.type.compile(dialect=self.engine.dialect)
-                    conn.execute(text(f'ALTER TABLE {jobs_table.name} ADD COLUMN "{column.name}" {kind}'))
-                    if column.unique:  # SQLite cannot add a UNIQUE column; an index does the same
-                        conn.execute(text(f'CREATE UNIQUE INDEX "uq_{jobs_table.name}_{column.name}" ON {jobs_table.name} ("{column.name}")'))
+        add_new_columns(self.engine, jobs_table)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -139,9 +149,10 @@ class JobStore:
     ) -> tuple[JobView, bool]:
         """Persist a new PENDING job; returns it and whether it is new.
 
-        With an ``idempotency_key`` already used, nothing is inserted and the job
-        created under that key is returned: the unique constraint settles races
-        between concurrent requests and between service replicas.
+        With an ``idempotency_key`` already used by ``owner``, nothing is inserted and
+        the job created under that key is returned: the unique constraint settles races
+        between concurrent requests and between service replicas. Keys are per owner:
+        another owner's use of the same key is neither found nor in the way.
 
         With ``max_pending``, counting the PENDING jobs and inserting are one atomic
         step: an ``INSERT ... SELECT ... WHERE count < max_pending``, which SQLite runs
@@ -165,7 +176,7 @@ class JobStore:
             "created_at": now,
             "updated_at": now,
             "progress": JobProgress().model_dump(mode="json"),
-            "idempotency_key": idempotency_key,
+            "idempotency_key": None if idempotency_key is None else _scoped_key(idempotency_key, owner),
             "owner": owner,
         }
         try:
@@ -177,30 +188,36 @@ class JobStore:
         except IntegrityError:
             if idempotency_key is None:
                 raise
-            return self.get_by_idempotency_key(idempotency_key), False
+            return self.get_by_idempotency_key(idempotency_key, owner=owner), False
         self._changed(job_id)
         return self.get(job_id), True
 
-    def get_by_idempotency_key(self, key: str) -> JobView:
-        """The job created under an idempotency key. Raises :class:`JobNotFound`."""
+    def get_by_idempotency_key(self, key: str, *, owner: str | None = None) -> JobView:
+        """The job ``owner`` created under an idempotency key. Raises :class:`JobNotFound`."""
+        match = jobs_table.c.idempotency_key == _scoped_key(key, owner)
+        if owner is not None:  # a key stored before keys were per owner, by this owner
+            match = or_(match, (jobs_table.c.idempotency_key == key) & (jobs_table.c.owner == owner))
         with self.engine.connect() as conn:
-            row = conn.execute(select(jobs_table).where(jobs_table.c.idempotency_key == key)).mappings().first()
+            row = conn.execute(select(jobs_table).where(match)).mappings().first()
         if row is None:
             raise JobNotFound(f"no job with idempotency key '{key}'", field="Idempotency-Key")
         return _to_view(row)
 
-    def get(self, job_id: str) -> JobView:
-        """One job. Raises :class:`JobNotFound`."""
+    def get(self, job_id: str, *, owner: str | None = None) -> JobView:
+        """One job (of ``owner``, when given). Raises :class:`JobNotFound`."""
+        query = _owned(select(jobs_table).where(jobs_table.c.id == job_id), owner)
         with self.engine.connect() as conn:
-            row = conn.execute(select(jobs_table).where(jobs_table.c.id == job_id)).mappings().first()
+            row = conn.execute(query).mappings().first()
         if row is None:
             raise JobNotFound(f"no job with id '{job_id}'", field="id")
         return _to_view(row)
 
-    def list(self, *, state: JobStatus | None = None, limit: int = 50, offset: int = 0) -> tuple[list[JobView], int]:
-        """A page of jobs, newest first, and the total count matching the filter."""
-        query = select(jobs_table)
-        count = select(func.count()).select_from(jobs_table)
+    def list(
+        self, *, state: JobStatus | None = None, limit: int = 50, offset: int = 0, owner: str | None = None
+    ) -> tuple[list[JobView], int]:
+        """A page of jobs (of ``owner``, when given), newest first, and the total count matching the filter."""
+        query = _owned(select(jobs_table), owner)
+        count = _owned(select(func.count()).select_from(jobs_table), owner)
         if state is not None:
             query = query.where(jobs_table.c.state == state.value)
             count = count.where(jobs_table.c.state == state.value)
@@ -273,10 +290,11 @@ class JobStore:
             conn.execute(update(jobs_table).where(jobs_table.c.id == job_id).values(logs=lines))
         self._changed(job_id)
 
-    def logs(self, job_id: str) -> list[str]:
+    def logs(self, job_id: str, *, owner: str | None = None) -> list[str]:
         """A job's log lines (empty while it has not finished). Raises :class:`JobNotFound`."""
+        query = _owned(select(jobs_table.c.logs).where(jobs_table.c.id == job_id), owner)
         with self.engine.connect() as conn:
-            row = conn.execute(select(jobs_table.c.logs).where(jobs_table.c.id == job_id)).first()
+            row = conn.execute(query).first()
         if row is None:
             raise JobNotFound(f"no job with id '{job_id}'", field="id")
         return list(row[0] or [])
@@ -296,6 +314,19 @@ class JobStore:
         counts = {s: 0 for s in JobStatus}
         counts.update({JobStatus(state): int(n) for state, n in rows})
         return counts
+
+
+def _owned(query: Select[Any], owner: str | None) -> Select[Any]:
+    """``query`` narrowed to ``owner``'s jobs; all jobs for None."""
+    return query if owner is None else query.where(jobs_table.c.owner == owner)
+
+
+def _scoped_key(key: str, owner: str | None) -> str:
+    """The stored form of an idempotency key: the key itself without an owner, else a digest
+    of owner and key (the column is unique, and two owners may pick the same key)."""
+    if owner is None:
+        return key
+    return "owner:" + hashlib.sha256(f"{owner}\0{key}".encode()).hexdigest()
 
 
 def _insert_below(conn: Connection, values: dict[str, Any], max_pending: int) -> bool:

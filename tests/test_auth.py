@@ -88,16 +88,16 @@ def test_event_stream_takes_a_query_token_and_the_log_redacts_it(secured: Any, s
     spec = {"source": {"format": "parquet", "path": str(sample_data["sales"])}, "steps": [{"op": "limit", "n": 3}], "sink": {"path": str(tmp_path / "q")}}
     job_id = call(service, "POST", "/jobs", tokens["submit"], json=spec).json()["id"]
     with httpx.Client(base_url=service.url, timeout=60) as http:
-        assert http.get(f"/jobs/{job_id}", params={"token": tokens["read"]}).status_code == 401, "query tokens only for event streams"
-        stream = http.get(f"/jobs/{job_id}/events", params={"token": tokens["read"]})
+        assert http.get(f"/jobs/{job_id}", params={"token": tokens["submit"]}).status_code == 401, "query tokens only for event streams"
+        stream = http.get(f"/jobs/{job_id}/events", params={"token": tokens["submit"]})
     assert stream.status_code == 200 and "event: end" in stream.text
-    assert tokens["read"] not in service.log() and "token=[redacted]" in service.log()
+    assert tokens["submit"] not in service.log() and "token=[redacted]" in service.log()
 
 
 def test_running_jobs_per_token_are_limited_and_others_go_ahead(tmp_path: Path, big_data: dict[str, Path]) -> None:
     service = start_service(tmp_path / "svc", extra_env={"SPILLWAY_AUTH": "on", "SPILLWAY_MAX_RUNNING_PER_TOKEN": "1", "SPILLWAY_MAX_CONCURRENT_JOBS": "2"})
     try:
-        alice, bob = create_token(service, "submit"), create_token(service, "submit")
+        alice, bob, admin = create_token(service, "submit"), create_token(service, "submit"), create_token(service, "admin")
         heavy = {"source": {"format": "parquet", "path": str(big_data["sales"])}, "steps": [{"op": "sort", "by": ["amount"]}, {"op": "sort", "by": ["order_id"]}]}
         a1 = call(service, "POST", "/jobs", alice, json={**heavy, "sink": {"path": str(tmp_path / "a1")}}).json()["id"]
         a2 = call(service, "POST", "/jobs", alice, json={**heavy, "sink": {"path": str(tmp_path / "a2")}}).json()["id"]
@@ -105,7 +105,7 @@ def test_running_jobs_per_token_are_limited_and_others_go_ahead(tmp_path: Path, 
         from service.client import SpillwayClient
         from tests.conftest import wait_terminal
 
-        with SpillwayClient(service.url, token=alice) as client:
+        with SpillwayClient(service.url, token=admin) as client:  # alice cannot see bob's job
             jobs = {name: wait_terminal(client, job_id, timeout=180) for name, job_id in (("a1", a1), ("a2", a2), ("b1", b1))}
     finally:
         service.stop()

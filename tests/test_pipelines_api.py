@@ -174,7 +174,8 @@ def test_reading_needs_a_read_token_and_changing_a_submit_token(sqlite_url: str)
     for path in ("/pipelines/sales/pause", "/pipelines/sales/resume"):
         assert client.post(path, headers=reader).status_code == 403
     assert client.post("/pipelines/sales/runs", json={"logical_date": "2026-04-01"}, headers=reader).status_code == 403
-    assert client.get("/pipelines/sales/runs", headers=reader).status_code == 200
+    assert client.get("/pipelines/sales/runs", headers=writer).status_code == 200
+    assert client.get("/pipelines/sales/runs", headers=reader).status_code == 404, "a read token owns no pipelines (tests/test_owners.py)"
     assert client.delete("/pipelines/sales", headers=reader).status_code == 403
     app.state.pipelines.store.close()
     job_store.close()

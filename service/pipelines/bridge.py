@@ -2,7 +2,8 @@
 
 A run's job is validated, persisted and queued exactly like a ``POST /jobs``, and
 carries an idempotency key, so a scheduler that dies between creating the job and
-recording it finds the same job when it (or another instance) submits again.
+recording it finds the same job when it (or another instance) submits again. The job
+is owned by the pipeline's owner, who sees it as if it had submitted it.
 """
 
 from __future__ import annotations
@@ -39,15 +40,16 @@ def job_callbacks(
         ``functools.partial(validate_submission, allowed_roots=settings.allowed_roots)``.
     """
 
-    async def submit(spec: JobSpec, key: str) -> str:
+    async def submit(spec: JobSpec, key: str, *, owner: str | None = None) -> str:
         try:
             # Submitted before (we crashed before recording it): the same job, unvalidated,
             # since a finished one has committed its sink and would fail the free-sink check.
-            return (await asyncio.to_thread(store.get_by_idempotency_key, key)).id
+            return (await asyncio.to_thread(store.get_by_idempotency_key, key, owner=owner)).id
         except JobNotFound:
             pass
         await asyncio.to_thread(validate, spec)
-        job, created = await asyncio.to_thread(store.create, spec, backend, idempotency_key=key)
+        # The pipeline's owner owns the job, so it sees its pipeline's runs in /jobs.
+        job, created = await asyncio.to_thread(store.create, spec, backend, idempotency_key=key, owner=owner)
         if created:
             enqueue(job.id)
         return job.id

@@ -51,6 +51,7 @@ class PipelineView(PipelineCreate):
     created_at: datetime
     updated_at: datetime
     next_run_at: datetime | None = Field(default=None, description="When the next scheduled run fires (none while paused).")
+    owner: str | None = Field(default=None, description="The token that created the pipeline, as name#id (auth on); its runs' jobs are that token's.")
 
 
 class RunState(str, Enum):

@@ -38,9 +38,17 @@ class JobLike(Protocol):
     result: ResultManifest | None
 
 
-#: Validate, persist and enqueue a job; the key is an idempotency key: the same key
-#: must give back the same job id, so a resubmission after a crash makes no second job.
-SubmitJob = Callable[[JobSpec, str], Awaitable[str]]
+class SubmitJob(Protocol):
+    """Validate, persist and enqueue a job; returns its id.
+
+    ``key`` is an idempotency key: the same key must give back the same job id, so a
+    resubmission after a crash makes no second job. ``owner`` is the pipeline's owner,
+    passed only when it has one: the job is that owner's.
+    """
+
+    def __call__(self, spec: JobSpec, key: str, *, owner: str | None = None) -> Awaitable[str]: ...
+
+
 #: One job by id; raises :class:`jobs.errors.JobNotFound`.
 GetJob = Callable[[str], Awaitable[JobLike]]
 Clock = Callable[[], datetime]
@@ -189,7 +197,9 @@ class PipelineScheduler:
 
     async def _submit(self, attempt: Attempt, record: PipelineRecord, now: datetime, report: TickReport) -> None:
         try:
-            job_id = await self.submit(JobSpec.model_validate(attempt.spec), attempt.idempotency_key)
+            # No owner (auth off): the plain (spec, key) call, which a callable without owners takes too.
+            owned = {} if record.owner is None else {"owner": record.owner}
+            job_id = await self.submit(JobSpec.model_validate(attempt.spec), attempt.idempotency_key, **owned)
         except SpillwayError as exc:
             # The source not landed yet, the sink taken...: a failed attempt, retried per policy.
             await self._close(attempt, record, JobStatus.FAILED, now, report, error=f"{exc.code}: {exc.message}")
@@ -201,17 +211,20 @@ class PipelineScheduler:
         await asyncio.to_thread(self.store.runs.attach_job, attempt, job_id)
         report.submitted += 1
 
-    async def trigger(self, name: str, logical_date: datetime, params: Mapping[str, ParamValue]) -> RunView:
-        """A manual run for the interval starting at ``logical_date`` (to the next firing instant).
+    async def trigger(self, name: str, logical_date: datetime, params: Mapping[str, ParamValue], *, owner: str | None = None) -> RunView:
+        """A manual run for the interval starting at ``logical_date`` (to the next firing instant)
+        of pipeline ``name`` (``owner``'s, when given).
 
         Raises
         ------
+        PipelineNotFound
+            No such pipeline, or another owner's.
         RunExists
             The pipeline already has a run for this logical date.
         TemplateError
             The spec does not render with these parameters.
         """
-        record = await asyncio.to_thread(self.store.get, name)
+        record = await asyncio.to_thread(self.store.get, name, owner=owner)
         schedule = CronSchedule(record.definition.schedule, record.definition.timezone)
         start = localize(logical_date, schedule)
         run = plan_run(record, start, schedule.next_after(start), RunTrigger.MANUAL, params)
@@ -223,12 +236,15 @@ class PipelineScheduler:
         assert view is not None  # just inserted; runs are only deleted with their pipeline
         return view
 
-    async def backfill(self, name: str, start: datetime, end: datetime, params: Mapping[str, ParamValue]) -> BackfillResult:
+    async def backfill(
+        self, name: str, start: datetime, end: datetime, params: Mapping[str, ParamValue], *, owner: str | None = None
+    ) -> BackfillResult:
         """QUEUED runs for every interval whose start lies in ``[start, end]`` and that has ended.
 
-        Existing runs are left alone; the new ones start as ``max_active_runs`` allows.
+        Existing runs are left alone; the new ones start as ``max_active_runs`` allows. With an
+        ``owner``, another owner's pipeline is not found (:class:`PipelineNotFound`).
         """
-        record = await asyncio.to_thread(self.store.get, name)
+        record = await asyncio.to_thread(self.store.get, name, owner=owner)
         schedule = CronSchedule(record.definition.schedule, record.definition.timezone)
         first, last = localize(start, schedule), localize(end, schedule)
         if first > last:

@@ -42,6 +42,8 @@ pipelines_table = Table(
     Column("claim_seq", Integer, nullable=False, default=0),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
+    # The token that created it (name#id); its runs' jobs are that token's. None with auth off.
+    Column("owner", String(100)),
     sqlite_autoincrement=True,  # never reuse an id: runs of a deleted pipeline stay apart
 )
 

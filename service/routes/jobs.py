@@ -1,4 +1,8 @@
-"""``/jobs``: submit, inspect, list, cancel and follow jobs."""
+"""``/jobs``: submit, inspect, list, cancel and follow jobs.
+
+With auth on, a token sees and cancels only the jobs it submitted (an ``admin`` token
+sees all): another owner's job answers 404, as a missing one does, so ids reveal nothing.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ from jobs.gpu_support import check_gpu_submission
 from jobs.spec import JobSpec
 from jobs.status import JobStatus
 from jobs.validate import validate_submission
-from service.auth import Scope, accepts_query_token, require
+from service.auth import CallerDep, Scope, accepts_query_token, require
 from service.routes.deps import MAX_OFFSET, ServicesDep
 from service.schemas import ErrorBody, JobAccepted, JobLinks, JobLogs, JobPage, JobView
 
@@ -24,7 +28,7 @@ router = APIRouter(prefix="/jobs", tags=["jobs"], dependencies=[require(Scope.RE
 _ERRORS = {
     400: {"model": ErrorBody, "description": "Malformed JSON."},
     401: {"model": ErrorBody, "description": "No bearer token, or an unknown one."},
-    404: {"model": ErrorBody, "description": "No such job."},
+    404: {"model": ErrorBody, "description": "No such job, or another token's job."},
     403: {"model": ErrorBody, "description": "A source or sink outside the allowed data roots."},
     409: {"model": ErrorBody, "description": "The sink holds data, the job already finished, or an Idempotency-Key was reused for another spec."},
     413: {"model": ErrorBody, "description": "The request body is too large."},
@@ -57,13 +61,15 @@ async def submit_job(
     services: ServicesDep,
     request: Request,
     response: Response,
+    caller: CallerDep,
     idempotency_key: Annotated[
         str | None, Header(max_length=200, description="Send the same key again to get the same job back, never a second run.")
     ] = None,
 ) -> JobAccepted:
     """Validate a JobSpec against the data roots and its sources' schemas, persist it and queue it."""
+    owner = caller.owner
     if idempotency_key is not None:
-        existing = await asyncio.to_thread(_find_by_key, services, idempotency_key)
+        existing = await asyncio.to_thread(_find_by_key, services, idempotency_key, owner)
         if existing is not None:
             return _replay(existing, spec, services, request, response)
     limit = services.settings.max_queued_jobs
@@ -74,7 +80,6 @@ async def submit_job(
     plan = await asyncio.to_thread(validate_submission, spec, services.settings.allowed_roots)
     if services.cluster.backend == "cudf":
         await asyncio.to_thread(check_gpu_submission, plan, services.settings.default_engine, services.cluster.backend)
-    owner = getattr(request.state, "token_name", None)
     job, created = await asyncio.to_thread(
         services.store.create, spec, services.cluster.backend, idempotency_key=idempotency_key, owner=owner, max_pending=limit
     )
@@ -84,9 +89,9 @@ async def submit_job(
     return JobAccepted(id=job.id, state=job.state, links=_links(services, request, job.id))
 
 
-def _find_by_key(services: ServicesDep, key: str) -> JobView | None:
+def _find_by_key(services: ServicesDep, key: str, owner: str | None) -> JobView | None:
     try:
-        return services.store.get_by_idempotency_key(key)
+        return services.store.get_by_idempotency_key(key, owner=owner)
     except JobNotFound:
         return None
 
@@ -102,40 +107,42 @@ def _replay(job: JobView, spec: JobSpec, services: ServicesDep, request: Request
 async def list_jobs(
     services: ServicesDep,
     request: Request,
+    caller: CallerDep,
     state: Annotated[JobStatus | None, Query(description="Only jobs in this state.")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> JobPage:
-    """Jobs, newest first, optionally filtered by state."""
-    items, total = await asyncio.to_thread(services.store.list, state=state, limit=limit, offset=offset)
+    """The caller's jobs (every job for an admin), newest first, optionally filtered by state."""
+    items, total = await asyncio.to_thread(services.store.list, state=state, limit=limit, offset=offset, owner=caller.sees)
     return JobPage(items=[_with_links(j, services, request) for j in items], total=total, limit=limit, offset=offset)
 
 
 @router.get("/{job_id}", response_model=JobView, responses=_ERRORS)
-async def get_job(job_id: str, services: ServicesDep, request: Request) -> JobView:
+async def get_job(job_id: str, services: ServicesDep, request: Request, caller: CallerDep) -> JobView:
     """State, timestamps, progress per stage, the error or the result manifest."""
-    return _with_links(await asyncio.to_thread(services.store.get, job_id), services, request)
+    return _with_links(await asyncio.to_thread(services.store.get, job_id, owner=caller.sees), services, request)
 
 
 @router.get("/{job_id}/logs", response_model=JobLogs, responses=_ERRORS)
-async def job_logs(job_id: str, services: ServicesDep) -> JobLogs:
+async def job_logs(job_id: str, services: ServicesDep, caller: CallerDep) -> JobLogs:
     """The job's log once it has finished: service events, the worker exception with its
     traceback, and workers' warnings and errors from while it ran (capped at 64 KiB)."""
-    return JobLogs(id=job_id, lines=await asyncio.to_thread(services.store.logs, job_id))
+    return JobLogs(id=job_id, lines=await asyncio.to_thread(services.store.logs, job_id, owner=caller.sees))
 
 
 @router.post("/{job_id}/cancel", response_model=JobView, status_code=202, responses=_ERRORS, dependencies=[require(Scope.SUBMIT)])
-async def cancel_job(job_id: str, services: ServicesDep, request: Request) -> JobView:
+async def cancel_job(job_id: str, services: ServicesDep, request: Request, caller: CallerDep) -> JobView:
     """Cancel a pending or running job: its tasks are released and nothing is committed."""
+    await asyncio.to_thread(services.store.get, job_id, owner=caller.sees)  # 404 for another owner's job
     job = await services.manager.cancel(job_id, timeout=services.settings.cancel_timeout_s)
     return _with_links(job, services, request)
 
 
 @router.get("/{job_id}/events", responses=_ERRORS)
 @accepts_query_token
-async def job_events(job_id: str, services: ServicesDep) -> StreamingResponse:
+async def job_events(job_id: str, services: ServicesDep, caller: CallerDep) -> StreamingResponse:
     """Server-sent events: ``progress`` on every change, then one ``end`` when the job is terminal."""
-    await asyncio.to_thread(services.store.get, job_id)  # 404 before the stream starts
+    await asyncio.to_thread(services.store.get, job_id, owner=caller.sees)  # 404 before the stream starts
 
     async def stream() -> AsyncIterator[str]:
         last: str | None = None
