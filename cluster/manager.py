@@ -417,13 +417,14 @@ class JobManager:
             return
         before = active.progress.done
         active.progress = JobProgress(
-            stages=[StageProgress(name=n, done=d, total=t) for n, d, t in message["stages"]],
+            # (name, done, total) from the Dask engine's plugin; (name, done, total, unit) from a Polars task
+            stages=[StageProgress(name=row[0], done=row[1], total=row[2], unit=row[3] if len(row) > 3 else None) for row in message["stages"]],
             tasks_per_worker=message.get("workers", {}),
             engine=active.engine,
             note=active.progress.note,
             elapsed_s=message.get("elapsed_s"),
         )
-        if active.progress.done > before:
+        if active.progress.done > before and message.get("engine") != "polars":  # a Polars job has no partitions
             self.metrics.partitions_done(active.progress.done - before)
         if message.get("ended"):
             active.plugin_ended.set()

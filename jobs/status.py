@@ -47,10 +47,12 @@ class ErrorDetail(BaseModel):
 
 
 class StageProgress(BaseModel):
-    """Partitions (tasks) done out of the total for one stage of a job's graph.
+    """Work done out of the total for one stage of a job.
 
-    A stage is a Dask key prefix such as ``read_parquet-fused``: the same grouping
-    the Dask dashboard's progress page uses, so the two can be read side by side.
+    On the Dask engine a stage is a Dask key prefix such as ``read_parquet-fused`` and
+    the counts are partitions (tasks): the grouping the Dask dashboard's progress page
+    uses. On the Polars engine the stages are the spec's sources, steps and sink; a
+    source's stage counts what it has read (``unit`` ``MiB``, jobs/read_progress.py).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -58,6 +60,7 @@ class StageProgress(BaseModel):
     name: str
     done: int = Field(ge=0)
     total: int = Field(ge=0)
+    unit: str | None = Field(default=None, description="What done and total count; none: partitions (tasks).")
 
 
 class EngineChoice(BaseModel):
