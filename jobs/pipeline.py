@@ -49,7 +49,6 @@ _HIDDEN = "__spillway_"
 # Aggregations that dask's agg() cannot combine with the others in one tree reduction:
 # each is its own reduction (median shuffles on the group keys), merged back on the keys.
 _SEPARATE_AGGS = ("nunique", "count_distinct", "median", "quantile")
-_DASK_AGGS = {"count_distinct": "nunique"}
 
 
 @contextmanager
@@ -245,6 +244,15 @@ def _quantile(frame: dd.DataFrame, keys: list[str], column: str, q: float, name:
     return rows.map_partitions(group_quantile, keys, column, q, name, meta=meta)
 
 
+def _count_distinct(frame: dd.DataFrame, keys: list[str], column: str, name: str) -> dd.DataFrame:
+    """The number of distinct non-null values per group: the distinct (keys, value) rows, counted.
+
+    Not dask's groupby ``nunique``, which (dask 2026.7) loses the group of a null key.
+    """
+    distinct = frame[[*keys, column]].drop_duplicates()
+    return distinct.groupby(keys, dropna=False, sort=False)[column].count().to_frame(name).reset_index()
+
+
 def _groupby(frame: dd.DataFrame, step: GroupByStep, field: str, plan: LogicalPlan | None = None) -> dd.DataFrame:
     # The {column: [funcs]} form is the one dask-cudf and dask-pandas both take (cudf
     # has no named aggregation); the (column, func) result columns are then renamed.
@@ -280,7 +288,8 @@ def _groupby(frame: dd.DataFrame, step: GroupByStep, field: str, plan: LogicalPl
         parts.append(named[list(wanted)].reset_index())
     parts += [
         _quantile(frame, keys, inputs[name] or row_column, agg.q or 0.0, name) if agg.func == "quantile"
-        else getattr(grouped[inputs[name] or row_column], _DASK_AGGS.get(agg.func, agg.func))().to_frame(name).reset_index()
+        else _count_distinct(frame, keys, inputs[name] or row_column, name) if agg.func in ("nunique", "count_distinct")
+        else grouped[inputs[name] or row_column].median().to_frame(name).reset_index()
         for name, agg in step.aggs.items()
         if agg.func in _SEPARATE_AGGS
     ]

@@ -86,3 +86,14 @@ def test_quantile_is_numeric_and_needs_q(data: Path) -> None:
 def test_quantile_shape_errors(data: Path, agg: dict[str, Any], message: str) -> None:
     with pytest.raises(ValidationError, match=message):
         job(data, ["shop"], {"x": agg})
+
+
+def test_count_distinct_counts_the_null_key_group_on_both_engines(tmp_path: Path) -> None:
+    # dask's groupby nunique drops the group of a null key (the merge then gave it a null count).
+    frame = pd.DataFrame({"k": ["a", None, "a", None, "b", None], "v": [1.0, 2.0, 2.0, 3.0, None, 2.0]})
+    frame.iloc[:3].to_parquet(tmp_path / "part-0.parquet", index=False)
+    frame.iloc[3:].to_parquet(tmp_path / "part-1.parquet", index=False)
+    aggs = {"kinds": {"func": "count_distinct", "column": "v"}, "distinct": {"func": "nunique", "column": "v"}, "n": {"func": "size"}}
+    expected = pd.DataFrame({"k": ["a", None, "b"], "kinds": [2, 2, 0], "distinct": [2, 2, 0], "n": [2, 3, 1]})
+    for result in run_both(job(tmp_path, ["k"], aggs)):
+        assert_same_rows(result, expected, ordered=False)
