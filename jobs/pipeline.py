@@ -30,6 +30,7 @@ from jobs.spec import (
     JobSpec,
     JoinStep,
     LimitStep,
+    PivotStep,
     RenameStep,
     SelectStep,
     SortStep,
@@ -37,8 +38,10 @@ from jobs.spec import (
     Step,
     TopKStep,
     UnionStep,
+    UnpivotStep,
     WindowStep,
 )
+from jobs.reshape import pivot_steps
 from jobs.window_pandas import WindowOutput, compute_window
 
 Backend = Literal["pandas", "cudf"]
@@ -99,7 +102,20 @@ def apply_step(frame: dd.DataFrame, step: Step, field: str, frame_of: FrameOf, p
         if step.how in ("semi", "anti"):
             return _filtering_join(frame, right, step)
         return _equi_join(frame, right, step)
+    if isinstance(step, PivotStep):
+        for index, part in enumerate(pivot_steps(step)):
+            frame = apply_step(frame, part, f"{field}.expanded[{index}]", frame_of, plan)
+        return frame
+    if isinstance(step, UnpivotStep):
+        return _unpivot(frame, step)
     raise TypeError(f"unsupported step {step!r}")  # pragma: no cover - the union is closed
+
+
+def _unpivot(frame: dd.DataFrame, step: UnpivotStep) -> dd.DataFrame:
+    """The listed columns as rows (pandas' and cuDF's ``melt`` per partition), null values left out unless asked for."""
+    index = [c for c in frame.columns if c not in step.columns] if step.index is None else list(step.index)
+    rows = frame.melt(id_vars=index, value_vars=list(step.columns), var_name=step.name, value_name=step.value)
+    return rows if step.include_nulls else rows.dropna(subset=[step.value])
 
 
 def _filter(frame: dd.DataFrame, mask: Any) -> dd.DataFrame:

@@ -25,6 +25,7 @@ from jobs.spec import (
     GroupByStep,
     JoinStep,
     LimitStep,
+    PivotStep,
     RenameStep,
     SelectStep,
     SortStep,
@@ -32,8 +33,10 @@ from jobs.spec import (
     Step,
     TopKStep,
     UnionStep,
+    UnpivotStep,
     WindowStep,
 )
+from jobs.reshape import pivot_steps
 from jobs.window_polars import window_columns
 
 _HIDDEN = "__spillway_"
@@ -104,6 +107,12 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
                 if column.column is not None or column.expr is not None
             }
             return window_columns(frame, step, inputs).select(self.plan.columns_after(field))
+        if isinstance(step, PivotStep):
+            return self.apply_steps(frame, pivot_steps(step), f"{field}.expanded")
+        if isinstance(step, UnpivotStep):
+            index = self.plan.columns_after(field)[:-2]
+            rows = frame.unpivot(on=list(step.columns), index=index, variable_name=step.name, value_name=step.value)
+            return rows if step.include_nulls else rows.filter(pl.col(step.value).is_not_null())
         raise TypeError(f"unsupported step {step!r}")  # pragma: no cover - the union is closed
 
     def aggregate(self, agg: Aggregation, name: str, field: str, schema: dict[str, str]) -> pl.Expr:

@@ -322,14 +322,95 @@ class UnionStep(_Strict):
     distinct: bool = Field(default=False, description="Drop repeated rows of the result (UNION), instead of keeping all (UNION ALL).")
 
 
+#: What a pivot may aggregate: the aggregations of one input that skip nulls, so a cell sees only its own rows.
+PivotFunc = Literal["sum", "mean", "median", "min", "max", "count", "nunique", "count_distinct", "first", "last", "std", "var"]
+PivotValue = int | Annotated[str, Field(max_length=200)] | bool | Annotated[float, Field(allow_inf_nan=False)]
+MAX_PIVOT_VALUES = 1000
+
+
+def _value_column(prefix: str, value: PivotValue) -> str:
+    return prefix + (str(value).lower() if isinstance(value, bool) else str(value))
+
+
+class PivotStep(_Strict):
+    """Turn the listed values of one column into columns, as SQL's ``PIVOT`` (``agg(x) FILTER (WHERE c = v)``).
+
+    One output row per distinct combination of ``index`` (all rows in one without), then one
+    column per value in ``on_values``, named ``prefix`` + the value, holding ``agg`` of
+    ``values`` over the group's rows whose ``columns`` equals that value: null where there
+    are none (``count`` and ``nunique`` give 0). Rows whose value is not listed count nowhere.
+    The values must be listed: the output's columns are known at submit.
+    """
+
+    op: Literal["pivot"]
+    index: list[ColumnName] = Field(default_factory=list, description="Group key columns: one output row per combination.")
+    columns: ColumnName = Field(description="The column whose values become output columns.")
+    values: ColumnName = Field(description="The column aggregated into each cell.")
+    agg: PivotFunc = Field(description="The aggregation of each cell.")
+    prefix: str = Field(default="", max_length=64, description="Put before each value to name its column.")
+    # Unset is an error of its own (validate_default), so the message can say why values are listed.
+    on_values: list[PivotValue] | None = Field(
+        default=None, max_length=MAX_PIVOT_VALUES, validate_default=True, description="The values of `columns` that become columns, in this order."
+    )
+
+    @field_validator("on_values")
+    @classmethod
+    def _values_listed(cls, values: list[PivotValue] | None, info: ValidationInfo) -> list[PivotValue]:
+        if not values:
+            raise ValueError(f"a pivot needs the values of '{info.data.get('columns', '?')}' that become columns (at most "
+                             f"{MAX_PIVOT_VALUES}); values found in the data are not taken, so the output's columns are known at submit")
+        seen: set[str] = set()
+        for value in values:
+            if (name := _value_column(info.data.get("prefix", ""), value)) in seen:
+                raise ValueError(f"{value!r} is listed twice (column '{name}')")
+            seen.add(name)
+        return values
+
+    def column_name(self, value: PivotValue) -> str:
+        """The output column of one listed value: the prefix, then the value as text (``true`` for True)."""
+        return _value_column(self.prefix, value)
+
+    @property
+    def output_columns(self) -> dict[str, PivotValue]:
+        """Output column name → the value it holds, in ``on_values`` order."""
+        return {self.column_name(value): value for value in self.on_values or []}
+
+
+class UnpivotStep(_Strict):
+    """Turn columns into rows, as SQL's ``UNPIVOT``: one row per input row and listed column.
+
+    Each output row has the ``index`` columns, the name of one of ``columns`` in ``name`` and its
+    value in ``value``. As SQL's ``UNPIVOT``, rows whose value is null are left out unless
+    ``include_nulls``. The listed columns must share a kind (numbers of any width mix).
+    """
+
+    op: Literal["unpivot"]
+    columns: ColumnList = Field(description="The columns turned into rows.")
+    index: list[ColumnName] | None = Field(default=None, description="Columns kept on every row; default: every column not listed in `columns`.")
+    name: ColumnName = Field(default="name", description="The output column holding the unpivoted column's name.")
+    value: ColumnName = Field(default="value", description="The output column holding its value.")
+    include_nulls: bool = Field(default=False, description="Keep the rows whose value is null (SQL's INCLUDE NULLS).")
+
+    @model_validator(mode="after")
+    def _names_differ(self) -> UnpivotStep:
+        if self.name == self.value:
+            raise ValueError(f"'name' and 'value' are both '{self.name}': give two different column names")
+        if len(set(self.columns)) != len(self.columns):
+            raise ValueError("'columns' lists a column twice")
+        return self
+
+
 Step = Annotated[
     Union[
         FilterStep, SelectStep, AssignStep, RenameStep, GroupByStep, SortStep, LimitStep, DropDuplicatesStep, JoinStep, TopKStep,
-        WindowStep, UnionStep,
+        WindowStep, UnionStep, PivotStep, UnpivotStep,
     ],
     Field(discriminator="op"),
 ]
-STEP_OPS = ("filter", "select", "assign", "rename", "groupby", "sort", "limit", "drop_duplicates", "join", "top_k", "window", "union")
+STEP_OPS = (
+    "filter", "select", "assign", "rename", "groupby", "sort", "limit", "drop_duplicates", "join", "top_k", "window", "union", "pivot",
+    "unpivot",
+)
 Steps = Annotated[list[Step], Field(max_length=200)]
 
 
@@ -431,6 +512,7 @@ class JobSpec(_Strict):
         default=None,
         description="Which engine runs the job: `polars` (Polars on the CPU, cudf-polars on the GPUs), `dask` (Dask "
         "dataframe: pandas or dask-cudf), or `auto` (Polars unless it cannot run this spec). Unset: the service's default.",
+
     )
 
     @model_validator(mode="after")

@@ -25,6 +25,7 @@ from jobs.spec import (
     JobSpec,
     JoinStep,
     LimitStep,
+    PivotStep,
     RenameStep,
     SelectStep,
     SortStep,
@@ -32,8 +33,10 @@ from jobs.spec import (
     Step,
     TopKStep,
     UnionStep,
+    UnpivotStep,
     WindowStep,
 )
+from jobs.reshape import pivot_steps
 
 SchemaReader = Callable[..., Schema]
 
@@ -169,6 +172,10 @@ def _check_step(schema: Schema, step: Step, where: str, field: str, schema_of: _
         return _check_window(schema, step, where, field)
     if isinstance(step, UnionStep):
         return _check_union(schema, step, where, field, schema_of)
+    if isinstance(step, PivotStep):
+        return _check_pivot(schema, step, where, field, schema_of)
+    if isinstance(step, UnpivotStep):
+        return _check_unpivot(schema, step, where, field)
     raise SpecError(f"{where}: unsupported step", field=f"{field}.op")  # pragma: no cover - the union is closed
 
 
@@ -255,6 +262,47 @@ def _check_union(schema: Schema, step: UnionStep, where: str, field: str, schema
             if out[column] != other[column]:  # numbers with bools, or a loose kind
                 out[column] = "numeric" if {out[column], other[column]} <= {"numeric", "bool"} else "unknown"
     return out
+
+
+def _check_pivot(schema: Schema, step: PivotStep, where: str, field: str, schema_of: _SourceSchemas) -> Schema:
+    _require(schema, step.index, where=where, field=f"{field}.index")
+    _require(schema, [step.columns], where=where, field=f"{field}.columns")
+    _require(schema, [step.values], where=where, field=f"{field}.values")
+    if step.columns in step.index or step.values in step.index:
+        raise SpecError(f"{where}: '{step.columns if step.columns in step.index else step.values}' is also an index column", field=f"{field}.index")
+    kind = schema[step.columns]
+    for position, value in enumerate(step.on_values or []):
+        if not kinds_compatible(kind, _literal_kind(value)):
+            raise TypeMismatch(f"{where}: on_values lists {value!r} ({_literal_kind(value)}) but '{step.columns}' is {kind}",
+                               field=f"{field}.on_values[{position}]")
+    for name in step.output_columns:
+        if name in step.index:
+            raise SpecError(f"{where}: output column '{name}' is also an index column", field=f"{field}.on_values")
+    if step.agg in NUMERIC_AGGS and schema[step.values] in _NOT_SUMMABLE:
+        raise TypeMismatch(f"{where}: cannot {step.agg} column '{step.values}' of kind {schema[step.values]}", field=f"{field}.agg")
+    # The steps a pivot stands for, checked (and recorded in the plan) under the pivot's field.
+    return _check_steps(schema, pivot_steps(step), f"{field}.expanded", f"{where} ", schema_of)
+
+
+def _check_unpivot(schema: Schema, step: UnpivotStep, where: str, field: str) -> Schema:
+    _require(schema, step.columns, where=where, field=f"{field}.columns")
+    index = [c for c in schema if c not in step.columns] if step.index is None else list(step.index)
+    _require(schema, index, where=where, field=f"{field}.index")
+    if overlap := [c for c in index if c in step.columns]:
+        raise SpecError(f"{where}: '{overlap[0]}' is both an index column and unpivoted", field=f"{field}.index")
+    for label, name in (("name", step.name), ("value", step.value)):
+        if name in index:
+            raise SpecError(f"{where}: output column '{name}' ({label}) is also an index column", field=f"{field}.{label}")
+    kind = schema[step.columns[0]]
+    for column in step.columns[1:]:
+        other = schema[column]
+        # One kind, numbers of any width together: pandas would make a column of Python objects of ints and bools.
+        if other != kind and not (kinds_compatible(kind, other) and "bool" not in (kind, other)):
+            raise TypeMismatch(f"{where}: unpivoted columns need one kind: '{step.columns[0]}' is {kind} but '{column}' is {other} "
+                               "(cast one first)", field=f"{field}.columns")
+        if kind in ("unknown", "other"):
+            kind = other
+    return {**{c: schema[c] for c in index}, step.name: "string", step.value: kind}
 
 
 def _check_join(schema: Schema, step: JoinStep, where: str, field: str, schema_of: _SourceSchemas) -> Schema:
