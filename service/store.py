@@ -9,6 +9,7 @@ missing one (see :class:`service.auth.Caller`); None reads every job.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import uuid
 from collections.abc import Callable
@@ -165,6 +166,10 @@ class JobStore:
         QueueFull
             When ``max_pending`` jobs are already waiting.
         """
+        if idempotency_key is not None and owner is not None:
+            # Also finds a key this owner used before keys were per owner (stored as it was sent).
+            with contextlib.suppress(JobNotFound):
+                return self.get_by_idempotency_key(idempotency_key, owner=owner), False
         now = self.clock()
         job_id = uuid.uuid4().hex[:16]
         values = {
