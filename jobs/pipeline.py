@@ -101,7 +101,8 @@ def apply_step(frame: dd.DataFrame, step: Step, field: str, frame_of: FrameOf, p
         right = frame_of(step.right, f"{field}.right")
         if step.how in ("semi", "anti"):
             return _filtering_join(frame, right, step)
-        return _equi_join(frame, right, step)
+        joined = _equi_join(frame, right, step) if step.left_keys else _cross_join(frame, right, step.right_suffix)
+        return joined if step.where is None else _filter(joined, plan.expression(f"{field}.where", step.where).evaluate(joined))
     if isinstance(step, PivotStep):
         for index, part in enumerate(pivot_steps(step)):
             frame = apply_step(frame, part, f"{field}.expanded[{index}]", frame_of, plan)
@@ -153,6 +154,21 @@ def _equi_join(frame: dd.DataFrame, right: dd.DataFrame, step: JoinStep) -> dd.D
     left_alone = frame[frame[left_keys].isnull().any(axis=1)]
     right_alone = right[right[right_keys].isnull().any(axis=1)].rename(columns=renamed)
     return dd.concat([joined, left_alone, right_alone])[list(joined.columns)]
+
+
+def pair_all(part: Any, right: Any, suffix: str) -> Any:
+    """Every row of ``part`` with every row of ``right`` (pandas or cuDF): a merge on one constant key."""
+    key = f"{_HIDDEN}cross"
+    paired = part.assign(**{key: 0}).merge(right.assign(**{key: 0}), on=key, how="inner", suffixes=("", suffix))
+    return paired.drop(columns=[key])
+
+
+def _cross_join(frame: dd.DataFrame, right: dd.DataFrame, suffix: str) -> dd.DataFrame:
+    """Every left row with every right row: the right side in one partition, paired with each
+    left partition, so no partition holds more than its own rows times the right side's."""
+    single = right.repartition(npartitions=1)
+    meta = pair_all(frame._meta, right._meta, suffix)
+    return frame.map_partitions(pair_all, single, suffix, meta=meta, align_dataframes=False)
 
 
 def _filtering_join(frame: dd.DataFrame, right: dd.DataFrame, step: JoinStep) -> dd.DataFrame:

@@ -40,7 +40,7 @@ from jobs.reshape import pivot_steps
 from jobs.window_polars import window_columns
 
 _HIDDEN = "__spillway_"
-_HOW = {"inner": "inner", "left": "left", "right": "right", "outer": "full", "semi": "semi", "anti": "anti"}
+_HOW = {"inner": "inner", "left": "left", "right": "right", "outer": "full", "semi": "semi", "anti": "anti", "cross": "cross"}
 # Counts come out as Polars' u32; as Int64 they match the Dask engine's and SQL's type.
 _COUNTS = ("count", "size", "nunique", "count_distinct")
 
@@ -148,15 +148,20 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
         how: Any = _HOW[step.how]
         if step.how in ("semi", "anti"):
             return frame.join(right, left_on=step.left_keys, right_on=step.right_keys, how=how)
-        shared = step.on is not None  # one key column per name, as pandas' merge on= gives
-        joined = frame.join(
-            right,
-            left_on=step.left_keys,
-            right_on=step.right_keys,
-            how=how,
-            suffix=step.right_suffix,
-            coalesce=shared,
-        )
+        if not step.left_keys:  # cross, or inner with only a where; Polars plans a range condition as an IEJoin
+            joined = frame.join(right, how="cross", suffix=step.right_suffix)
+        else:
+            shared = step.on is not None  # one key column per name, as pandas' merge on= gives
+            joined = frame.join(
+                right,
+                left_on=step.left_keys,
+                right_on=step.right_keys,
+                how=how,
+                suffix=step.right_suffix,
+                coalesce=shared,
+            )
+        if step.where is not None:
+            joined = joined.filter(self.expr(f"{field}.where", step.where, self.plan.schemas.get(field, {})))
         return joined.select(self.plan.columns_after(field))
 
 

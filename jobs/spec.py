@@ -272,30 +272,49 @@ class DropDuplicatesStep(_Strict):
     subset: ColumnList | None = None
 
 
+_KEYLESS_JOIN = {"if": {"properties": {"how": {"const": "cross"}}, "required": ["how"]},
+                 "then": {"not": {"anyOf": [{"required": ["on"]}, {"required": ["left_on"]}, {"required": ["right_on"]}]}}}
+
+
 class JoinStep(_Strict):
     """Join the current rows with a second source, inline or named under ``sources``.
 
     Give ``on`` when the key columns share names, or ``left_on`` and ``right_on``.
     Right-side columns whose names clash get ``right_suffix``. ``semi`` keeps the
     rows that have a match and ``anti`` those that have none, adding no column; as
-    in SQL's ``EXISTS``, a null key matches nothing.
+    in SQL's ``EXISTS``, a null key matches nothing. ``cross`` pairs every row with
+    every right row and takes no keys. ``where``, a condition over the joined row's
+    columns (right-side names suffixed where they clash), keeps the pairs for which it
+    holds, as more of SQL's ``ON``: with ``inner`` (keys optional then) or ``cross``.
     """
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_KEYLESS_JOIN)
 
     op: Literal["join"]
     right: SourceRef
-    how: Literal["inner", "left", "right", "outer", "semi", "anti"] = "inner"
+    how: Literal["inner", "left", "right", "outer", "semi", "anti", "cross"] = "inner"
     on: ColumnList | None = None
     left_on: ColumnList | None = None
     right_on: ColumnList | None = None
     right_suffix: str = Field(default="_right", min_length=1, max_length=64)
+    where: Expr | None = Field(
+        default=None, description="inner and cross: a condition over the joined columns that each pair must meet, e.g. a range."
+    )
 
     @model_validator(mode="after")
     def _keys_given_once(self) -> JoinStep:
+        keyless = self.how == "cross" or (self.how == "inner" and self.where is not None)
+        if self.how == "cross" and (self.on is not None or self.left_on is not None or self.right_on is not None):
+            raise ValueError("a cross join pairs every row with every right row and takes no keys: drop 'on', 'left_on' and 'right_on'")
+        if self.where is not None and self.how not in ("inner", "cross"):
+            raise ValueError(f"'where' works with how 'inner' or 'cross', not '{self.how}' (whose unmatched rows it would have to keep)")
         if self.on is not None:
             if self.left_on is not None or self.right_on is not None:
                 raise ValueError("give either 'on' or 'left_on' and 'right_on', not both")
+        elif keyless and self.left_on is None and self.right_on is None:
+            pass
         elif self.left_on is None or self.right_on is None:
-            raise ValueError("give 'on', or both 'left_on' and 'right_on'")
+            raise ValueError("give 'on', or both 'left_on' and 'right_on'" + ("" if keyless else " (or 'where' with how 'inner')"))
         elif len(self.left_on) != len(self.right_on):
             raise ValueError("'left_on' and 'right_on' must have the same number of columns")
         return self

@@ -324,6 +324,11 @@ def _check_join(schema: Schema, step: JoinStep, where: str, field: str, schema_o
         if column in shared_keys:
             continue
         out[column + step.right_suffix if column in schema else column] = kind
+    if step.where is not None:  # a condition over the joined row, so it reads the output's names
+        kind = _expression_kind(step.where, out, where=where, field=f"{field}.where")
+        if kind not in _CONDITION_KINDS:
+            raise TypeMismatch(f"{where}: a join's where needs a condition (bool), got '{shorten(step.where)}' ({kind})",
+                               field=f"{field}.where")
     return out
 
 

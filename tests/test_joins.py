@@ -1,0 +1,118 @@
+"""Cross joins and join conditions (``where``) on both engines against a pandas reference, and their checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from pydantic import ValidationError
+
+from jobs.errors import TypeMismatch, UnknownColumn
+from jobs.spec import JobSpec
+from jobs.validate import check_spec
+from tests.test_engines import assert_same_rows, run_both
+
+
+def events() -> pd.DataFrame:
+    rng = np.random.default_rng(11)
+    x = rng.integers(0, 100, 90).astype(float)
+    x[rng.random(90) < 0.15] = np.nan
+    return pd.DataFrame({"id": np.arange(90), "k": rng.choice(["a", "b", None], 90).astype(object), "x": x, "note": "e"})
+
+
+def bands() -> pd.DataFrame:
+    return pd.DataFrame({
+        "k": ["a", "a", "b", "b", None, "a"],
+        "lo": [0.0, 40.0, 0.0, 50.0, 0.0, np.nan],
+        "hi": [39.0, 99.0, 49.0, 99.0, 99.0, 10.0],
+        "label": ["a-low", "a-high", "b-low", "b-high", "none", "a-null"],
+        "note": ["b1", "b2", "b3", "b4", "b5", "b6"],
+    })
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("joins")
+    (root / "events").mkdir()
+    frame = events()
+    for index in range(3):
+        frame.iloc[index * 30 : (index + 1) * 30].to_parquet(root / "events" / f"part-{index}.parquet", index=False)
+    bands().to_parquet(root / "bands.parquet", index=False)
+    return root
+
+
+def job(data: Path, step: dict[str, Any]) -> JobSpec:
+    return JobSpec.model_validate({
+        "sources": {"bands": {"format": "parquet", "path": str(data / "bands.parquet")}},
+        "source": {"format": "parquet", "path": str(data / "events")},
+        "steps": [{"op": "join", "right": "bands", **step}],
+        "sink": {"path": "/tmp/unused"},
+    })
+
+
+def crossed() -> pd.DataFrame:
+    """Every event with every band, clashing right names suffixed as the join does."""
+    return events().merge(bands(), how="cross", suffixes=("", "_right"))
+
+
+def within(frame: pd.DataFrame) -> pd.Series:
+    """``lo <= x <= hi`` with SQL's nulls: a null on either side keeps no row."""
+    return (frame.x >= frame.lo) & (frame.x <= frame.hi) & frame.x.notna() & frame.lo.notna()
+
+
+def test_cross_join_pairs_every_row(data: Path) -> None:
+    expected = crossed()
+    assert check_spec(job(data, {"how": "cross"})) == {"id": "numeric", "k": "string", "x": "numeric", "note": "string", "k_right": "string",
+                                                       "lo": "numeric", "hi": "numeric", "label": "string", "note_right": "string"}
+    for result in run_both(job(data, {"how": "cross"})):
+        assert_same_rows(result, expected, ordered=False)
+
+
+def test_range_join_without_keys_is_a_filtered_cross_join(data: Path) -> None:
+    frame = crossed()
+    expected = frame[within(frame)]
+    for step in ({"where": "lo <= x and x <= hi"}, {"how": "cross", "where": "between(x, lo, hi)"}):
+        for result in run_both(job(data, step)):
+            assert_same_rows(result, expected, ordered=False)
+
+
+def test_range_join_with_keys_matches_keys_then_the_condition(data: Path) -> None:
+    merged = events().dropna(subset=["k"]).merge(bands().dropna(subset=["k"]), on="k", suffixes=("", "_right"))
+    expected = merged[within(merged) & (merged.note_right != "b2")]
+    for result in run_both(job(data, {"on": ["k"], "where": "x >= lo and x <= hi and note_right != 'b2'"})):
+        assert_same_rows(result, expected, ordered=False)
+
+
+def test_cross_join_then_a_filter_on_left_and_right_names(data: Path) -> None:
+    frame = crossed()
+    expected = frame[(frame.k == frame.k_right) & frame.k.notna()]
+    for result in run_both(job(data, {"how": "cross", "where": "k == k_right"})):
+        assert_same_rows(result, expected, ordered=False)
+
+
+@pytest.mark.parametrize(
+    ("step", "message"),
+    [
+        ({"how": "cross", "on": ["k"]}, "a cross join pairs every row with every right row and takes no keys"),
+        ({"how": "left", "on": ["k"], "where": "x > lo"}, "'where' works with how 'inner' or 'cross', not 'left'"),
+        ({}, "give 'on', or both 'left_on' and 'right_on' (or 'where' with how 'inner')"),
+    ],
+)
+def test_join_shape_errors(data: Path, step: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValidationError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        job(data, step)
+
+
+def test_join_where_is_checked_against_the_joined_columns(data: Path) -> None:
+    with pytest.raises(UnknownColumn) as unknown:
+        check_spec(job(data, {"how": "cross", "where": "x > low"}))
+    assert unknown.value.field == "steps[0].where" and "unknown column 'low'" in unknown.value.message
+    with pytest.raises(TypeMismatch) as mismatch:
+        check_spec(job(data, {"where": "x + lo"}))
+    assert mismatch.value.field == "steps[0].where" and "a join's where needs a condition (bool)" in mismatch.value.message
+    with pytest.raises(TypeMismatch) as compared:
+        check_spec(job(data, {"where": "label > x"}))
+    assert compared.value.field == "steps[0].where"
