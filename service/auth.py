@@ -1,5 +1,8 @@
 """Bearer API tokens: stored hashed, scoped read < submit < admin.
 
+A token owns the jobs and pipelines it creates and sees only those; an admin token sees
+all (:class:`Caller`). With auth off nothing has an owner and everything is visible.
+
 Tokens are 32 random bytes, so a plain SHA-256 is enough to store them (there is
 nothing to brute-force, unlike a password); the token itself is shown once, at creation.
 """

@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+from fastapi.testclient import TestClient
 from sqlalchemy import Column, MetaData, Table, update
 
 from jobs.errors import JobNotFound
@@ -29,7 +30,8 @@ from service.pipelines.tables import pipelines_table
 from service.store import JobStore, jobs_table, utc_now
 from tests.conftest import ROOT, ServiceProcess, start_service, wait_for
 from tests.test_auth import call
-from tests.test_pipelines_fakes import pipeline
+from tests.test_pipelines_api import NOW, make_app
+from tests.test_pipelines_fakes import FakeClock, FakeJobs, pipeline
 
 TOKENS = {"alice": "submit", "bob": "submit", "admin": "admin", "reader": "read"}
 
@@ -338,3 +340,19 @@ def test_an_older_pipeline_store_gets_the_owner_column(database_url: str) -> Non
     finally:
         pipelines.close()
         jobs.close()
+
+
+def test_with_auth_off_there_are_no_owners_and_everything_is_visible(database_url: str) -> None:
+    earlier = PipelineStore(database_url)
+    earlier.create(pipeline("alices"), owner="alice#1")  # made while auth was on
+    earlier.close()
+    app = make_app(database_url, FakeClock(NOW), FakeJobs())  # no job store: auth off
+    client = TestClient(app)
+    try:
+        assert client.get("/pipelines/alices").status_code == 200
+        created = client.post("/pipelines", json=pipeline("anyones").model_dump(mode="json"))
+        assert created.status_code == 201 and created.json()["owner"] is None
+        assert [p["name"] for p in client.get("/pipelines").json()["items"]] == ["alices", "anyones"]
+        assert client.post("/pipelines/alices/pause").json()["paused"] is True
+    finally:
+        app.state.pipelines.store.close()
