@@ -21,7 +21,9 @@ import dask.dataframe as dd
 from jobs.dask_read import read_source
 from jobs.logical import LogicalPlan
 from jobs.named_sources import NamedSources
+from jobs.group_pandas import OTHER, VALUE, group_mode, group_moment, group_string_agg
 from jobs.spec import (
+    PAIR_AGGS,
     Aggregation,
     AssignStep,
     DropDuplicatesStep,
@@ -51,7 +53,9 @@ FrameOf = Callable[[SourceSpec | str, str], dd.DataFrame]  # (inline source or n
 _HIDDEN = "__spillway_"
 # Aggregations that dask's agg() cannot combine with the others in one tree reduction:
 # each is its own reduction (median shuffles on the group keys), merged back on the keys.
-_SEPARATE_AGGS = ("nunique", "count_distinct", "median", "quantile")
+_SEPARATE_AGGS = ("nunique", "count_distinct", "median", "quantile", "mode", "corr", "covar", "string_agg")
+# Tree-reduced aggregations under another name: any and all as max and min of their bools as floats.
+_TREE_AGGS = {"any": "max", "all": "min"}
 
 
 @contextmanager
@@ -237,21 +241,33 @@ def _window(frame: dd.DataFrame, step: WindowStep, field: str, plan: LogicalPlan
 
 def _aggregated_columns(
     frame: dd.DataFrame, step: GroupByStep, field: str, plan: LogicalPlan
-) -> tuple[dd.DataFrame, dict[str, str | None]]:
-    """``frame`` with a hidden column per distinct aggregated expression, and each aggregation's
-    input column (None for ``size``)."""
+) -> tuple[dd.DataFrame, dict[str, str | None], dict[str, str]]:
+    """``frame`` with a hidden column per distinct aggregated expression (and per bool input of
+    any or all, as floats), each aggregation's input column (None for ``size``), and the second
+    input of each corr or covar."""
     by_text: dict[str, str] = {}
     values: dict[str, object] = {}
+
+    def hidden(text: str, at: str) -> str:
+        if text not in by_text:
+            by_text[text] = f"{_HIDDEN}agg{len(by_text)}"
+            values[by_text[text]] = plan.expression(at, text).evaluate(frame)
+        return by_text[text]
+
+    inputs: dict[str, str | None] = {}
+    others: dict[str, str] = {}
+    as_floats: dict[str, str] = {}
     for name, agg in step.aggs.items():
-        if agg.expr is not None and agg.expr not in by_text:
-            by_text[agg.expr] = f"{_HIDDEN}agg{len(by_text)}"
-            values[by_text[agg.expr]] = plan.expression(f"{field}.aggs.{name}.expr", agg.expr).evaluate(frame)
-    inputs = {name: _input_of(agg, by_text) for name, agg in step.aggs.items()}
-    return (frame.assign(**values) if values else frame), inputs
-
-
-def _input_of(agg: Aggregation, by_text: dict[str, str]) -> str | None:
-    return by_text[agg.expr] if agg.expr is not None else agg.column
+        inputs[name] = hidden(agg.expr, f"{field}.aggs.{name}.expr") if agg.expr is not None else agg.column
+        if agg.func in ("any", "all") and inputs[name] is not None:
+            # bool_or/bool_and as max/min of 1.0 and 0.0, which dask reduces as a tree, skipping nulls.
+            source = str(inputs[name])
+            floats = as_floats.setdefault(source, f"{_HIDDEN}bool{len(as_floats)}")
+            values[floats] = (values[source] if source in values else frame[source]).astype("float64")  # type: ignore[attr-defined]
+            inputs[name] = floats
+        if agg.func in PAIR_AGGS:
+            others[name] = agg.other if agg.other is not None else hidden(agg.other_expr or "", f"{field}.aggs.{name}.other_expr")
+    return (frame.assign(**values) if values else frame), inputs, others
 
 
 def _named_aggregates(frame: Any, names: dict[tuple[str, str], str]) -> Any:
@@ -285,18 +301,50 @@ def _count_distinct(frame: dd.DataFrame, keys: list[str], column: str, name: str
     return distinct.groupby(keys, dropna=False, sort=False)[column].count().to_frame(name).reset_index()
 
 
+def _by_group(frame: dd.DataFrame, keys: list[str], inputs: dict[str, str], function: Callable[..., Any], *args: Any) -> dd.DataFrame:
+    """``function`` of :mod:`jobs.group_pandas` on each partition after a shuffle on ``keys``, its
+    inputs (hidden name → column) alone beside the keys."""
+    rows = frame[keys].assign(**{hidden: frame[column] for hidden, column in inputs.items()})
+    meta = function(rows._meta_nonempty, keys, *args).iloc[:0]
+    return rows.shuffle(on=keys).map_partitions(function, keys, *args, meta=meta)
+
+
+def _separate(frame: dd.DataFrame, keys: list[str], name: str, agg: Aggregation, column: str, other: str | None) -> dd.DataFrame:
+    """One aggregation of :data:`_SEPARATE_AGGS`, as a frame of the keys and ``name``."""
+    if agg.func == "quantile":
+        return _quantile(frame, keys, column, agg.q or 0.0, name)
+    if agg.func in ("nunique", "count_distinct"):
+        return _count_distinct(frame, keys, column, name)
+    if agg.func == "median":
+        return frame.groupby(keys, dropna=False, sort=False)[column].median().to_frame(name).reset_index()
+    if agg.func == "mode":
+        return _by_group(frame, keys, {VALUE: column}, group_mode, name)
+    if agg.func in PAIR_AGGS:
+        return _by_group(frame, keys, {VALUE: column, OTHER: other or column}, group_moment, agg.func, name)
+    order = [(key.column, key.descending) for key in agg.order_by or []]
+    separator = agg.separator if agg.separator is not None else ","
+    ordering = {key: key for key, _ in order if key not in keys}
+    return _by_group(frame, keys, {VALUE: column, **ordering}, group_string_agg, separator, order, name)
+
+
+def _as_bools(frame: Any, names: list[str]) -> Any:
+    """Columns of 1.0, 0.0 and null as nullable booleans: pandas' "boolean", cuDF's bool with nulls."""
+    dtype = "bool" if type(frame).__module__.split(".")[0] == "cudf" else "boolean"
+    return frame.astype(dict.fromkeys(names, dtype))
+
+
 def _groupby(frame: dd.DataFrame, step: GroupByStep, field: str, plan: LogicalPlan | None = None) -> dd.DataFrame:
     # The {column: [funcs]} form is the one dask-cudf and dask-pandas both take (cudf
     # has no named aggregation); the (column, func) result columns are then renamed.
     # "size" counts rows: any non-key column serves. No keys: one constant hidden key.
-    frame, inputs = _aggregated_columns(frame, step, field, plan or LogicalPlan.unchecked())
+    frame, inputs, others = _aggregated_columns(frame, step, field, plan or LogicalPlan.unchecked())
     keys = list(step.by) or [f"{_HIDDEN}all"]
     if not step.by:
         frame = frame.assign(**{keys[0]: 0})
     grouped = frame.groupby(keys, dropna=False, sort=False)
     row_column = next((c for c in frame.columns if c not in keys), keys[0])
     wanted: dict[str, tuple[str, str]] = {
-        name: (inputs[name] or row_column, agg.func)
+        name: (inputs[name] or row_column, _TREE_AGGS.get(agg.func, agg.func))
         for name, agg in step.aggs.items()
         if agg.func not in _SEPARATE_AGGS
     }
@@ -317,11 +365,12 @@ def _groupby(frame: dd.DataFrame, step: GroupByStep, field: str, plan: LogicalPl
         copies = {name: named[first_name[pick]] for name, pick in wanted.items() if first_name[pick] != name}
         if copies:
             named = named.assign(**copies)
-        parts.append(named[list(wanted)].reset_index())
+        named = named[list(wanted)]
+        if bools := [name for name, agg in step.aggs.items() if agg.func in ("any", "all")]:
+            named = named.map_partitions(_as_bools, bools)
+        parts.append(named.reset_index())
     parts += [
-        _quantile(frame, keys, inputs[name] or row_column, agg.q or 0.0, name) if agg.func == "quantile"
-        else _count_distinct(frame, keys, inputs[name] or row_column, name) if agg.func in ("nunique", "count_distinct")
-        else grouped[inputs[name] or row_column].median().to_frame(name).reset_index()
+        _separate(frame, keys, name, agg, inputs[name] or row_column, others.get(name))
         for name, agg in step.aggs.items()
         if agg.func in _SEPARATE_AGGS
     ]

@@ -45,6 +45,21 @@ _HOW = {"inner": "inner", "left": "left", "right": "right", "outer": "full", "se
 _COUNTS = ("count", "size", "nunique", "count_distinct")
 
 
+def pair_moment(func: str, x: pl.Expr, y: pl.Expr) -> pl.Expr:
+    """Sample covariance (``covar``) or correlation (``corr``) of the rows where both are non-null,
+    in two passes, as SQL's ``COVAR_SAMP``/``CORR``: null for fewer than two pairs, and a
+    correlation with a constant side is null."""
+    both = x.is_not_null() & y.is_not_null()
+    x, y = pl.when(both).then(x).cast(pl.Float64), pl.when(both).then(y).cast(pl.Float64)
+    dx, dy = x - x.mean(), y - y.mean()
+    sxy = (dx * dy).sum()
+    if func == "covar":
+        n = both.sum()
+        return pl.when(n >= 2).then(sxy / (n - 1))
+    sxx, syy = (dx * dx).sum(), (dy * dy).sum()
+    return pl.when((sxx > 0) & (syy > 0)).then(sxy / (sxx * syy).sqrt())
+
+
 class PolarsFrames(NamedSources[pl.LazyFrame]):
     """Builds the LazyFrame of a checked job, each named source once."""
 
@@ -129,6 +144,19 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
             result = value.quantile(agg.q or 0.0, interpolation="linear")
         elif agg.func in ("std", "var"):
             result = getattr(value, agg.func)(ddof=1)
+        elif agg.func in ("any", "all"):  # SQL's bool_or/bool_and: nulls skipped, null when there are only nulls
+            result = pl.when(value.count() > 0).then(getattr(value, agg.func)(ignore_nulls=True))
+        elif agg.func == "mode":  # the most frequent non-null value; of tied ones the smallest
+            result = value.drop_nulls().mode().min()
+        elif agg.func in ("corr", "covar"):
+            other = pl.col(agg.other) if agg.other is not None else self.expr(f"{field}.aggs.{name}.other_expr", agg.other_expr or "", schema)
+            result = pair_moment(agg.func, value, other)
+        elif agg.func == "string_agg":
+            if agg.order_by:
+                keys = [pl.col(key.column) for key in agg.order_by]
+                value = value.sort_by(keys, descending=[key.descending for key in agg.order_by], nulls_last=True)
+            joined = value.drop_nulls().str.join(agg.separator if agg.separator is not None else ",")
+            result = pl.when(value.count() > 0).then(joined)
         else:
             result = getattr(value, agg.func)()
         if agg.func in _COUNTS or (agg.func == "sum" and kind == "bool"):

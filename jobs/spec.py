@@ -116,9 +116,19 @@ class RenameStep(_Strict):
 
 
 AggFunc = Literal[
-    "sum", "mean", "median", "quantile", "min", "max", "count", "size", "std", "var", "nunique", "count_distinct", "first", "last"
+    "sum", "mean", "median", "quantile", "min", "max", "count", "size", "std", "var", "nunique", "count_distinct", "first", "last",
+    "any", "all", "mode", "corr", "covar", "string_agg",
 ]
-NUMERIC_AGGS = frozenset({"sum", "mean", "median", "quantile", "std", "var"})
+NUMERIC_AGGS = frozenset({"sum", "mean", "median", "quantile", "std", "var", "corr", "covar"})
+#: Aggregations of two inputs, the second given by ``other`` or ``other_expr``.
+PAIR_AGGS = frozenset({"corr", "covar"})
+
+
+class SortKey(_Strict):
+    """One key of an ordering."""
+
+    column: ColumnName
+    descending: bool = False
 
 
 class Aggregation(_Strict):
@@ -126,13 +136,21 @@ class Aggregation(_Strict):
 
     ``size`` counts rows and takes neither; ``count`` counts non-null values;
     ``expr`` aggregates a computed value, e.g. ``{func: sum, expr: "price * (1 - discount)"}``;
-    ``quantile`` takes ``q``, the fraction (0.95 for the 95th percentile).
+    ``quantile`` takes ``q``, the fraction (0.95 for the 95th percentile); ``corr`` and
+    ``covar`` take a second input, ``other`` (a column) or ``other_expr``; ``string_agg``
+    takes a ``separator`` and, for a defined order of the joined values, ``order_by``.
     """
 
     func: AggFunc
     column: ColumnName | None = None
     expr: Expr | None = None
     q: float | None = Field(default=None, ge=0, le=1, description="quantile: the fraction of values at or below the result.")
+    other: ColumnName | None = Field(default=None, description="corr, covar: the second column.")
+    other_expr: Expr | None = Field(default=None, description="corr, covar: the second input, computed.")
+    separator: str | None = Field(default=None, max_length=100, description="string_agg: put between the values (default ',').")
+    order_by: list[SortKey] | None = Field(
+        default=None, min_length=1, description="string_agg: join the values in this order (nulls last); unset: in no defined order."
+    )
 
     @model_validator(mode="after")
     def _input_matches_func(self) -> Aggregation:
@@ -144,6 +162,12 @@ class Aggregation(_Strict):
             raise ValueError(f"'{self.func}' needs a column or an expr")
         if (self.func == "quantile") != (self.q is not None):
             raise ValueError("'quantile' needs 'q' (e.g. 0.95), and only it takes one")
+        if self.func in PAIR_AGGS and (self.other is None) == (self.other_expr is None):
+            raise ValueError(f"'{self.func}' needs a second input: give 'other' (a column) or 'other_expr', one of them")
+        if self.func not in PAIR_AGGS and (self.other is not None or self.other_expr is not None):
+            raise ValueError(f"'other' and 'other_expr' belong to corr and covar, not '{self.func}'")
+        if self.func != "string_agg" and (self.separator is not None or self.order_by is not None):
+            raise ValueError(f"'separator' and 'order_by' belong to string_agg, not '{self.func}'")
         return self
 
 
@@ -171,13 +195,6 @@ class SortStep(_Strict):
         if isinstance(self.descending, list) and len(self.descending) != len(self.by):
             raise ValueError(f"descending has {len(self.descending)} flags for {len(self.by)} sort keys")
         return self
-
-
-class SortKey(_Strict):
-    """One key of an ordering."""
-
-    column: ColumnName
-    descending: bool = False
 
 
 class TopKStep(_Strict):

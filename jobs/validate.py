@@ -17,6 +17,8 @@ from jobs.logical import LogicalPlan
 from jobs.sources import Schema, read_schema
 from jobs.spec import (
     NUMERIC_AGGS,
+    PAIR_AGGS,
+    Aggregation,
     AssignStep,
     DerivedSource,
     DropDuplicatesStep,
@@ -40,7 +42,8 @@ from jobs.reshape import pivot_steps
 
 SchemaReader = Callable[..., Schema]
 
-_AGG_KIND = {kind: "numeric" for kind in ("count", "size", "nunique", "count_distinct", "mean", "median", "quantile", "std", "var")}
+_AGG_KIND = {kind: "numeric" for kind in ("count", "size", "nunique", "count_distinct", "mean", "median", "quantile", "std", "var", "corr", "covar")}
+_AGG_KIND |= {"any": "bool", "all": "bool", "string_agg": "string"}
 _NOT_SUMMABLE = ("string", "datetime", "other")
 _CONDITION_KINDS = ("bool", "unknown", "other")
 # The plan being built by plan_spec: the checks below record into it what they parse and infer.
@@ -202,9 +205,32 @@ def _check_groupby(schema: Schema, step: GroupByStep, where: str, field: str) ->
                 )
         if name in out:
             raise SpecError(f"{where}: output column '{name}' is also a group key", field=agg_field)
-        # A sum of bools counts them; min, max, first and last keep their input's kind.
+        _check_aggregation_input(schema, agg, kind, where, agg_field)
+        # A sum of bools counts them; min, max, first, last and mode keep their input's kind.
         out[name] = _AGG_KIND.get(agg.func, "numeric" if agg.func == "sum" and kind == "bool" else kind)
     return out
+
+
+def _check_aggregation_input(schema: Schema, agg: Aggregation, kind: str, where: str, agg_field: str) -> None:
+    """The checks of the aggregations that want one kind of input, or a second input or an order."""
+    described = f"'{agg.column or shorten(agg.expr or '')}' of kind {kind}"
+    wanted = {"any": "bool", "all": "bool", "string_agg": "string"}.get(agg.func)
+    if wanted is not None and kind not in (wanted, "unknown", "other"):
+        hint = "a condition such as x > 0" if wanted == "bool" else "cast(x, 'string')"
+        raise TypeMismatch(f"{where}: {agg.func} takes {wanted} values, not {described}: give {hint}", field=f"{agg_field}.func")
+    if agg.func in PAIR_AGGS:
+        if kind == "bool":
+            raise TypeMismatch(f"{where}: cannot {agg.func} {described}: numbers only", field=f"{agg_field}.func")
+        if agg.other is not None:
+            _require(schema, [agg.other], where=where, field=f"{agg_field}.other")
+            other_kind, other_field, other_text = schema[agg.other], f"{agg_field}.other", agg.other
+        else:
+            other_field, other_text = f"{agg_field}.other_expr", agg.other_expr or ""
+            other_kind = _expression_kind(other_text, schema, where=where, field=other_field)
+        if other_kind in (*_NOT_SUMMABLE, "bool"):
+            raise TypeMismatch(f"{where}: cannot {agg.func} with '{shorten(other_text)}' of kind {other_kind}: numbers only", field=other_field)
+    for position, key in enumerate(agg.order_by or []):
+        _require(schema, [key.column], where=where, field=f"{agg_field}.order_by[{position}].column")
 
 
 def _literal_kind(value: object) -> str:
