@@ -402,7 +402,8 @@ def test_columns_after_a_semi_join_are_the_left_ones(data: dict[str, Path]) -> N
         ({"op": "groupby", "by": ["a"], "aggs": {"x": {"func": "median"}}}, "needs a column or an expr"),
         ({"op": "top_k", "by": ["a"], "order": [{"column": "b"}], "k": 0}, "greater than or equal to 1"),
         ({"op": "top_k", "by": ["a"], "order": [], "k": 2}, "at least 1"),
-        ({"op": "join", "right": "x", "how": "cross", "on": ["a"]}, "'inner', 'left', 'right', 'outer', 'semi' or 'anti'"),
+        ({"op": "join", "right": "x", "how": "full", "on": ["a"]}, "'inner', 'left', 'right', 'outer', 'semi', 'anti' or 'cross'"),
+        ({"op": "join", "right": "x", "how": "cross", "on": ["a"]}, "a cross join pairs every row with every right row and takes no keys"),
     ],
 )
 def test_step_shape_errors(agg_or_step: dict[str, Any], message: str) -> None:
