@@ -26,6 +26,7 @@ from jobs.gpu_support import gpu_refusal, settle_on_gpu
 from jobs.errors import InvalidTransition, SpillwayError, TooManyPartitions
 from jobs.logical import LogicalPlan
 from jobs.polars_frame import build_lazyframe
+from jobs.read_progress import SourceRead, source_reads
 from jobs.sink import SinkWriter
 from jobs.status import PROGRESS_TOPIC, EngineChoice, ErrorDetail, JobProgress, JobStatus, StageProgress
 from jobs.validate import plan_spec
@@ -299,21 +300,23 @@ class JobManager:
 
     async def _execute_polars(self, job: JobView, active: _ActiveJob, frame: pl.LazyFrame, logical: LogicalPlan, phase: float) -> None:
         assert active.engine is not None
-        active.progress = polars_job.empty_progress(job.spec).model_copy(update={"engine": active.engine})
+        device = active.engine.device
 
-        def prepare() -> OutputTarget:
-            # One thread hop for both: each hop costs a scheduling round on a busy event loop.
+        def prepare() -> tuple[OutputTarget, list[SourceRead]]:
+            # One thread hop for all of it: each hop costs a scheduling round on a busy event loop.
             target = active.writer.polars_target(polars_job.output_columns(frame))
+            reads = source_reads(job.spec, frame)
+            active.progress = polars_job.empty_progress(job.spec, reads, device).model_copy(update={"engine": active.engine})
             self.store.save_progress(job.id, active.progress)
-            return target
+            return target, reads
 
-        target = await asyncio.to_thread(prepare)
+        target, reads = await asyncio.to_thread(prepare)
         planned_s = time.perf_counter() - phase
         if active.cancel_requested:
             raise _JobCancelled()
         active.log.add(f"{self._now()} Polars query built in {planned_s:.3f} s; running as one task")
         phase = time.perf_counter()
-        future = polars_job.submit(self.cluster.client, job.id, frame, target, active.engine.device, job.spec)
+        future = polars_job.submit(self.cluster.client, job.id, frame, target, active.progress, reads, device)
         active.futures = [future]
         result: polars_job.PolarsRunResult = await future
         computed_s = time.perf_counter() - phase

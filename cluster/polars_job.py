@@ -16,7 +16,8 @@ import polars as pl
 from distributed import Client
 
 from jobs.polars_io import OutputTarget
-from jobs.polars_run import PolarsRunResult, run_polars_job
+from jobs.polars_run import PolarsRunResult, StagePlan, run_polars_job
+from jobs.read_progress import READ_UNIT, SourceRead, read_stage_name, to_mib
 from jobs.spec import DerivedSource, JobSpec, Step
 from jobs.status import ColumnSchema, JobProgress, StageProgress
 
@@ -24,8 +25,17 @@ log = logging.getLogger(__name__)
 
 #: What the stage counts mean, shown with a Polars job's progress.
 POLARS_NOTE = (
-    "Polars runs all of a job's steps as one query on one worker: each stage shows 0 of 1 while the query "
-    "runs and 1 of 1 when its output is written; elapsed_s counts the seconds so far."
+    "Polars runs all of a job's steps as one query on one worker. Each 'read' stage counts the MiB of that "
+    "source the query has read so far (the worker's memory maps of its files, measured by the OS) out of what "
+    "it is expected to read (the column chunks of the columns the optimized query reads, from the parquet footers); it can "
+    "stop short when row groups are skipped, and completes with the query. The other stages show 1 of 1 "
+    "once the query is done and its output written; elapsed_s counts the seconds so far."
+)
+#: The same on the GPU, whose reads (libcudf) cannot be seen from outside.
+POLARS_GPU_NOTE = (
+    "cudf-polars runs all of a job's steps as one query on one GPU worker. Its reads happen inside libcudf, "
+    "where they cannot be counted from outside, so each stage shows 0 of 1 while the query runs and 1 of 1 "
+    "once its output is written; elapsed_s counts the seconds so far."
 )
 
 
@@ -34,24 +44,26 @@ def task_key(job_id: str) -> str:
 
 
 def stage_names(spec: JobSpec) -> list[str]:
-    """The stages a Polars job shows, named after the spec: its sources, its steps, its sink."""
+    """The stages a Polars job shows, named after the spec: its sources, its derived sources, its steps, its sink."""
     def ops(steps: list[Step]) -> str:
         return " → ".join(step.op for step in steps) or "as is"
 
-    names = ["read source"] if not isinstance(spec.source, str) else []
-    for name, source in spec.sources.items():
-        names.append(f"derive {name}: {ops(source.steps)}" if isinstance(source, DerivedSource) else f"read {name}")
-    for field, source in spec.source_fields():
-        if ".right" in field:
-            names.append(f"read {field}")
+    names = [read_stage_name(field) for field, _ in spec.source_fields()]
+    names += [f"derive {name}: {ops(source.steps)}" for name, source in spec.sources.items() if isinstance(source, DerivedSource)]
     if spec.steps:
         names.append(f"steps: {ops(spec.steps)}")
     names.append(f"write {spec.sink.format}")
     return names
 
 
-def empty_progress(spec: JobSpec) -> JobProgress:
-    return JobProgress(stages=[StageProgress(name=name, done=0, total=1) for name in stage_names(spec)], note=POLARS_NOTE)
+def empty_progress(spec: JobSpec, reads: list[SourceRead], device: str) -> JobProgress:
+    """Every stage at 0: read stages out of their MiB on the CPU, every stage out of 1 on the GPU."""
+    totals = {read.stage: to_mib(read.total_bytes) for read in reads} if device == "cpu" else {}
+    stages = [
+        StageProgress(name=name, done=0, total=totals[name], unit=READ_UNIT) if name in totals else StageProgress(name=name, done=0, total=1)
+        for name in stage_names(spec)
+    ]
+    return JobProgress(stages=stages, note=POLARS_NOTE if device == "cpu" else POLARS_GPU_NOTE)
 
 
 def output_columns(frame: pl.LazyFrame) -> list[ColumnSchema]:
@@ -60,11 +72,12 @@ def output_columns(frame: pl.LazyFrame) -> list[ColumnSchema]:
     return [ColumnSchema(name=field.name, type=str(field.type)) for field in schema]
 
 
-def submit(client: Client, job_id: str, frame: pl.LazyFrame, target: OutputTarget, device: str, spec: JobSpec) -> Any:
+def submit(client: Client, job_id: str, frame: pl.LazyFrame, target: OutputTarget, progress: JobProgress, reads: list[SourceRead], device: str) -> Any:
     """Submit the job's one task; its future gives a :class:`PolarsRunResult`."""
-    return client.submit(
-        run_polars_job, job_id, frame, target, device, stage_names(spec), key=task_key(job_id), pure=False, retries=0
-    )
+    # Dataclasses, not tuples: dask reads tuples in task arguments as keys of other tasks.
+    stages = [StagePlan(stage.name, stage.total, stage.unit) for stage in progress.stages]
+    metered = reads if device == "cpu" else []
+    return client.submit(run_polars_job, job_id, frame, target, device, stages, metered, key=task_key(job_id), pure=False, retries=0)
 
 
 async def stop(client: Client, job_id: str) -> None:
@@ -82,4 +95,4 @@ def _processing_on(dask_scheduler: Any, key: str) -> str | None:
     return worker.address if worker is not None else None
 
 
-__all__ = ["POLARS_NOTE", "PolarsRunResult", "empty_progress", "output_columns", "stage_names", "stop", "submit", "task_key"]
+__all__ = ["POLARS_GPU_NOTE", "POLARS_NOTE", "PolarsRunResult", "empty_progress", "output_columns", "stage_names", "stop", "submit", "task_key"]

@@ -17,6 +17,7 @@ import polars as pl
 
 from jobs.gpu_support import gpu_engine
 from jobs.polars_io import OutputTarget, write_output
+from jobs.read_progress import ReadMeter, SourceRead, to_mib
 from jobs.status import PROGRESS_TOPIC
 
 
@@ -46,18 +47,36 @@ def _cannot_run_on_gpu(exc: BaseException) -> bool:
     return isinstance(exc, NotImplementedError) or "NotImplementedError" in text or "not supported" in text.lower()
 
 
-def run_polars_job(job_id: str, frame: pl.LazyFrame, target: OutputTarget, device: str = "cpu", stages: list[str] | None = None) -> PolarsRunResult:
-    """Run ``frame`` into ``target`` on this worker; ``device`` is ``cpu`` or ``gpu``."""
+@dataclass(frozen=True)
+class StagePlan:
+    """One stage a job shows: its name, its total and unit (None: the stage counts 1)."""
+
+    name: str
+    total: int
+    unit: str | None = None
+
+
+def run_polars_job(
+    job_id: str, frame: pl.LazyFrame, target: OutputTarget, device: str = "cpu", stages: list[StagePlan] | None = None,
+    reads: list[SourceRead] | None = None,
+) -> PolarsRunResult:
+    """Run ``frame`` into ``target`` on this worker; ``device`` is ``cpu`` or ``gpu``.
+
+    While it runs, a heartbeat publishes each stage every 0.5 s: the MiB read so far of each
+    source in ``reads`` (jobs/read_progress.py), 0 for the others, and all done at the end.
+    """
     from distributed import get_worker
 
     worker = get_worker()
-    names = stages or ["query", "write"]
+    plans = stages or [StagePlan("query", 1), StagePlan("write", 1)]
+    meter = ReadMeter(reads or [])
     started = time.perf_counter()
     done = threading.Event()
 
     def publish(finished: bool) -> None:
         elapsed = time.perf_counter() - started
-        stage_rows = [(name, 1 if finished else 0, 1) for name in names]
+        read = {} if finished else meter.sample()
+        stage_rows = [(p.name, p.total if finished else min(to_mib(read.get(p.name, 0)), p.total), p.total, p.unit) for p in plans]
         worker.log_event(PROGRESS_TOPIC, {
             "job_id": job_id, "stages": stage_rows, "workers": {worker.address: 1 if finished else 0},
             "elapsed_s": round(elapsed, 3), "ended": finished, "engine": "polars",

@@ -91,7 +91,7 @@ INVALID: list[dict[str, Any]] = [
     {"source": {"format": "parquet", "path": "x"}, "steps": [{"op": "limit", "n": -1}], "sink": {"path": "o"}},
     {"source": {"format": "parquet", "path": "x"}, "steps": [{"op": "sort", "by": ["a"], "descnding": True}], "sink": {"path": "o"}},
     {"source": {"format": "parquet", "path": "x"}, "steps": [{"op": "join", "right": "y", "how": "cross", "on": ["a"]}], "sink": {"path": "o"}},
-    {"source": {"format": "parquet", "path": "x"}, "steps": [{"op": "groupby", "by": ["a"], "aggs": {"m": {"func": "mode", "column": "b"}}}], "sink": {"path": "o"}},
+    {"source": {"format": "parquet", "path": "x"}, "steps": [{"op": "groupby", "by": ["a"], "aggs": {"m": {"func": "mode_value", "column": "b"}}}], "sink": {"path": "o"}},
     {"name": "no spaces allowed", "source": {"format": "parquet", "path": "x"}, "sink": {"path": "o"}},
     {"source": {"format": "parquet", "path": "x", "blocksize": "lots"}, "sink": {"path": "o"}},
 ]
