@@ -252,6 +252,7 @@ def test_job_detail_shows_the_result_manifest(ui_service: ServiceProcess, browse
           spec: document.getElementById('job-spec').textContent,
           links: [...document.querySelectorAll('.dashboard a')].map(a => a.href),
           cancel: document.getElementById('cancel-job') !== null,
+          engine: document.getElementById('engine')?.textContent,
         }""",
     )
     listed = page["files"][:-1]  # the last row is the total
@@ -265,6 +266,7 @@ def test_job_detail_shows_the_result_manifest(ui_service: ServiceProcess, browse
     base = job.links.dashboard.removesuffix("/status")
     assert {f"{base}/tasks", f"{base}/individual-progress"} <= set(page["links"])
     assert not page["cancel"], "a finished job has no cancel button"
+    assert job.progress.engine is not None and page["engine"] == f"dask on cpu — {job.progress.engine.reason}"
     screenshot(browser, "job-detail")
 
 

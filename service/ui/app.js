@@ -243,12 +243,19 @@ const facts = (pairs) => h("dl", { class: "facts" }, pairs.filter(Boolean).map((
 
 function stagesSection(progress) {
   const { done, total } = progressTotals(progress);
-  const overall = setBar(bar("overall progress"), done, total, total ? `${Math.floor((100 * done) / total)}% · ${fmtInt(done)}/${fmtInt(total)} tasks` : "no tasks yet");
+  // Dask-engine stages count tasks; a Polars job's read stages count MiB read (progress.note says so).
+  const counted = (progress.stages || []).some((s) => s.unit) ? "" : " tasks";
+  const overall = setBar(bar("overall progress"), done, total, total ? `${Math.floor((100 * done) / total)}% · ${fmtInt(done)}/${fmtInt(total)}${counted}` : "no tasks yet");
   overall.id = "overall-progress";
   const stages = (progress.stages || []).map((s) =>
-    h("li", { "data-stage": s.name }, h("code", {}, s.name), setBar(bar(`stage ${s.name}`), s.done, s.total, `${fmtInt(s.done)}/${fmtInt(s.total)}`)));
+    h("li", { "data-stage": s.name }, h("code", {}, s.name),
+      setBar(bar(`stage ${s.name}`), s.done, s.total, `${fmtInt(s.done)}/${fmtInt(s.total)}${s.unit ? ` ${s.unit}` : ""}`)));
   const perWorker = Object.entries(progress.tasks_per_worker || {});
-  return section("Progress", overall, h("ul", { class: "stages", id: "stages" }, stages),
+  const engine = progress.engine;
+  return section("Progress",
+    engine ? h("p", { id: "engine" }, h("strong", {}, `${engine.engine} on ${engine.device}`), ` — ${engine.reason}`) : null,
+    overall, h("ul", { class: "stages", id: "stages" }, stages),
+    progress.note ? h("p", { class: "note", id: "progress-note" }, progress.note) : null,
     perWorker.length ? h("details", {}, h("summary", {}, "Tasks per worker"), table(["Worker", "Tasks"], perWorker.map(([w, n]) => [w, num(fmtInt(n))]))) : null);
 }
 
