@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 
 INTERRUPTED = "interrupted"
 CLUSTER_LOST = "cluster_lost"
+TIMED_OUT = "timed_out"
 SWEEP_DELAYS_S = (1.0, 4.0, 30.0)
 
 
@@ -65,6 +66,10 @@ class _JobCancelled(Exception):
     pass
 
 
+class _JobTimedOut(Exception):
+    pass
+
+
 @dataclass
 class _ActiveJob:
     job_id: str
@@ -73,6 +78,9 @@ class _ActiveJob:
     futures: list[Any] = field(default_factory=list)
     cancel_requested: bool = False
     committing: bool = False
+    committed: bool = False
+    #: The job's run timeout, turned off once its commit starts.
+    deadline: asyncio.Timeout | None = None
     gpu: GpuSampler | None = None
     engine: EngineChoice | None = None
     log: JobLog = field(default_factory=JobLog)
@@ -102,6 +110,8 @@ class JobManager:
         Receives partition counts and job durations.
     default_engine
         The engine for specs that name none: ``auto``, ``polars`` or ``dask``.
+    default_timeout_s
+        Seconds a job whose spec sets no ``timeout_s`` may run before it fails as timed out.
     """
 
     def __init__(
@@ -115,6 +125,7 @@ class JobManager:
         max_running_per_owner: int | None = None,
         metrics: JobMetrics | None = None,
         default_engine: EngineName = "auto",
+        default_timeout_s: float = 86_400.0,
     ) -> None:
         self.store = store
         self.cluster = cluster
@@ -124,6 +135,7 @@ class JobManager:
         self.max_running_per_owner = max_running_per_owner
         self.metrics = metrics or _NoMetrics()
         self.default_engine: EngineName = default_engine
+        self.default_timeout_s = default_timeout_s
         # Waiting jobs in submission order, with their owner (the token that submitted them).
         self._waiting: list[tuple[str, str | None]] = []
         self._changed = asyncio.Condition()
@@ -139,14 +151,35 @@ class JobManager:
     async def start(self) -> None:
         """Recover from a previous run, then start the runners."""
         for job_id in await asyncio.to_thread(self.store.ids_in_state, JobStatus.RUNNING):
-            job = await asyncio.to_thread(self.store.get, job_id)
-            SinkWriter(job.spec.sink, job_id).abort()
-            await self._fail(job_id, INTERRUPTED, "the service stopped while this job ran; nothing was committed", job.progress)
-            log.warning("job %s was running when the service stopped: marked FAILED (interrupted)", job_id)
+            await self._recover(await asyncio.to_thread(self.store.get, job_id))
         for job_id in await asyncio.to_thread(self.store.ids_in_state, JobStatus.PENDING):
             self._waiting.append((job_id, (await asyncio.to_thread(self.store.get, job_id)).owner))
         self.cluster.client.subscribe_topic(PROGRESS_TOPIC, self._on_progress)
         self._runners = [asyncio.create_task(self._runner(), name=f"spillway-runner-{i}") for i in range(self.max_concurrent)]
+
+    async def _recover(self, job: JobView) -> None:
+        """Settle a job the previous run left RUNNING: SUCCEEDED if its commit had landed, else FAILED interrupted.
+
+        A service killed after the sink's commit and before recording it leaves a sink whose
+        manifest lists this job's files: that commit is the job's result, not a ghost.
+        """
+        writer = SinkWriter(job.spec.sink, job.id)
+        try:
+            manifest = await asyncio.to_thread(writer.recover)
+        except Exception as exc:  # noqa: BLE001 - an unreachable sink: the job cannot be shown to have committed
+            log.warning("job %s: could not inspect its sink at restart (%s: %s)", job.id, type(exc).__name__, exc)
+            manifest = None
+        if manifest is not None:
+            await asyncio.to_thread(self.store.finish, job.id, JobStatus.SUCCEEDED, progress=job.progress, result=manifest)
+            line = (f"the service stopped after this job committed (sink version {manifest.version}, {manifest.total_rows} rows) "
+                    "and before it recorded that: recognised at restart from the sink's manifest; SUCCEEDED")
+            await asyncio.to_thread(self.store.save_logs, job.id, [f"{self._now()} {line}"])
+            log.warning("job %s: %s", job.id, line)
+            return
+        await self._fail(job.id, INTERRUPTED, "the service stopped while this job ran; nothing was committed", job.progress)
+        log.warning("job %s was running when the service stopped: marked FAILED (interrupted)", job.id)
+        # Its tasks may still be finishing on a cluster that outlived the service.
+        self._sweeps.add(asyncio.create_task(self._sweep_staging(writer)))
 
     def replace_cluster(self, cluster: ClusterHandle) -> None:
         """Run new jobs on ``cluster`` (after the old one died)."""
@@ -198,10 +231,8 @@ class JobManager:
         else:
             if not active.committing:
                 active.cancel_requested = True
-                if active.futures and active.engine is not None and active.engine.engine == "polars":
-                    await polars_job.stop(self.cluster.client, job_id)
-                if active.futures:
-                    await self.cluster.client.cancel(active.futures, force=True, reason="cancelled by user")
+                # A running Polars query cannot be interrupted: its worker is restarted. Dask-engine tasks finish in their threads.
+                await self._stop_tasks(active, "cancelled by user", restart=active.engine is not None and active.engine.engine == "polars")
             try:
                 await asyncio.wait_for(active.finished.wait(), timeout)
             except TimeoutError:
@@ -210,6 +241,26 @@ class JobManager:
         if job.state.is_terminal() and job.state != JobStatus.CANCELLED:
             raise InvalidTransition(f"job {job_id} finished as {job.state.value} before it could be cancelled")
         return job
+
+    async def _stop_tasks(self, active: _ActiveJob, reason: str, *, restart: bool, silent_s: float | None = None) -> None:
+        """Cancel the job's tasks; with ``restart``, also restart the workers running them.
+
+        A running task cannot be interrupted (a Polars query, a task on a hung worker): only
+        restarting its worker stops it. With ``silent_s``, workers without a heartbeat for that
+        long are restarted too. The workers are found before the cancel, which forgets the
+        tasks, and restarted after it, so that the scheduler does not start them again elsewhere.
+        """
+        client = self.cluster.client
+        keys = [future.key for future in active.futures]
+        workers: list[str] = []
+        if restart and (keys or silent_s is not None):
+            workers = await client.run_on_scheduler(_workers_to_restart, keys=keys, silent_s=silent_s)
+        if active.futures:
+            await client.cancel(active.futures, force=True, reason=reason)
+        if workers:
+            log.info("job %s: restarting worker(s) %s to stop its running tasks (%s)", active.job_id, ", ".join(workers), reason)
+            active.log.add(f"{self._now()} {reason}: restarting worker(s) {', '.join(workers)}")
+            await client.restart_workers(workers, raise_for_error=False)
 
     async def _runner(self) -> None:
         while True:
@@ -242,12 +293,28 @@ class JobManager:
         if self.cluster.backend == "cudf":
             active.gpu = GpuSampler(self.cluster.gpu_stats, self.progress_interval)
             active.gpu.start()
+        timeout_s = job.spec.timeout_s or self.default_timeout_s
         try:
-            await self._execute(job, active)
+            await self._execute_within(job, active, timeout_s)
         except asyncio.CancelledError:
+            if active.committed:  # the stop waited for the commit to land and be recorded
+                raise
             active.writer.abort()
             await asyncio.shield(self._fail(job_id, INTERRUPTED, "the service stopped while this job ran; nothing was committed", active.progress))
             raise
+        except _JobTimedOut:
+            whose = "its spec's timeout_s" if job.spec.timeout_s else "the service's default, SPILLWAY_DEFAULT_JOB_TIMEOUT_S"
+            try:
+                await self._stop_tasks(active, "timed out", restart=True, silent_s=SILENT_WORKER_S)
+            except Exception as exc:  # noqa: BLE001 - the job fails as timed out whatever the cluster says
+                log.warning("job %s: could not stop its tasks after its timeout: %s: %s", job_id, type(exc).__name__, exc)
+            active.writer.abort()
+            message = (f"the job ran for more than {timeout_s:g} s ({whose}); its tasks were cancelled and the workers "
+                       "running them restarted; nothing was committed")
+            active.log.add(f"{self._now()} {message}")
+            log.warning("job %s: %s", job_id, message)
+            await self._fail(job_id, TIMED_OUT, message, active.progress, field="timeout_s")
+            self._sweeps.add(asyncio.create_task(self._sweep_staging(active.writer)))
         except (_JobCancelled, FutureCancelledError, FuturesCancelledError) as exc:
             active.writer.abort()
             if not active.cancel_requested:  # nobody asked: the cluster went away under the job
@@ -276,6 +343,23 @@ class JobManager:
                 self.metrics.job_finished(finished.state, (finished.finished_at - finished.started_at).total_seconds())
             active.finished.set()
             self._active.pop(job_id, None)
+
+    async def _execute_within(self, job: JobView, active: _ActiveJob, seconds: float) -> None:
+        """:meth:`_execute` under the job's run timeout, which :meth:`_commit` turns off once it starts.
+
+        Raises
+        ------
+        _JobTimedOut
+            The timeout passed before the commit started.
+        """
+        try:
+            async with asyncio.timeout(seconds) as deadline:
+                active.deadline = deadline
+                await self._execute(job, active)
+        except TimeoutError:
+            if not deadline.expired():  # a timeout of something inside the job, not the job's own
+                raise
+            raise _JobTimedOut() from None
 
     async def _execute(self, job: JobView, active: _ActiveJob) -> None:
         phase = time.perf_counter()
@@ -365,11 +449,25 @@ class JobManager:
         await self._commit(job, active, f"plan {planned_s:.3f} s, compute {computed_s:.3f} s")
 
     async def _commit(self, job: JobView, active: _ActiveJob, timings: str) -> None:
+        """Commit the output and record SUCCEEDED, as one step that neither a timeout nor a stop cuts in two."""
         active.committing = True
+        if active.deadline is not None and not active.deadline.expired():
+            active.deadline.reschedule(None)
+        landing = asyncio.create_task(self._commit_and_record(job, active, timings))
+        try:
+            await asyncio.shield(landing)
+        except asyncio.CancelledError:
+            # The service is stopping: the commit runs on in its thread, so let it land and be
+            # recorded (else its output would be committed under a job marked interrupted), then stop.
+            await asyncio.wait({landing})
+            raise
+
+    async def _commit_and_record(self, job: JobView, active: _ActiveJob, timings: str) -> None:
         phase = time.perf_counter()
         manifest = await asyncio.to_thread(active.writer.commit)
         committed_s = time.perf_counter() - phase
         await asyncio.to_thread(self.store.finish, job.id, JobStatus.SUCCEEDED, progress=active.progress, result=manifest)
+        active.committed = True
         timings = f"{timings}, commit {committed_s:.3f} s"
         active.log.add(f"{self._now()} {timings}")
         log.info("job %s: succeeded, %d rows in %d files at %s (%s)", job.id, manifest.total_rows, len(manifest.files), manifest.location, timings)
@@ -440,3 +538,32 @@ class JobManager:
 
 def _drop_plugin(dask_scheduler: Any, name: str) -> None:
     dask_scheduler.plugins.pop(name, None)
+
+
+#: At a job's timeout, a worker that has sent no heartbeat for this long is taken to be hung and is
+#: restarted too (heartbeats come every 0.5-5 s; Dask's own worker-ttl waits minutes). A job still
+#: planning has no tasks of its own yet, but may be waiting on such a worker.
+SILENT_WORKER_S = 10.0
+
+
+def _workers_to_restart(dask_scheduler: Any, keys: list[Any], silent_s: float | None) -> list[str]:
+    """The workers running a task that ``keys`` need (not yet in memory), and any worker silent for ``silent_s``."""
+    from distributed.metrics import time as scheduler_time  # the clock of last_seen
+
+    workers: set[str] = set()
+    seen: set[Any] = set()
+    stack = list(keys)
+    while stack:
+        key = stack.pop()
+        task = dask_scheduler.tasks.get(key)
+        if key in seen or task is None or task.state == "memory":
+            continue  # a task in memory needs nothing more run
+        seen.add(key)
+        if task.processing_on is not None:
+            workers.add(task.processing_on.address)
+        stack.extend(dependency.key for dependency in task.dependencies)
+    if silent_s is not None:
+        now = scheduler_time()
+        workers.update(address for address, state in dask_scheduler.workers.items() if now - state.last_seen > silent_s)
+    return sorted(workers)
+

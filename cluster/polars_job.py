@@ -3,13 +3,16 @@
 The LazyFrame is built and checked on the service and travels to the worker pickled
 (Polars serialises the plan, not data). The task (:func:`jobs.polars_run.run_polars_job`)
 runs in a worker thread with the worker's threads and memory limit. A running Polars query
-cannot be interrupted from outside, so cancelling one restarts the worker that runs it:
-bounded, and nothing it was writing survives (the staging directory is then removed).
+cannot be interrupted from outside, so cancelling one (or its timeout) restarts the worker
+that runs it, once the task is cancelled: bounded, and nothing it was writing survives (the
+staging directory is then removed). A worker that dies mid-query has the task run again
+elsewhere, from an empty target (:func:`run_attempt`).
 """
 
 from __future__ import annotations
 
 import logging
+import shutil
 from typing import Any
 
 import polars as pl
@@ -18,8 +21,10 @@ from distributed import Client
 from jobs.polars_io import OutputTarget
 from jobs.polars_run import PolarsRunResult, StagePlan, run_polars_job
 from jobs.read_progress import READ_UNIT, SourceRead, read_stage_name, to_mib
+from jobs.sink import SinkWriter
 from jobs.spec import DerivedSource, JobSpec, Step
 from jobs.status import ColumnSchema, JobProgress, StageProgress
+from jobs.storage import is_url
 
 log = logging.getLogger(__name__)
 
@@ -77,22 +82,23 @@ def submit(client: Client, job_id: str, frame: pl.LazyFrame, target: OutputTarge
     # Dataclasses, not tuples: dask reads tuples in task arguments as keys of other tasks.
     stages = [StagePlan(stage.name, stage.total, stage.unit) for stage in progress.stages]
     metered = reads if device == "cpu" else []
-    return client.submit(run_polars_job, job_id, frame, target, device, stages, metered, key=task_key(job_id), pure=False, retries=0)
+    return client.submit(run_attempt, job_id, frame, target, device, stages, metered, key=task_key(job_id), pure=False, retries=0)
 
 
-async def stop(client: Client, job_id: str) -> None:
-    """Stop a running Polars task by restarting the worker that runs it (if any does)."""
-    address = await client.run_on_scheduler(_processing_on, key=task_key(job_id))
-    if address is None:
-        return
-    log.info("job %s: restarting worker %s to stop its Polars query", job_id, address)
-    await client.restart_workers([address], raise_for_error=False)
+def run_attempt(job_id: str, frame: pl.LazyFrame, target: OutputTarget, *args: Any) -> PolarsRunResult:
+    """The job's task: :func:`jobs.polars_run.run_polars_job`, from an empty target.
+
+    An error in the query fails the job (``retries=0``). A worker that dies while running it
+    is not an error of the query: Dask runs the task again on another worker, as it recomputes
+    a lost partition (after ``distributed.scheduler.allowed-failures`` deaths the job fails
+    with KilledWorker). Whatever the dead attempt had written is removed first, so none of it
+    can be committed with the new attempt's files.
+    """
+    if is_url(target.location):
+        SinkWriter(target.sink, job_id).abort()  # this job's part files that no manifest lists
+    else:
+        shutil.rmtree(target.location, ignore_errors=True)  # the job's own staging directory
+    return run_polars_job(job_id, frame, target, *args)
 
 
-def _processing_on(dask_scheduler: Any, key: str) -> str | None:
-    task = dask_scheduler.tasks.get(key)
-    worker = getattr(task, "processing_on", None) if task is not None else None
-    return worker.address if worker is not None else None
-
-
-__all__ = ["POLARS_GPU_NOTE", "POLARS_NOTE", "PolarsRunResult", "empty_progress", "output_columns", "stage_names", "stop", "submit", "task_key"]
+__all__ = ["POLARS_GPU_NOTE", "POLARS_NOTE", "PolarsRunResult", "empty_progress", "output_columns", "run_attempt", "stage_names", "submit", "task_key"]

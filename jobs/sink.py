@@ -27,6 +27,7 @@ from dask.delayed import Delayed
 from fsspec import AbstractFileSystem
 
 from jobs.commit import (
+    OLD_PREFIX,
     SinkSchemaMismatch,
     check_column_names,
     check_mode,
@@ -179,6 +180,34 @@ class SinkWriter:
         except (SinkExists, OSError):
             self.abort()
             raise
+
+    def recover(self) -> ResultManifest | None:
+        """After a crash: this job's commit if it landed (its manifest), else None; nothing uncommitted is left.
+
+        A service killed after the commit and before recording it leaves a sink whose manifest
+        lists files this job wrote (each file carries the job id): the commit landed. A commit
+        that wrote no file at all cannot be told apart from another's and counts as not landed.
+        A local overwrite caught between its two renames (where renameat2 is missing) is rolled
+        back first, so the sink keeps its previous version. Then, either way, :meth:`abort`.
+        """
+        if not self.remote:
+            self._settle_swap()
+        fs, root = filesystem(self.location)
+        manifest = load_manifest(fs, root)
+        self.abort()
+        if manifest is not None and any(f.job_id == self.job_id for f in manifest.files):
+            return manifest
+        return None
+
+    def _settle_swap(self) -> None:
+        # swap_directories without renameat2 renames the sink aside, then the staging directory in.
+        old = self.final.parent / f"{OLD_PREFIX}{self.staging.name}"
+        if not old.is_dir():
+            return
+        if self.final.exists():  # both renames done: the aside copy is the replaced output
+            shutil.rmtree(old, ignore_errors=True)
+        else:  # stopped between them: put the previous version back
+            os.rename(old, self.final)
 
     def abort(self) -> None:
         """Remove what this job wrote and no manifest lists: its staging directory and stray part files.

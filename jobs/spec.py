@@ -531,6 +531,20 @@ class SinkSpec(_Strict):
         return None if chosen == "none" else chosen
 
 
+#: The most ``timeout_s`` may be anywhere; a service's own maximum (``SPILLWAY_MAX_JOB_TIMEOUT_S``) is at most this.
+TIMEOUT_CEILING_S = 30 * 86_400.0
+_max_timeout_s = TIMEOUT_CEILING_S
+
+
+def limit_timeouts(max_timeout_s: float) -> None:
+    """Refuse a ``timeout_s`` over ``max_timeout_s`` in this process from now on (the service's Settings call this).
+
+    A check in the model, not in one route, so every way in (REST, pipelines, validate) answers it the same.
+    """
+    global _max_timeout_s
+    _max_timeout_s = min(max_timeout_s, TIMEOUT_CEILING_S)
+
+
 class JobSpec(_Strict):
     """A complete ETL job: source → steps → sink."""
 
@@ -548,8 +562,22 @@ class JobSpec(_Strict):
         default=None,
         description="Which engine runs the job: `polars` (Polars on the CPU, cudf-polars on the GPUs), `dask` (Dask "
         "dataframe: pandas or dask-cudf), or `auto` (Polars unless it cannot run this spec). Unset: the service's default.",
-
     )
+    timeout_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=TIMEOUT_CEILING_S,
+        description="Seconds the job may run, from RUNNING until its commit starts, before it fails as `timed_out`: its tasks "
+        "are cancelled, the workers running them restarted, nothing is committed. Unset: the service's default "
+        "(SPILLWAY_DEFAULT_JOB_TIMEOUT_S); never more than the service's maximum (SPILLWAY_MAX_JOB_TIMEOUT_S).",
+    )
+
+    @field_validator("timeout_s")
+    @classmethod
+    def _within_the_service_maximum(cls, value: float | None) -> float | None:
+        if value is not None and value > _max_timeout_s:
+            raise ValueError(f"timeout_s {value:g} is over this service's maximum of {_max_timeout_s:g} s (SPILLWAY_MAX_JOB_TIMEOUT_S)")
+        return value
 
     @model_validator(mode="after")
     def _names_are_defined_and_acyclic(self) -> JobSpec:

@@ -79,6 +79,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             max_partitions=settings.max_partitions,
             max_running_per_owner=settings.max_running_per_token,
             default_engine=settings.default_engine,
+            default_timeout_s=settings.default_job_timeout_s,
             metrics=metrics,
         )
         await manager.start()

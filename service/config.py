@@ -10,11 +10,12 @@ import ipaddress
 import os
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from cluster.settings import ClusterSettings
 from jobs.sandbox import url_problem
+from jobs.spec import TIMEOUT_CEILING_S, limit_timeouts
 from jobs.storage import StorageSettings
 from jobs.storage import configure as configure_storage
 
@@ -34,6 +35,19 @@ class Settings(BaseSettings):
     max_concurrent_jobs: int = Field(default=2, ge=1, le=1024, description="Jobs running at once; the rest queue in submission order.")
     progress_interval_s: float = Field(default=0.5, gt=0, le=1.0, description="Seconds between progress writes to the store while a job runs.")
     cancel_timeout_s: float = Field(default=30.0, gt=0, description="How long POST /jobs/{id}/cancel waits for the job to stop.")
+    default_job_timeout_s: float = Field(
+        default=86_400.0,
+        gt=0,
+        le=TIMEOUT_CEILING_S,
+        description="Seconds a job may run (RUNNING until its commit starts) when its spec sets no timeout_s; past it the job "
+        "fails as timed_out, its tasks are cancelled and the workers running them restarted (a hung worker included).",
+    )
+    max_job_timeout_s: float = Field(
+        default=7 * 86_400.0,
+        gt=0,
+        le=TIMEOUT_CEILING_S,
+        description="The largest timeout_s a spec may ask for; more is a 422 naming timeout_s.",
+    )
     allowed_roots: list[str] = Field(
         default_factory=lambda: [os.getcwd()],
         description="Directories (or URL prefixes such as s3://bucket/etl/) that job sources and sinks must lie in. "
@@ -70,9 +84,20 @@ class Settings(BaseSettings):
                 raise ValueError(f"data root '{root}' cannot be used: {problem}")
         return roots
 
+    @model_validator(mode="after")
+    def _default_timeout_within_the_maximum(self) -> Settings:
+        if self.default_job_timeout_s > self.max_job_timeout_s:
+            raise ValueError(
+                f"default_job_timeout_s ({self.default_job_timeout_s:g}) is over max_job_timeout_s ({self.max_job_timeout_s:g}): lower it or raise the maximum"
+            )
+        return self
+
     def model_post_init(self, context: Any, /) -> None:
         # The sources, sinks and graphs this process builds all open paths through jobs.storage.
         configure_storage(self.storage)
+        # Every spec this process parses from now on is held to this service's maximum timeout.
+        limit_timeouts(self.max_job_timeout_s)
+
 
     @property
     def auth_required(self) -> bool:
