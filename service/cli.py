@@ -128,9 +128,12 @@ def _print_manifest(manifest: ResultManifest) -> None:
 
 
 def _print_job(job: JobView) -> None:
-    console.print(f"[bold]{job.id}[/] {job.name}  state=[bold]{job.state.value}[/]  backend={job.backend}")
+    console.print(f"[bold]{job.id}[/] {escape(job.name)}  state=[bold]{job.state.value}[/]  backend={job.backend}")
+    if job.progress.engine is not None:
+        engine = job.progress.engine
+        console.print(f"engine: {engine.engine} on {engine.device} ({escape(engine.reason)})")
     for stage in job.progress.stages:
-        console.print(f"  {stage.name:<48} {stage.done:>6}/{stage.total}")
+        console.print(f"  {escape(stage.name):<48} {stage.done:>6}/{stage.total}" + (f" {stage.unit}" if stage.unit else ""))
     if job.error:
         console.print(f"[red]error ({job.error.code}):[/] {escape(job.error.message)}")
     if job.links and job.links.dashboard:

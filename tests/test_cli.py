@@ -42,6 +42,8 @@ def test_submit_wait_prints_manifest_then_status_result_list(service: ServicePro
 
     status = spillway(service, "status", job_id)
     assert status.returncode == 0 and "SUCCEEDED" in status.stdout
+    assert "engine: polars on cpu" in status.stdout  # the service's default, auto, picks Polars for local files
+    assert "read source" in status.stdout and " MiB" in status.stdout  # what the Polars engine's read stage counts
     result = spillway(service, "result", job_id, "--json")
     manifest = json.loads(result.stdout)
     assert manifest["total_rows"] == 5  # north, south, east, west, test
