@@ -9,8 +9,9 @@ per source, against a total known before the query starts (:func:`source_reads`)
 parquet the compressed size of the column chunks of the columns the optimized query reads,
 from the footers; otherwise the files' sizes.
 
-What it does not see, and so never claims: row groups skipped by statistics (the bar then
-stops short and the stage completes when the query does), files on object stores, and the
+What it does not see, and so never claims: row groups skipped by statistics and pages read
+and released between two samples (the bar then stops short and the stage completes when the
+query does), files on object stores, and the
 GPU engine, which reads through libcudf rather than memory maps (its read stages show 0 of
 their total until the query ends). Linux only; elsewhere the meter reads nothing.
 """
