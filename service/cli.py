@@ -158,7 +158,8 @@ def follow(client: SpillwayClient, job_id: str) -> JobView:
                 bar.complete_style = bar.finished_style = "red"
             for stage in event.progress.stages:
                 if stage.name not in tasks:
-                    tasks[stage.name] = bars.add_task(stage.name, total=stage.total)
+                    label = escape(stage.name) + (f" ({stage.unit})" if stage.unit else "")  # a Polars read stage counts MiB
+                    tasks[stage.name] = bars.add_task(label, total=stage.total)
                 bars.update(tasks[stage.name], completed=stage.done, total=stage.total)
 
         return client.wait(job_id, on_event=update)
