@@ -27,6 +27,7 @@ from jobs.errors import InvalidTransition, SpillwayError, TooManyPartitions
 from jobs.logical import LogicalPlan
 from jobs.polars_frame import build_lazyframe
 from jobs.read_progress import SourceRead, source_reads
+from jobs.sandbox import check_paths, enforce_roots
 from jobs.sink import SinkWriter
 from jobs.status import PROGRESS_TOPIC, EngineChoice, ErrorDetail, JobProgress, JobStatus, StageProgress
 from jobs.validate import plan_spec
@@ -112,6 +113,11 @@ class JobManager:
         The engine for specs that name none: ``auto``, ``polars`` or ``dask``.
     default_timeout_s
         Seconds a job whose spec sets no ``timeout_s`` may run before it fails as timed out.
+    allowed_roots
+        The data roots. A job's paths are checked against them again when it starts, its
+        sources' files as they are listed, and its sink's parent at the commit (a link may have
+        been swapped in while it queued): one outside fails the job as ``path_not_allowed``.
+        None: no check here.
     """
 
     def __init__(
@@ -126,6 +132,7 @@ class JobManager:
         metrics: JobMetrics | None = None,
         default_engine: EngineName = "auto",
         default_timeout_s: float = 86_400.0,
+        allowed_roots: list[str] | None = None,
     ) -> None:
         self.store = store
         self.cluster = cluster
@@ -136,6 +143,7 @@ class JobManager:
         self.metrics = metrics or _NoMetrics()
         self.default_engine: EngineName = default_engine
         self.default_timeout_s = default_timeout_s
+        self.allowed_roots = allowed_roots
         # Waiting jobs in submission order, with their owner (the token that submitted them).
         self._waiting: list[tuple[str, str | None]] = []
         self._changed = asyncio.Condition()
@@ -286,7 +294,7 @@ class JobManager:
         if job.state != JobStatus.PENDING or not await asyncio.to_thread(self.store.transition, job_id, JobStatus.RUNNING):
             return
         log.info("job %s (%s): running on %s", job_id, job.name, self.cluster.backend)
-        active = _ActiveJob(job_id, SinkWriter(job.spec.sink, job_id))
+        active = _ActiveJob(job_id, SinkWriter(job.spec.sink, job_id, allowed_roots=self.allowed_roots))
         self._active[job_id] = active
         active.log.add(f"{self._now()} RUNNING on {self.cluster.kind} ({self.cluster.backend})")
         flusher = asyncio.create_task(self._flush_progress(active))
@@ -362,6 +370,13 @@ class JobManager:
             raise _JobTimedOut() from None
 
     async def _execute(self, job: JobView, active: _ActiveJob) -> None:
+        if self.allowed_roots is not None:  # a link may have been swapped in while the job queued
+            await asyncio.to_thread(check_paths, job.spec, self.allowed_roots)
+        # Sources' files are resolved and checked as they are listed, by either engine's planning.
+        with enforce_roots(self.allowed_roots):
+            await self._plan_and_run(job, active)
+
+    async def _plan_and_run(self, job: JobView, active: _ActiveJob) -> None:
         phase = time.perf_counter()
         # Checked again against the sources as they are now: they may have changed while the job queued.
         logical = await asyncio.to_thread(plan_spec, job.spec)

@@ -6,6 +6,13 @@ allowed only when it is an object-store URL (``s3://``) under a root that is a U
 prefix such as ``s3://bucket/etl/``; it may not hold ``.`` or ``..`` segments
 (object keys are not normalised, but some clients normalise request paths) nor
 chain filesystems with ``::``. Every other scheme (``file://``, ``http://`` …) is refused.
+
+The check at submit is not enough on its own: while a job waits, someone who may create
+links in a root can swap a source file, a folder inside a source or the sink's parent for a
+link that leads out. So the manager checks again when the job starts (:func:`check_paths`),
+the files a source lists are resolved and checked while the job is planned
+(:func:`enforce_roots`, :func:`checked_files`: both engines then read the resolved paths),
+and the sink's parent is resolved again at the commit (:func:`check_sink_parent`).
 """
 
 from __future__ import annotations
@@ -13,6 +20,8 @@ from __future__ import annotations
 import glob
 import os
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 from jobs.errors import SpecError
@@ -20,6 +29,8 @@ from jobs.spec import JobSpec
 from jobs.storage import OBJECT_STORE_SCHEMES
 
 _GLOB_CHARS = "*?["
+# The data roots of the job being planned now (None: no check, as for a spec checked at submit).
+_ENFORCED: ContextVar[tuple[str, ...] | None] = ContextVar("spillway_enforced_roots", default=None)
 
 
 class PathNotAllowed(SpecError):
@@ -123,3 +134,60 @@ def _walk(path: str) -> Iterator[str]:
                 yield os.path.join(root, name)
     elif os.path.lexists(expanded):
         yield expanded
+
+
+@contextmanager
+def enforce_roots(roots: Iterable[str] | None) -> Iterator[None]:
+    """Within this block (and the threads started from it with ``asyncio.to_thread``), the files
+    sources list are resolved and checked against ``roots`` (:func:`checked_files`). None: no check."""
+    token = _ENFORCED.set(None if roots is None else tuple(roots))
+    try:
+        yield
+    finally:
+        _ENFORCED.reset(token)
+
+
+def checked_files(files: list[str], *, field: str) -> list[str]:
+    """``files`` as the readers should open them: each local file resolved (links followed),
+    and refused if it now lies outside the roots of :func:`enforce_roots`. Outside such a block,
+    and for object-store URLs (checked as prefixes; object keys have no links), unchanged.
+
+    Raises
+    ------
+    PathNotAllowed
+        Naming the file, where it leads, and the allowed roots.
+    """
+    roots = _ENFORCED.get()
+    if roots is None:
+        return files
+    local_roots = [_real(r) for r in roots if "://" not in r]
+    resolved = []
+    for path in files:
+        if "://" in path:
+            resolved.append(path)
+            continue
+        real = _real(path)
+        if not _inside(real, local_roots):
+            raise PathNotAllowed(f"'{path}' now leads to '{real}', outside the allowed roots: {', '.join(roots)}", field=field)
+        resolved.append(real)
+    return resolved
+
+
+def check_sink_parent(location: str, roots: Iterable[str], *, field: str = "sink.path") -> None:
+    """Refuse a local sink whose parent (or the sink itself, if it exists) resolves outside ``roots`` now.
+
+    Raises
+    ------
+    PathNotAllowed
+        The sink's parent, or the sink, leads outside every root (a link swapped in after submit).
+    """
+    roots = list(roots)
+    local_roots = [_real(r) for r in roots if "://" not in r]
+    for path in (os.path.dirname(location), location):
+        if path != location or os.path.lexists(path):
+            real = _real(path)
+            if not _inside(real, local_roots):
+                raise PathNotAllowed(
+                    f"the sink '{location}': '{path}' now leads to '{real}', outside the allowed roots: {', '.join(roots) or '(none configured)'}",
+                    field=field,
+                )

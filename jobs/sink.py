@@ -40,6 +40,7 @@ from jobs.commit import (
 from jobs.errors import SinkExists, SpecError, SpillwayError
 from jobs.manifest import column_difference, describe_files, frame_columns
 from jobs.polars_io import OutputTarget
+from jobs.sandbox import PathNotAllowed, check_sink_parent
 from jobs.spec import SinkSpec
 from jobs.status import ColumnSchema, ResultFile, ResultManifest
 from jobs.storage import MANIFEST_NAME, SUCCESS_MARKER, commit_lock, filesystem, is_url, load_manifest, storage_options
@@ -90,13 +91,18 @@ class SinkWriter:
     job_id
         Names the staging directory and, wherever the sink may already hold files,
         the part files (``part.<job>.<n>.parquet``), so they never collide with others.
+    allowed_roots
+        The data roots: a local sink whose parent resolves outside them when the job stages
+        or commits (a link swapped in after submit) is refused as ``path_not_allowed``, and
+        nothing is committed. None: no check.
     """
 
-    def __init__(self, sink: SinkSpec, job_id: str) -> None:
+    def __init__(self, sink: SinkSpec, job_id: str, *, allowed_roots: list[str] | None = None) -> None:
         if not _JOB_ID.match(job_id):
             raise ValueError(f"job id {job_id!r} is not usable in file names")
         self.sink = sink
         self.job_id = job_id
+        self.allowed_roots = allowed_roots
         self.remote = is_url(sink.path)
         #: The sink as a directory path or a URL without a trailing slash.
         self.location = sink.path.rstrip("/") if self.remote else str(Path(os.path.expanduser(sink.path)).absolute())
@@ -124,6 +130,7 @@ class SinkWriter:
             if previous is not None:
                 check_column_names(self.sink, previous, columns)
         if not self.remote:
+            self._check_parent()
             self.staging.parent.mkdir(parents=True, exist_ok=True)
         return self.location if self.remote else str(self.staging)
 
@@ -172,12 +179,16 @@ class SinkWriter:
             If data the mode may not touch appeared at the sink while the job ran.
         SinkSchemaMismatch
             If an append no longer matches the data committed meanwhile.
-        In both cases, and on any I/O error, this job's uncommitted files are removed.
+        PathNotAllowed
+            If the sink's parent (or the sink) now resolves outside the data roots.
+        In each case, and on any I/O error, this job's uncommitted files are removed.
         """
         try:
+            if not self.remote:
+                self._check_parent()
             with commit_lock(self.location):
                 return self._commit_remote() if self.remote else self._commit_local()
-        except (SinkExists, OSError):
+        except (SinkExists, PathNotAllowed, OSError):
             self.abort()
             raise
 
@@ -241,7 +252,13 @@ class SinkWriter:
             if path.rsplit("/", 1)[-1].startswith(prefix) and not _hidden(path[len(root) + 1 :])
         }
 
+    def _check_parent(self) -> None:
+        if self.allowed_roots is not None:
+            check_sink_parent(str(self.final), self.allowed_roots)
+
     def _commit_local(self) -> ResultManifest:
+        # Again under the lock, just before the renames: the window left is the renames' own.
+        self._check_parent()
         fs, staging = filesystem(str(self.staging))
         state = local_state(fs, str(self.final), self.sink.path)
         check_mode(self.sink, state, field="sink.path")

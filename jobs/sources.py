@@ -21,6 +21,7 @@ import pyarrow.dataset as pads
 from fsspec import AbstractFileSystem
 
 from jobs.errors import SourceNotFound, SpecError, SpillwayError, UnknownColumn
+from jobs.sandbox import checked_files
 from jobs.spec import SourceSpec
 from jobs.storage import MANIFEST_NAME, filesystem, is_url, load_manifest, storage_options
 
@@ -40,7 +41,9 @@ def resolve_files(source: SourceSpec, *, field: str = "source") -> list[str]:
     A directory holding ``_manifest.json`` (a Spillway sink) means exactly the files
     that manifest lists, so a job reading another job's output sees its last commit
     and never the part files of a commit still in progress. Paths come back as the
-    source gave them: local paths, or URLs for an object store.
+    source gave them: local paths, or URLs for an object store; while a job is planned under
+    :func:`jobs.sandbox.enforce_roots`, local paths come back resolved (links followed), each
+    checked to lie inside the data roots, so both engines read what was checked.
 
     Raises
     ------
@@ -48,11 +51,13 @@ def resolve_files(source: SourceSpec, *, field: str = "source") -> list[str]:
         If the path, directory or glob matches no file.
     SpecError
         If the directory's manifest cannot be read.
+    PathNotAllowed
+        If a file now leads outside the enforced data roots.
     """
     files = _url_files(source, field) if is_url(source.path) else _local_files(source, field)
     if not files:
         raise SourceNotFound(f"no {source.format} file matches '{source.path}'", field=f"{field}.path")
-    return files
+    return checked_files(files, field=f"{field}.path")
 
 
 def _local_files(source: SourceSpec, field: str) -> list[str]:

@@ -1,0 +1,158 @@
+"""Links swapped in while a job waits, or while it runs, do not lead it outside the data roots.
+
+A job's paths are checked at submit; someone who may create links in a root can then swap a
+source file, a folder inside a source or the sink's parent for a link that leads out. The
+manager checks again when the job starts, the sources' files are resolved and checked as they
+are listed, and the sink's parent at the commit: the job fails as ``path_not_allowed``, nothing
+is committed and no output holds the secret's rows. Live tests on both engines, then the two
+later checks on their own (a swap after the job started).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from jobs.sandbox import PathNotAllowed, enforce_roots
+from jobs.sink import SinkWriter
+from jobs.sources import resolve_files
+from jobs.spec import SinkSpec, SourceSpec
+from jobs.status import JobStatus
+from service.client import SpillwayClient
+from tests.conftest import ServiceProcess, start_service, wait_for, wait_terminal
+from tests.fault_jobs import slow_spec
+
+SECRET_AMOUNT = 987_654.25  # a value no sample row has: finding it in an output means the secret was read
+
+
+@pytest.fixture(scope="module")
+def swap_env(tmp_path_factory: pytest.TempPathFactory, big_data: dict[str, Path]) -> Iterator[dict[str, Any]]:
+    """A service running one job at a time, whose roots are one directory and the slow jobs' data."""
+    root = tmp_path_factory.mktemp("swaproot")
+    secret = tmp_path_factory.mktemp("secret")  # outside every root
+    sample = pd.read_parquet(next(big_data["sales"].glob("*.parquet"))).head(500)
+    sample.to_parquet(root / "sample.parquet", index=False)
+    sample.assign(amount=SECRET_AMOUNT).to_parquet(secret / "secret.parquet", index=False)
+    roots = f'["{root}", "{big_data["sales"].parent}"]'
+    service = start_service(root / "svc", extra_env={"SPILLWAY_ALLOWED_ROOTS": roots, "SPILLWAY_MAX_CONCURRENT_JOBS": "1"})
+    yield {"service": service, "root": root, "secret": secret, "big": big_data}
+    service.stop()
+
+
+def _run_queued(env: dict[str, Any], engine: str, name: str, victim: dict[str, Any], swap: Callable[[], None]) -> Any:
+    """Submit ``victim`` behind a slow job, ``swap`` while it waits, let it run; return it finished."""
+    service: ServiceProcess = env["service"]
+    # A cancel of a running Polars query restarts its worker: on 2 busy cores that can take a while.
+    with SpillwayClient(service.url, timeout=120) as api:
+        slow = api.submit(slow_spec(engine, env["big"], env["root"] / f"slow_{name}_{engine}")).id
+        wait_for(lambda: api.get(slow).state == JobStatus.RUNNING, timeout=120, what="the slow job to start")
+        job_id = api.submit({"engine": engine, **victim}).id  # accepted: nothing leads out yet
+        swap()
+        assert api.get(job_id).state == JobStatus.PENDING, "the swap must happen while the job waits"
+        api.cancel(slow)
+        return wait_terminal(api, job_id, timeout=180)
+
+
+def _outputs_hold_no_secret(*places: Path) -> None:
+    for place in places:
+        for path in place.rglob("*.parquet"):
+            if path.is_file() and not path.is_symlink() and path.resolve().is_relative_to(place.resolve()):
+                assert not (pd.read_parquet(path).get("amount", pd.Series(dtype=float)) == SECRET_AMOUNT).any(), f"{path} holds the secret's rows"
+
+
+def _assert_refused(job: Any) -> None:
+    assert job.state == JobStatus.FAILED, job
+    assert job.error is not None and job.error.code == "path_not_allowed", job.error
+
+
+def test_source_file_swapped_for_a_link_while_queued_fails_path_not_allowed(swap_env: dict[str, Any], engine: str) -> None:
+    root, secret = swap_env["root"], swap_env["secret"]
+    source = root / f"src_file_{engine}"
+    source.mkdir()
+    (source / "part.parquet").write_bytes((root / "sample.parquet").read_bytes())
+    sink = root / f"out_file_{engine}"
+
+    def swap() -> None:
+        (source / "part.parquet").unlink()
+        os.symlink(secret / "secret.parquet", source / "part.parquet")
+
+    job = _run_queued(swap_env, engine, "file", {"source": {"format": "parquet", "path": str(source)}, "sink": {"path": str(sink)}}, swap)
+    _assert_refused(job)
+    assert not sink.exists(), "nothing is committed"
+    _outputs_hold_no_secret(root)
+
+
+def test_directory_inside_a_source_swapped_for_a_link_while_queued_fails_path_not_allowed(swap_env: dict[str, Any], engine: str) -> None:
+    root, secret = swap_env["root"], swap_env["secret"]
+    source = root / f"src_dir_{engine}"
+    (source / "inner").mkdir(parents=True)
+    (source / "inner" / "part.parquet").write_bytes((root / "sample.parquet").read_bytes())
+    sink = root / f"out_dir_{engine}"
+
+    def swap() -> None:
+        (source / "inner").rename(root / f"moved_inner_{engine}")
+        os.symlink(secret, source / "inner")
+
+    glob = f"{source}/*/*.parquet"
+    job = _run_queued(swap_env, engine, "dir", {"source": {"format": "parquet", "path": glob}, "sink": {"path": str(sink)}}, swap)
+    _assert_refused(job)
+    assert not sink.exists(), "nothing is committed"
+    _outputs_hold_no_secret(root)
+
+
+def test_sink_parent_swapped_for_a_link_while_queued_fails_path_not_allowed(swap_env: dict[str, Any], engine: str) -> None:
+    root, secret = swap_env["root"], swap_env["secret"]
+    parent = root / f"sink_parent_{engine}"
+    parent.mkdir()
+    before = sorted(p.name for p in secret.iterdir())
+
+    def swap() -> None:
+        parent.rmdir()
+        os.symlink(secret, parent)
+
+    victim = {"source": {"format": "parquet", "path": str(root / "sample.parquet")}, "sink": {"path": str(parent / "out")}}
+    job = _run_queued(swap_env, engine, "sink", victim, swap)
+    _assert_refused(job)
+    assert job.error.field == "sink.path"
+    assert sorted(p.name for p in secret.iterdir()) == before, "nothing is written or committed outside the root"
+
+
+# The later checks on their own: a swap after the start's check, while the job is planned or runs.
+
+
+def test_source_files_are_resolved_and_checked_as_they_are_listed(tmp_path: Path) -> None:
+    root, secret = tmp_path / "root", tmp_path / "secret"
+    (root / "src").mkdir(parents=True)
+    secret.mkdir()
+    pd.DataFrame({"a": [1]}).to_parquet(root / "src" / "in.parquet")
+    pd.DataFrame({"a": [2]}).to_parquet(secret / "s.parquet")
+    source = SourceSpec(format="parquet", path=str(root / "src"))
+    os.symlink(root / "src" / "in.parquet", root / "src" / "alias.parquet")  # a link that stays inside is fine
+    with enforce_roots([str(root)]):
+        assert resolve_files(source) == [str((root / "src" / "in.parquet").resolve())] * 2
+    os.symlink(secret / "s.parquet", root / "src" / "leak.parquet")
+    assert len(resolve_files(source)) == 3  # outside a job's planning nothing is enforced here
+    with enforce_roots([str(root)]), pytest.raises(PathNotAllowed, match="outside the allowed roots") as caught:
+        resolve_files(source)
+    assert caught.value.field == "source.path"
+
+
+def test_sink_parent_swapped_after_staging_is_refused_at_the_commit(tmp_path: Path) -> None:
+    root, secret = tmp_path / "root", tmp_path / "secret"
+    (root / "parent").mkdir(parents=True)
+    secret.mkdir()
+    writer = SinkWriter(SinkSpec(path=str(root / "parent" / "out")), "job1", allowed_roots=[str(root)])
+    staging = Path(writer.prepare(["a"]))
+    staging.mkdir()
+    pd.DataFrame({"a": [1]}).to_parquet(staging / "part.000000.parquet")
+    (root / "parent").rename(root / "parent_moved")
+    os.symlink(secret, root / "parent")
+    with pytest.raises(PathNotAllowed) as caught:
+        writer.commit()
+    assert caught.value.code == "path_not_allowed" and caught.value.field == "sink.path"
+    assert list(secret.iterdir()) == [], "nothing is committed outside the root"
