@@ -75,3 +75,37 @@ def test_check_definition_renders_for_the_next_run() -> None:
     spec = check_definition(definition, datetime(2026, 3, 28, 12, tzinfo=UTC))
     # The next run fires 2026-03-29 03:00 CEST; the one after it starts then: ds = 2026-03-29.
     assert spec.sink.path == "out/west/20260329"
+
+
+@pytest.mark.parametrize(
+    ("path", "words"),
+    [
+        ("{% for a in ds %}{% for b in ds %}x{% endfor %}{% endfor %}", "inside another {% for %}"),
+        ("{{ (ds * 10000) * 2000 }}", "over 100000"),  # each repeat under the cap, their product not
+        ("{{ ds | center(300000000) }}", "the filter 'center' was given 300000000"),
+        ("{{ ds.zfill(300000000) }}", "'zfill' was given 300000000"),
+        ("{{ '{:>300000000}'.format(ds) }}", "width of 300000000"),
+        ("{{ '%300000000s' | format(ds) }}", "width of 300000000"),
+        ("{% for a in ds * 9000 %}{{ ds }}{% endfor %}", "renders to more than 100000 characters"),
+    ],
+    ids=["nested-for", "nested-repeat", "center", "zfill", "format-width", "printf-width", "long-output"],
+)
+def test_template_blow_ups_are_refused_naming_the_field(path: str, words: str) -> None:
+    with pytest.raises(TemplateError) as caught:
+        render_spec(spec_template(sink={"path": path}), context())
+    assert caught.value.field == "spec.sink.path" and caught.value.code == "invalid_template"
+    assert words in caught.value.message
+
+
+def test_bounded_templates_still_render_numbers_widths_and_loops() -> None:
+    path = "out/{{ '%d' | format(20260101) }}/{{ '{}-20260101'.format(ds) }}/{{ ds.center(12) | trim }}/{% for c in ds_nodash %}{{ c }}{% endfor %}"
+    assert render_spec(spec_template(sink={"path": path}), context()).sink.path == "out/20260101/2026-03-28-20260101/2026-03-28/20260328"
+
+
+def test_a_render_past_its_time_budget_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from service.pipelines import templating
+
+    monkeypatch.setattr(templating, "RENDER_BUDGET_S", -1.0)  # the deadline has passed before the first chunk
+    with pytest.raises(TemplateError) as caught:
+        render_spec(spec_template(), context())
+    assert caught.value.field is not None and caught.value.field.startswith("spec") and "took more than" in caught.value.message
