@@ -14,6 +14,8 @@ from service.pipelines.plans import check_definition
 from service.pipelines.templating import check_param_names, interval_context, render_spec
 from tests.test_pipelines_fakes import UTC, spec_template
 
+pytest_plugins = ["tests.test_pipelines_fakes"]  # sqlite_url
+
 BERLIN = ZoneInfo("Europe/Berlin")
 START = datetime(2026, 3, 28, 1, 30, tzinfo=UTC)  # 02:30 CET
 END = datetime(2026, 3, 29, 1, 0, tzinfo=UTC)  # 03:00 CEST
@@ -109,3 +111,21 @@ def test_a_render_past_its_time_budget_is_refused(monkeypatch: pytest.MonkeyPatc
     with pytest.raises(TemplateError) as caught:
         render_spec(spec_template(), context())
     assert caught.value.field is not None and caught.value.field.startswith("spec") and "took more than" in caught.value.message
+
+
+def test_saving_a_pipeline_with_a_template_blow_up_is_a_422_naming_the_field(sqlite_url: str) -> None:
+    from fastapi.testclient import TestClient
+
+    from tests.test_pipelines_api import NOW, make_app
+    from tests.test_pipelines_fakes import FakeClock, FakeJobs, pipeline
+
+    app = make_app(sqlite_url, FakeClock(NOW), FakeJobs())
+    try:
+        nested = "{% for a in ds %}{% for b in ds %}{% for c in ds %}x{% endfor %}{% endfor %}{% endfor %}"
+        body = pipeline(spec=spec_template(sink={"path": nested})).model_dump(mode="json")
+        response = TestClient(app).post("/pipelines", json=body)
+        assert response.status_code == 422, response.text
+        error = response.json()["error"]
+        assert error["code"] == "invalid_template" and error["field"] == "spec.sink.path" and "inside another" in error["message"]
+    finally:
+        app.state.pipelines.store.close()
