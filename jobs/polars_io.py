@@ -3,7 +3,8 @@
 Sources are read as the Dask engine reads them, so both engines see the same columns:
 parquet decimals as float64, dates as ``datetime[us]``, hive ``key=value/`` folders as
 plain columns; CSV and JSON-lines types are inferred from the whole file. Files are the
-ones :func:`jobs.sources.resolve_files` lists (a Spillway sink: exactly its manifest's).
+ones :func:`jobs.sources.resolve_files` lists (a Spillway sink: exactly its manifest's; for a job
+the manager runs, each resolved and checked against the data roots, as the Dask engine reads them).
 
 Writing happens on a Dask worker (:mod:`jobs.polars_run`), into the job's staging
 directory or, on an object store, as job-named files under the sink prefix; the service
