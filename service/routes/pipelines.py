@@ -73,7 +73,7 @@ def _view(services: PipelineServices, record: PipelineRecord) -> PipelineView:
 @router.post("", status_code=201, response_model=PipelineView, responses=_ERRORS, dependencies=_SUBMIT)
 async def create_pipeline(body: PipelineCreate, services: PipelinesDep, caller: CallerDep) -> PipelineView:
     """Create a pipeline, owned by the token; its template is rendered for the next run's date first, so errors show now."""
-    _check(services, body)
+    await asyncio.to_thread(_check, services, body)  # rendering and path checks stay off the event loop
     return _view(services, await asyncio.to_thread(services.store.create, body, owner=caller.owner))
 
 
@@ -93,7 +93,7 @@ async def get_pipeline(name: str, services: PipelinesDep, caller: CallerDep) -> 
 @router.put("/{name}", response_model=PipelineView, responses=_ERRORS, dependencies=_SUBMIT)
 async def update_pipeline(name: str, body: PipelineDefinition, services: PipelinesDep, caller: CallerDep) -> PipelineView:
     """Replace the definition (a new version); runs already created keep the version they were made from."""
-    _check(services, body)
+    await asyncio.to_thread(_check, services, body)  # rendering and path checks stay off the event loop
     return _view(services, await asyncio.to_thread(services.store.update, name, body, owner=caller.sees))
 
 
