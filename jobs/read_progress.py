@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import polars as pl
 import pyarrow.parquet as pq
 
-from jobs.sources import resolve_files
+from jobs.sources import file_version, resolve_files
 from jobs.spec import JobSpec, SourceSpec
 from jobs.storage import is_url
 
@@ -109,8 +109,7 @@ def _bytes_to_read(source: SourceSpec, files: tuple[str, ...], scanned: dict[str
     total = 0
     for path in files:
         keep = scanned[path] if path in scanned else (frozenset(source.columns) if source.columns is not None else None)
-        stat = os.stat(path)
-        for column, size in _column_chunk_bytes(path, (stat.st_size, stat.st_mtime_ns, stat.st_ino)):
+        for column, size in _column_chunk_bytes(path, file_version(path)):
             if keep is None or column in keep:
                 total += size
     return total

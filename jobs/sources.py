@@ -155,10 +155,16 @@ def parquet_schema(files: list[str]) -> tuple[pa.Schema, list[str]]:
     if is_url(files[0]):
         return _read_parquet_schema(tuple(files))
     try:
-        stat = os.stat(files[0])
+        version = file_version(files[0])
     except OSError:
         return _read_parquet_schema(tuple(files))  # let the reader raise its own error
-    return _cached_parquet_schema(tuple(files), (stat.st_size, stat.st_mtime_ns, stat.st_ino))
+    return _cached_parquet_schema(tuple(files), version)
+
+
+def file_version(path: str) -> tuple[int, int, int]:
+    """What identifies one version of a local file for a cache: size, modification time, inode."""
+    stat = os.stat(path)
+    return stat.st_size, stat.st_mtime_ns, stat.st_ino
 
 
 @functools.lru_cache(maxsize=256)

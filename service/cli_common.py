@@ -13,8 +13,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-#: The service the CLI talks to without ``--url``; the same as ``service.client.DEFAULT_URL``.
-DEFAULT_URL = "http://127.0.0.1:8000"
+from service.defaults import DEFAULT_URL as DEFAULT_URL  # re-exported for the command modules
+
 
 UrlOption = Annotated[str, typer.Option("--url", envvar="SPILLWAY_URL", help="The Spillway service to talk to.")]
 

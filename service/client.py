@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from jobs.spec import JobSpec
 from jobs.status import JobProgress, JobStatus, ResultManifest
+from service.defaults import DEFAULT_URL
 from service.schemas import ErrorDetail, Health, JobAccepted, JobLogs, JobPage, JobView
 from service.spec_errors import error_detail
 from service.validation import ValidationReport
@@ -22,7 +23,6 @@ if TYPE_CHECKING:
 
     from cluster.info import ClusterInfo
 
-DEFAULT_URL = "http://127.0.0.1:8000"
 
 
 class SpecFileError(ValueError):

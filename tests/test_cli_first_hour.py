@@ -199,3 +199,14 @@ def test_demo_jobs_are_seen_by_serve_and_readme_submit_works(tmp_path: Path, sam
     finally:
         served.stop()
     assert json.loads((workdir / "out" / "by_region" / "_manifest.json").read_text())["version"] == 2
+
+
+def test_the_cli_s_copies_of_the_state_names_are_the_service_s() -> None:
+    """The CLI spells the states out so that --help imports no pydantic model; they must not drift."""
+    from jobs.status import JobStatus
+    from service.cli import JOB_STATES
+    from service.cli_pipelines import RUN_STATES
+    from service.pipelines.models import RunState
+
+    assert JOB_STATES == tuple(state.value for state in JobStatus)
+    assert RUN_STATES == tuple(state.value for state in RunState)
