@@ -105,7 +105,7 @@ def test_a_claim_waits_for_another_claimer_and_then_respects_max_active_runs(new
     a.store.create(pipeline(catchup="all", max_active_runs=2))
     clock.set(hour(4.5))
     record = a.store.get("sales")
-    planned, _ = plan_due(record, clock(), grace=a.grace)
+    planned, _ = plan_due(record, clock())
     a.store.runs.insert(record.id, planned, now=clock())
     claimed: list[Any] = []
     with a.store.engine.begin() as conn:
@@ -136,7 +136,7 @@ def test_interleaved_ticks_with_a_stale_view_lose_gracefully(new_scheduler: Sche
     stale = b.store.get("sales")  # b read the pipeline before a scheduled anything
     clock.set(hour(3.5))
     tick(a)
-    planned, through = plan_due(stale, clock(), grace=b.grace)
+    planned, through = plan_due(stale, clock())
     assert len(planned) == 3
     assert b.store.runs.insert(stale.id, planned, now=clock(), through=through) == [False, False, False]
     tick(b)
@@ -150,7 +150,7 @@ def test_concurrent_inserts_of_one_key_have_one_winner(new_scheduler: SchedulerF
     schedulers[0].store.create(pipeline(catchup="all"))
     clock.set(hour(6.5))
     record = schedulers[0].store.get("sales")
-    planned, _ = plan_due(record, clock(), grace=schedulers[0].grace)
+    planned, _ = plan_due(record, clock())
     results = together(*[lambda s=s: s.store.runs.insert(record.id, planned, now=clock()) for s in schedulers])
     assert [sum(won) for won in zip(*results)] == [1] * len(planned)
 

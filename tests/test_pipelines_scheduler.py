@@ -63,8 +63,8 @@ def test_catchup_after_an_outage(new_scheduler: SchedulerFactory, policy: str, e
 
 def test_a_short_delay_is_not_an_outage(new_sqlite_scheduler: SchedulerFactory) -> None:
     clock, jobs = FakeClock(T0), FakeJobs()
-    scheduler = new_sqlite_scheduler(clock, jobs, grace_s=300)
-    scheduler.store.create(pipeline(catchup="skip"))
+    scheduler = new_sqlite_scheduler(clock, jobs)
+    scheduler.store.create(pipeline(catchup="skip", catchup_grace_s=300))
     clock.set(hour(1) + timedelta(minutes=4))  # a restart that took four minutes
     tick(scheduler)
     assert states(runs_of(scheduler)) == ["RUNNING"]

@@ -11,6 +11,9 @@ from pydantic import BaseModel, ConfigDict, Field, computed_field
 from service.pipelines.templating import ParamValue
 
 CatchupPolicy = Literal["skip", "latest", "all"]
+#: Default ``catchup_grace_s``: six ticks of the service's scheduler (every 5 s), so a tick that
+#: runs late on a busy loop is not an outage, and a restart that takes longer is.
+CATCHUP_GRACE_S = 30.0
 PIPELINE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"
 
 
@@ -27,6 +30,14 @@ class PipelineDefinition(BaseModel):
         default="skip",
         description="Intervals missed while no scheduler ran: `skip` records them as SKIPPED, "
         "`latest` runs only the most recent one, `all` runs every one.",
+    )
+    catchup_grace_s: float = Field(
+        default=CATCHUP_GRACE_S,
+        ge=0,
+        le=86_400,
+        description="A firing the scheduler first sees more than this many seconds after its time was missed (an outage, "
+        "a slow restart) and follows `catchup`; a younger one runs as on time. The scheduler ticks every few seconds, "
+        "so a firing it was up for is seen well within the default.",
     )
     max_active_runs: int = Field(default=1, ge=1, le=100, description="Runs in flight at once; the rest wait QUEUED.")
     retries: int = Field(default=0, ge=0, le=20, description="New job attempts after a FAILED one.")

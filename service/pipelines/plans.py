@@ -65,10 +65,10 @@ def plan_run(
     return NewRun(start, end, RunState.QUEUED, trigger, record.version, params, spec=spec.model_dump(mode="json"))
 
 
-def plan_due(record: PipelineRecord, now: datetime, *, grace: timedelta) -> tuple[list[NewRun], datetime | None]:
+def plan_due(record: PipelineRecord, now: datetime) -> tuple[list[NewRun], datetime | None]:
     """Runs for the firing instants after the pipeline's watermark, up to ``now``, and the new watermark.
 
-    An instant more than ``grace`` old was missed (no scheduler ran then). On-time
+    An instant more than the pipeline's ``catchup_grace_s`` old was missed (no scheduler ran then). On-time
     instants always run; missed ones follow the catch-up policy: ``all`` runs them,
     ``latest`` runs only the most recent instant of all, ``skip`` runs none. A missed
     instant that does not run is recorded as a SKIPPED run, never dropped, and so is
@@ -79,6 +79,7 @@ def plan_due(record: PipelineRecord, now: datetime, *, grace: timedelta) -> tupl
     fires = schedule.fires(record.scheduled_through, now, limit=MAX_FIRES_PER_TICK + 1)
     complete = len(fires) <= MAX_FIRES_PER_TICK
     fires = fires[:MAX_FIRES_PER_TICK]
+    grace = timedelta(seconds=definition.catchup_grace_s)
     runs: list[NewRun] = []
     for i, end in enumerate(fires):
         start = fires[i - 1] if i else schedule.previous_before(end)

@@ -78,9 +78,6 @@ class PipelineScheduler:
         Reads a job's state (see :data:`GetJob`).
     interval_s
         Seconds between ticks in :meth:`start`.
-    grace_s
-        A firing instant older than this when first seen was missed (an outage), and
-        the catch-up policy decides about it; younger ones always run.
     clock
         Returns the current aware time; by default the store's. Tests pass a fake one
         and call :meth:`tick`, so nothing sleeps.
@@ -97,7 +94,6 @@ class PipelineScheduler:
         get_job: GetJob,
         clock: Clock | None = None,
         interval_s: float = 5.0,
-        grace_s: float = 300.0,
         resubmit_after_s: float = 300.0,
     ) -> None:
         self.store = store
@@ -105,7 +101,6 @@ class PipelineScheduler:
         self.get_job = get_job
         self.clock = clock or store.clock
         self.interval_s = interval_s
-        self.grace = timedelta(seconds=grace_s)
         self.resubmit_after = timedelta(seconds=resubmit_after_s)
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
@@ -130,7 +125,7 @@ class PipelineScheduler:
 
     async def _plan(self, record: PipelineRecord, now: datetime, report: TickReport) -> None:
         try:
-            runs, through = plan_due(record, now, grace=self.grace)
+            runs, through = plan_due(record, now)
         except SpecError as exc:  # e.g. a time zone gone from tzdata: this pipeline only
             report.errors.append(f"{record.name}: {exc.message}")
             log.error("pipeline %s cannot be scheduled: %s", record.name, exc.message)
