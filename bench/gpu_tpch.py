@@ -155,19 +155,34 @@ def polars_engine(data: Path, sf: float, engine: Any) -> Callable[[str], pd.Data
 
 
 def spillway_engine(service: ServiceProcess, data: Path, scratch: Path, timeout: float, engine: str) -> Callable[[str], pd.DataFrame]:
+    """Each query as a job over REST, its committed parquet read back, through one SDK client.
+
+    One client for the whole run, as a user's program holds one; each job's record keeps
+    where its time went: the POST, the wait for its end event, the read of its output, and
+    the service's own created → started → finished times.
+    """
     counter = iter(range(10_000))
+    client = service.client()
 
     def execute(query: str) -> pd.DataFrame:
         sink = scratch / f"{query}_{next(counter)}"
-        with service.client() as client:
-            job = client.wait(client.submit({**load_spec(query, data, sink), "engine": engine}).id, timeout=timeout)
+        spec = {**load_spec(query, data, sink), "engine": engine}
+        start = time.perf_counter()
+        accepted = client.submit(spec)
+        submitted = time.perf_counter()
+        job = client.wait(accepted.id, timeout=timeout)
+        ended = time.perf_counter()
         if job.state.value != "SUCCEEDED":
             raise RuntimeError(f"job {job.id} {job.state.value}: {job.error.message if job.error else ''}")
+        answer = committed(sink)
         execute.jobs.append({  # type: ignore[attr-defined]
-            "query": query, "run_s": (job.finished_at - job.started_at).total_seconds(), "tasks_per_worker": job.progress.tasks_per_worker,
+            "query": query, "run_s": (job.finished_at - job.started_at).total_seconds(),
+            "queue_s": (job.started_at - job.created_at).total_seconds(),
+            "submit_s": round(submitted - start, 4), "wait_s": round(ended - submitted, 4), "read_s": round(time.perf_counter() - ended, 4),
+            "tasks_per_worker": job.progress.tasks_per_worker,
             "engine": job.progress.engine.model_dump() if job.progress.engine else None, "engine_s": job.progress.elapsed_s,
         })
-        return committed(sink)
+        return answer
 
     execute.jobs = []  # type: ignore[attr-defined]
     return execute
