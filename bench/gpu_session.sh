@@ -5,6 +5,7 @@
 #     bash bench/gpu_session.sh tests      # pytest -m gpu; the control-plane bench on the 16 cores; CUDA context probe
 #     bash bench/gpu_session.sh tpch10 [--rmm-pool 32GB]   # TPC-H SF 10 over REST, side by side with cudf-polars and DuckDB
 #     bash bench/gpu_session.sh tpch100    # TPC-H SF 100, the same, two iterations each (data generated first, ~90 s)
+#     bash bench/gpu_session.sh spill [--limit 2GB]   # after tpch10: jobs over a device limit below their working set
 #
 # Logs and JSON go under $OUT; bench/RESULTS.md records what they said.
 set -u
@@ -18,7 +19,7 @@ part=${1:-}; shift || true  # what follows goes to bench/gpu_tpch.py (e.g. --rmm
 case "$part" in
 tests)
     timeout 330 python3 -m pytest -m gpu tests/test_gpu_support.py tests/test_gpu.py tests/test_engines.py tests/test_expr.py \
-        tests/test_functions_reshape_gpu.py $(ls tests/test_sql*.py 2>/dev/null) -o addopts="" -q -p no:cacheprovider > "$OUT/gpu_tests.log" 2>&1
+        tests/test_functions_reshape_gpu.py tests/test_gpu_placement.py $(ls tests/test_sql*.py 2>/dev/null) -o addopts="" -q -p no:cacheprovider > "$OUT/gpu_tests.log" 2>&1
     echo "gpu tests rc=$?"; tail -15 "$OUT/gpu_tests.log"
     # Does asking cudf-polars' translator (the service does, at submit) create a CUDA context in the service process?
     timeout 60 python3 - > "$OUT/context_probe.log" 2>&1 <<'PY'
@@ -49,7 +50,11 @@ tpch100)
         > "$OUT/tpch100.log" 2>&1
     echo "tpch100 rc=$?"; tail -40 "$OUT/tpch100.log"
     ;;
+spill)
+    timeout 560 python3 bench/gpu_spill.py --out "$OUT" --data /tmp/spw_tpch/sf10 --queries q01,q09,q18,q21 "$@" > "$OUT/spill.log" 2>&1
+    echo "spill rc=$?"; tail -30 "$OUT/spill.log"
+    ;;
 *)
-    echo "usage: bash bench/gpu_session.sh tests|tpch10|tpch100" >&2; exit 2
+    echo "usage: bash bench/gpu_session.sh tests|tpch10|tpch100|spill" >&2; exit 2
     ;;
 esac

@@ -22,6 +22,7 @@ from cluster import polars_job
 from cluster.plan import plan_job
 from cluster.progress import JobProgressPlugin, plugin_name
 from jobs.engine_choice import EngineName, choose_engine
+from jobs.gpu_placement import GpuPlacement, device_limit_bytes, place_on_gpu
 from jobs.gpu_support import gpu_refusal, settle_on_gpu
 from jobs.errors import InvalidTransition, SpillwayError, TooManyPartitions
 from jobs.logical import LogicalPlan
@@ -84,6 +85,8 @@ class _ActiveJob:
     deadline: asyncio.Timeout | None = None
     gpu: GpuSampler | None = None
     engine: EngineChoice | None = None
+    #: Bytes cudf-polars' streaming executor spilled device → host (a GPU job placed on it).
+    streaming_spilled_bytes: int | None = None
     log: JobLog = field(default_factory=JobLog)
     plugin_ended: asyncio.Event = field(default_factory=asyncio.Event)
     finished: asyncio.Event = field(default_factory=asyncio.Event)
@@ -149,6 +152,7 @@ class JobManager:
         self._changed = asyncio.Condition()
         self._running_by_owner: dict[str | None, int] = {}
         self._active: dict[str, _ActiveJob] = {}
+        self._device_limit_of: tuple[ClusterHandle, int | None] | None = None
         self._runners: list[asyncio.Task[None]] = []
         self._sweeps: set[asyncio.Task[None]] = set()
 
@@ -343,6 +347,8 @@ class JobManager:
             flusher.cancel()
             if active.gpu is not None:
                 resources = await active.gpu.stop()
+                if active.streaming_spilled_bytes is not None:
+                    resources = resources.model_copy(update={"streaming_spilled_bytes": active.streaming_spilled_bytes})
                 await asyncio.to_thread(self.store.save_resources, job_id, resources)
             await self._cleanup(active)
             finished = await asyncio.to_thread(self.store.get, job_id)
@@ -401,21 +407,28 @@ class JobManager:
         assert active.engine is not None
         device = active.engine.device
 
-        def prepare() -> tuple[OutputTarget, list[SourceRead]]:
+        device_limit = await self._gpu_device_limit() if device == "gpu" else None
+
+        def prepare() -> tuple[OutputTarget, list[SourceRead], GpuPlacement | None]:
             # One thread hop for all of it: each hop costs a scheduling round on a busy event loop.
             target = active.writer.polars_target(polars_job.output_columns(frame))
             reads = source_reads(job.spec, frame)
+            placement = place_on_gpu(job.spec, reads, device_limit) if device == "gpu" else None
+            if placement is not None and active.engine is not None:
+                active.engine = active.engine.model_copy(update={"reason": f"{active.engine.reason}; {placement.reason}"})
             active.progress = polars_job.empty_progress(job.spec, reads, device).model_copy(update={"engine": active.engine})
             self.store.save_progress(job.id, active.progress)
-            return target, reads
+            return target, reads, placement
 
-        target, reads = await asyncio.to_thread(prepare)
+        target, reads, placement = await asyncio.to_thread(prepare)
         planned_s = time.perf_counter() - phase
         if active.cancel_requested:
             raise _JobCancelled()
+        if placement is not None:
+            active.log.add(f"{self._now()} placement: {placement.reason}")
         active.log.add(f"{self._now()} Polars query built in {planned_s:.3f} s; running as one task")
         phase = time.perf_counter()
-        future = polars_job.submit(self.cluster.client, job.id, frame, target, active.progress, reads, device)
+        future = polars_job.submit(self.cluster.client, job.id, frame, target, active.progress, reads, device, placement)
         active.futures = [future]
         result: polars_job.PolarsRunResult = await future
         computed_s = time.perf_counter() - phase
@@ -424,9 +437,22 @@ class JobManager:
         if result.unsupported is not None:
             await self._gpu_fallback(job, active, logical, result.unsupported)
             return
-        active.log.add(f"{self._now()} Polars ran on {result.worker} ({result.threads} threads, {result.engine}): "
-                       f"{result.rows} rows in {result.seconds:.3f} s")
+        active.streaming_spilled_bytes = result.spilled_bytes
+        executor = f", {result.executor} executor" if result.executor else ""
+        spilled = f", spilled {result.spilled_bytes} bytes device → host" if result.spilled_bytes is not None else ""
+        active.log.add(f"{self._now()} Polars ran on {result.worker} ({result.threads} threads, {result.engine}{executor}): "
+                       f"{result.rows} rows in {result.seconds:.3f} s{spilled}")
         await self._commit(job, active, f"plan {planned_s:.3f} s, compute {computed_s:.3f} s")
+
+    async def _gpu_device_limit(self) -> int | None:
+        """One GPU worker's device limit in bytes (the smallest, if they differ), read once per cluster."""
+        cached = self._device_limit_of
+        if cached is None or cached[0] is not self.cluster:
+            readings = await self.cluster.gpu_stats()
+            totals = [int(r["memory_total"]) for r in readings.values() if r.get("memory_total")]
+            limit = device_limit_bytes(self.cluster.extra.get("device_memory_limit"), min(totals) if totals else None)
+            cached = self._device_limit_of = (self.cluster, limit)
+        return cached[1]
 
     async def _gpu_fallback(self, job: JobView, active: _ActiveJob, logical: LogicalPlan, why: str) -> None:
         """cudf-polars refused the query while running it (its translation had passed): under ``auto``, run it on dask-cudf."""

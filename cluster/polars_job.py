@@ -18,6 +18,7 @@ from typing import Any
 import polars as pl
 from distributed import Client
 
+from jobs.gpu_placement import GpuPlacement
 from jobs.polars_io import OutputTarget
 from jobs.polars_run import PolarsRunResult, StagePlan, run_polars_job
 from jobs.read_progress import READ_UNIT, SourceRead, read_stage_name, to_mib
@@ -77,12 +78,18 @@ def output_columns(frame: pl.LazyFrame) -> list[ColumnSchema]:
     return [ColumnSchema(name=field.name, type=str(field.type)) for field in schema]
 
 
-def submit(client: Client, job_id: str, frame: pl.LazyFrame, target: OutputTarget, progress: JobProgress, reads: list[SourceRead], device: str) -> Any:
-    """Submit the job's one task; its future gives a :class:`PolarsRunResult`."""
+def submit(
+    client: Client, job_id: str, frame: pl.LazyFrame, target: OutputTarget, progress: JobProgress, reads: list[SourceRead], device: str,
+    placement: GpuPlacement | None = None,
+) -> Any:
+    """Submit the job's one task; its future gives a :class:`PolarsRunResult`.
+
+    On the GPU, ``placement`` picks cudf-polars' executor (jobs/gpu_placement.py).
+    """
     # Dataclasses, not tuples: dask reads tuples in task arguments as keys of other tasks.
     stages = [StagePlan(stage.name, stage.total, stage.unit) for stage in progress.stages]
     metered = reads if device == "cpu" else []
-    return client.submit(run_attempt, job_id, frame, target, device, stages, metered, key=task_key(job_id), pure=False, retries=0)
+    return client.submit(run_attempt, job_id, frame, target, device, stages, metered, placement, key=task_key(job_id), pure=False, retries=0)
 
 
 def run_attempt(job_id: str, frame: pl.LazyFrame, target: OutputTarget, *args: Any) -> PolarsRunResult:

@@ -31,10 +31,10 @@ def gpu_engine() -> Any:
     device memory that the query then lacks (TPC-H SF 100 q01: 24.3 s beside a 32 GB pool against
     4.2 s direct; bench/RESULTS.md).
     """
-    return pl.GPUEngine(executor=GPU_EXECUTOR, raise_on_fail=True, memory_resource=_configured_memory_resource())
+    return pl.GPUEngine(executor=GPU_EXECUTOR, raise_on_fail=True, memory_resource=configured_memory_resource())
 
 
-def _configured_memory_resource() -> Any:
+def configured_memory_resource() -> Any:
     """This process's RMM resource if someone set one, else None (cudf-polars then picks its default)."""
     try:
         import rmm

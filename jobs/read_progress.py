@@ -38,11 +38,16 @@ _SMAPS = "/proc/self/smaps"
 
 @dataclass(frozen=True)
 class SourceRead:
-    """One source of a job: the stage its reading feeds, its files and the bytes the query will read."""
+    """One source of a job: the stage its reading feeds, its files and the bytes the query will read.
+
+    ``total_bytes`` is what the files hold of it (compressed column chunks), ``in_memory_bytes``
+    what it takes once decoded (uncompressed chunks; the file sizes for CSV and JSON lines).
+    """
 
     stage: str
     files: tuple[str, ...]
     total_bytes: int
+    in_memory_bytes: int = 0
 
 
 def read_stage_name(field: str) -> str:
@@ -67,7 +72,7 @@ def source_reads(spec: JobSpec, frame: pl.LazyFrame | None = None) -> list[Sourc
         if not files or is_url(files[0]):
             continue
         paths = tuple(os.path.realpath(f) for f in files)
-        reads.append(SourceRead(read_stage_name(field), paths, _bytes_to_read(source, paths, scanned)))
+        reads.append(SourceRead(read_stage_name(field), paths, *_bytes_to_read(source, paths, scanned)))
     return reads
 
 
@@ -103,27 +108,27 @@ def scanned_columns(frame: pl.LazyFrame) -> dict[str, frozenset[str] | None]:
     return columns
 
 
-def _bytes_to_read(source: SourceSpec, files: tuple[str, ...], scanned: dict[str, frozenset[str] | None]) -> int:
+def _bytes_to_read(source: SourceSpec, files: tuple[str, ...], scanned: dict[str, frozenset[str] | None]) -> tuple[int, int]:
+    """(compressed, uncompressed) bytes of what the query reads of ``files``."""
     if source.format != "parquet":
-        return sum(os.path.getsize(f) for f in files)
-    total = 0
+        size = sum(os.path.getsize(f) for f in files)
+        return size, size
+    compressed = uncompressed = 0
     for path in files:
         keep = scanned[path] if path in scanned else (frozenset(source.columns) if source.columns is not None else None)
-        for column, size in _column_chunk_bytes(path, file_version(path)):
+        for column, packed, unpacked in _column_chunk_bytes(path, file_version(path)):
             if keep is None or column in keep:
-                total += size
-    return total
+                compressed += packed
+                uncompressed += unpacked
+    return compressed, uncompressed
 
 
 @functools.lru_cache(maxsize=1024)
-def _column_chunk_bytes(path: str, version: tuple[int, int, int]) -> tuple[tuple[str, int], ...]:
-    """(top-level column, compressed bytes) of each column chunk of ``path``, per file version."""
+def _column_chunk_bytes(path: str, version: tuple[int, int, int]) -> tuple[tuple[str, int, int], ...]:
+    """(top-level column, compressed bytes, uncompressed bytes) of each column chunk of ``path``, per file version."""
     metadata = pq.ParquetFile(path).metadata
-    return tuple(
-        (metadata.row_group(g).column(c).path_in_schema.split(".")[0], metadata.row_group(g).column(c).total_compressed_size)
-        for g in range(metadata.num_row_groups)
-        for c in range(metadata.num_columns)
-    )
+    chunks = (metadata.row_group(g).column(c) for g in range(metadata.num_row_groups) for c in range(metadata.num_columns))
+    return tuple((chunk.path_in_schema.split(".")[0], chunk.total_compressed_size, chunk.total_uncompressed_size) for chunk in chunks)
 
 
 def to_mib(count: int) -> int:

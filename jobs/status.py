@@ -101,6 +101,9 @@ class JobResources(BaseModel):
     peak_device_memory_bytes: int | None = Field(description="Highest sum over workers of device memory in use in one sample.")
     peak_device_memory_per_worker: dict[str, int] = Field(default_factory=dict)
     spilled_to_host_bytes: int | None = Field(description="Bytes cuDF moved device → host during the job.")
+    streaming_spilled_bytes: int | None = Field(
+        default=None, description="Bytes cudf-polars' streaming executor (rapidsmpf) spilled device → host: a GPU job too large to run in memory."
+    )
     samples: int
     method: str = Field(description="How these were measured.")
 
