@@ -29,6 +29,7 @@ from service.routes import health as health_routes
 from service.routes import jobs as job_routes
 from service.routes import pipelines as pipeline_routes
 from service.routes import schema as schema_routes
+from service.routes import tokens as token_routes
 from service.routes import ui as ui_routes
 from service.routes import validate as validate_routes
 from service.schemas import ErrorBody
@@ -65,7 +66,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        store = JobStore(settings.database_url)
+        store = JobStore(settings.database_url, migrate=settings.migrate_on_start)
         changes = JobChanges(asyncio.get_running_loop())
         store.subscribe(changes.notify)
         metrics = ServiceMetrics(store.count_by_state)
@@ -92,7 +93,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
         supervisor = ClusterSupervisor(settings.cluster, cluster, use_new_cluster)
         supervisor.start()
-        pipeline_store = PipelineStore(settings.database_url)
+        pipeline_store = PipelineStore(settings.database_url, migrate=settings.migrate_on_start)
         submit, get_job = job_callbacks(
             store, manager.enqueue, backend=cluster.backend, validate=functools.partial(validate_submission, allowed_roots=settings.allowed_roots)
         )
@@ -128,6 +129,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(health_routes.router)
     app.include_router(pipeline_routes.router)
     app.include_router(schema_routes.router)
+    app.include_router(token_routes.router)
     app.include_router(ui_routes.router)
     app.include_router(docs_routes.router)
     app.include_router(validate_routes.router)

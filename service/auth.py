@@ -1,52 +1,30 @@
-"""Bearer API tokens: stored hashed, scoped read < submit < admin.
+"""Bearer API tokens on requests: scoped read < submit < admin, checked on every request.
 
 A token owns the jobs and pipelines it creates and sees only those; an admin token sees
 all (:class:`Caller`). With auth off nothing has an owner and everything is visible.
-
-Tokens are 32 random bytes, so a plain SHA-256 is enough to store them (there is
-nothing to brute-force, unlike a password); the token itself is shown once, at creation.
+Storing, listing, revoking and rotating tokens is :mod:`service.tokens`' job.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import logging
 import re
-import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from enum import Enum
+from datetime import timedelta
 from typing import Annotated, ParamSpec, TypeVar
 
 from fastapi import Depends, Request
-from sqlalchemy import Boolean, Column, DateTime, Integer, String, Table, select
 
 from jobs.errors import SpillwayError
-from service.store import JobStore, metadata
+from service.store import JobStore
+from service.tokens import TOKEN_PREFIX as TOKEN_PREFIX
+from service.tokens import Scope as Scope
+from service.tokens import Unauthenticated as Unauthenticated
+from service.tokens import tokens_table as tokens_table
 
-TOKEN_PREFIX = "spw_"
 P = ParamSpec("P")
 R = TypeVar("R")
-
-
-class Scope(str, Enum):
-    """What a token may do; each scope includes the ones before it."""
-
-    READ = "read"
-    SUBMIT = "submit"
-    ADMIN = "admin"
-
-    def allows(self, needed: Scope) -> bool:
-        order = [Scope.READ, Scope.SUBMIT, Scope.ADMIN]
-        return order.index(self) >= order.index(needed)
-
-
-class Unauthenticated(SpillwayError):
-    """No token, or one the service does not know."""
-
-    code = "unauthenticated"
 
 
 class Forbidden(SpillwayError):
@@ -55,45 +33,9 @@ class Forbidden(SpillwayError):
     code = "forbidden"
 
 
-tokens_table = Table(
-    "spillway_tokens",
-    metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("name", String(100), nullable=False),
-    Column("scope", String(16), nullable=False),
-    Column("token_sha256", String(64), unique=True, nullable=False),
-    Column("created_at", DateTime(timezone=True), nullable=False),
-    Column("revoked", Boolean, nullable=False, default=False),
-)
-
-
-def _digest(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-def create_token(store: JobStore, name: str, scope: Scope) -> str:
-    """Create a token and return it; only its hash is stored."""
-    metadata.create_all(store.engine)
-    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    with store.engine.begin() as conn:
-        conn.execute(
-            tokens_table.insert().values(name=name, scope=scope.value, token_sha256=_digest(token), created_at=datetime.now(timezone.utc), revoked=False)
-        )
-    return token
-
-
-def lookup(store: JobStore, token: str) -> tuple[str, Scope] | None:
-    """A live token's identity (``name#id``: names need not be unique) and scope, or None."""
-    digest = _digest(token)
-    with store.engine.connect() as conn:
-        row = conn.execute(
-            select(tokens_table.c.name, tokens_table.c.id, tokens_table.c.scope, tokens_table.c.token_sha256).where(
-                tokens_table.c.token_sha256 == digest, tokens_table.c.revoked.is_(False)
-            )
-        ).first()
-    if row is None or not hmac.compare_digest(row[3], digest):
-        return None
-    return f"{row[0]}#{row[1]}", Scope(row[2])
+def create_token(store: JobStore, name: str, scope: Scope, *, expires_in: timedelta | None = None) -> str:
+    """Create a token in ``store``'s database and return it; only its hash is stored."""
+    return store.tokens.create(name, scope, expires_in=expires_in).token
 
 
 _QUERY_TOKEN = "__spillway_query_token__"
@@ -127,10 +69,8 @@ def require(needed: Scope):  # noqa: ANN201 - a FastAPI dependency factory
             scheme, token = "bearer", request.query_params["token"]
         if scheme.lower() != "bearer" or not token:
             raise Unauthenticated("this service needs a bearer token: send 'Authorization: Bearer <token>' (create one with `spillway token create`)")
-        found = lookup(services.store, token.strip())
-        if found is None:
-            raise Unauthenticated("the bearer token is not valid (unknown or revoked)")
-        request.state.token_name, scope = found
+        identity = services.store.tokens.check(token.strip())  # raises Unauthenticated: unknown, revoked, expired
+        request.state.token_name, scope = identity.owner, identity.scope
         request.state.token_scope = scope  # read by current_caller: admin sees every owner's jobs
         if not scope.allows(needed):
             raise Forbidden(f"this token has scope '{scope.value}'; the request needs '{needed.value}'")

@@ -1,7 +1,7 @@
 """``spillway``: run the service, submit and follow jobs. Talks to the service only through the SDK.
 
 Only typer and rich load at start-up: the SDK (httpx, pydantic) loads in the commands that talk to
-the service, FastAPI, SQLAlchemy and Dask only in ``serve``, ``demo`` and ``token``.
+the service, FastAPI, SQLAlchemy and Dask only in ``serve``, ``demo``, ``token`` and ``db``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ import typer
 from rich.markup import escape
 
 from service.cli_common import DEFAULT_URL, UrlOption, console, err, fail, plural
+from service.cli_db import db_app
 from service.cli_pipelines import pipeline_app
+from service.cli_tokens import token_app
 
 if TYPE_CHECKING:
     from jobs.spec import JobSpec
@@ -459,33 +461,9 @@ def demo(
         server.stop()
 
 
-@app.command("token")
-def token_create(
-    action: Annotated[str, typer.Argument(help="Only 'create' for now.")],
-    scope: Annotated[str, typer.Option(help="read, submit (includes read) or admin (everything).")] = "submit",
-    name: Annotated[str, typer.Option(help="Who or what the token is for.")] = "cli",
-) -> None:
-    """Create an API token in the service's store (SPILLWAY_DATABASE_URL); it is printed once and stored hashed."""
-    from service.auth import Scope, create_token
-    from service.config import Settings
-    from service.store import JobStore
-
-    if action != "create":
-        raise _fail(f"unknown token action '{action}'; use: spillway token create --scope submit", 2)
-    try:
-        chosen = Scope(scope)
-    except ValueError as exc:
-        raise _fail(f"--scope must be read, submit or admin, not '{scope}'", 2) from exc
-    store = JobStore(Settings().database_url)
-    try:
-        token = create_token(store, name, chosen)
-    finally:
-        store.close()
-    err.print(f"created a '{chosen.value}' token for {name}; it is shown only now:")
-    print(token)
-
-
 app.add_typer(pipeline_app, name="pipeline")
+app.add_typer(token_app, name="token")
+app.add_typer(db_app, name="db")
 
 
 def main() -> None:

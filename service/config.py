@@ -29,6 +29,12 @@ class Settings(BaseSettings):
         default="sqlite:///var/spillway.db",
         description="SQLAlchemy URL of the job store: a SQLite file by default, or postgresql+psycopg://user@host/db.",
     )
+    database_migrate: Literal["auto", "on", "off"] = Field(
+        default="auto",
+        description="Upgrade the database schema at start-up (Alembic, as `spillway db upgrade` does): 'auto' does it for "
+        "SQLite only; with PostgreSQL run `spillway db upgrade` once per release, before starting the replicas. With it "
+        "off, a database that is not at the newest revision stops the service at start-up, saying so.",
+    )
     host: str = Field(default="127.0.0.1", description="Address the HTTP server binds.")
     port: int = Field(default=8000, ge=0, le=65535, description="Port the HTTP server binds.")
     public_url: str | None = Field(default=None, description="Base URL used in links, when clients reach the service at another address.")
@@ -98,6 +104,13 @@ class Settings(BaseSettings):
         # Every spec this process parses from now on is held to this service's maximum timeout.
         limit_timeouts(self.max_job_timeout_s)
 
+
+    @property
+    def migrate_on_start(self) -> bool:
+        """Whether the service upgrades the database schema as it starts."""
+        if self.database_migrate != "auto":
+            return self.database_migrate == "on"
+        return self.database_url.startswith("sqlite")
 
     @property
     def auth_required(self) -> bool:

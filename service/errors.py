@@ -23,6 +23,7 @@ from jobs.errors import (
 )
 from jobs.sandbox import PathNotAllowed
 from service.auth import Forbidden, Unauthenticated
+from service.tokens import TokenNotFound
 from jobs.status import ErrorDetail
 from service.spec_errors import field_path as field_path  # re-exported: its old home
 from service.spec_errors import first_error_detail
@@ -33,6 +34,7 @@ _STATUS = {
     Unauthenticated: 401,
     Forbidden: 403,
     JobNotFound: 404,
+    TokenNotFound: 404,
     SinkExists: 409,
     InvalidTransition: 409,
     IdempotencyConflict: 409,

@@ -10,17 +10,19 @@ missing one (see :class:`service.auth.Caller`); None reads every job.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import uuid
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
     JSON,
     Column,
     DateTime,
+    Index,
     Integer,
     MetaData,
     String,
@@ -28,11 +30,9 @@ from sqlalchemy import (
     create_engine,
     event,
     func,
-    inspect,
     literal,
     or_,
     select,
-    text,
     update,
 )
 from sqlalchemy.engine import Connection, Engine
@@ -44,10 +44,14 @@ from jobs.spec import JobSpec
 from jobs.status import ALLOWED_TRANSITIONS, ErrorDetail, JobProgress, JobResources, JobStatus, ResultManifest
 from service.schemas import JobView
 
+if TYPE_CHECKING:
+    from service.tokens import TokenStore
+
 Clock = Callable[[], datetime]
 #: The PostgreSQL advisory lock a submission holds while it counts the queue and inserts.
 _QUEUE_LOCK = 0x73707771  # "spwq"
 
+#: The job and token tables; service/migrations holds their history (one Alembic revision per change).
 metadata = MetaData()
 jobs_table = Table(
     "spillway_jobs",
@@ -66,9 +70,11 @@ jobs_table = Table(
     Column("error", JSON),
     Column("result", JSON),
     Column("resources", JSON),
-    Column("idempotency_key", String(200), unique=True),
+    Column("idempotency_key", String(200)),
     Column("logs", JSON),
     Column("owner", String(100)),
+    # A unique index, not a constraint: SQLite can add this to an existing table (revision 0003).
+    Index("uq_spillway_jobs_idempotency_key", "idempotency_key", unique=True),
 )
 
 
@@ -81,22 +87,6 @@ def _aware(value: datetime | None) -> datetime | None:
     if value is not None and value.tzinfo is None:
         return value.replace(tzinfo=timezone.utc)
     return value
-
-
-def add_new_columns(engine: Engine, table: Table) -> None:
-    """Add ``table``'s nullable columns that an older store lacks.
-
-    Additive upgrades only: a nullable column added in a later version is created on an
-    older store. Anything more needs a real migration (Alembic).
-    """
-    existing = {c["name"] for c in inspect(engine).get_columns(table.name)}
-    with engine.begin() as conn:
-        for column in table.columns:
-            if column.name not in existing and column.nullable:
-                kind = column.type.compile(dialect=engine.dialect)
-                conn.execute(text(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}'))
-                if column.unique:  # SQLite cannot add a UNIQUE column; an index does the same
-                    conn.execute(text(f'CREATE UNIQUE INDEX "uq_{table.name}_{column.name}" ON {table.name} ("{column.name}")'))
 
 
 def make_engine(url: str) -> Engine:
@@ -121,12 +111,34 @@ def make_engine(url: str) -> Engine:
 class JobStore:
     """Reads and writes jobs. Every method is a short transaction; call from a thread."""
 
-    def __init__(self, url: str, *, clock: Clock = utc_now) -> None:
+    def __init__(self, url: str, *, clock: Clock = utc_now, migrate: bool = True) -> None:
+        """Open the store at ``url``.
+
+        With ``migrate``, the database is brought to the newest schema first (see
+        :func:`service.migrations.ensure_schema`); without, one that is not at it is refused.
+
+        Raises
+        ------
+        service.migrations.SchemaNotCurrent
+            Without ``migrate``, when the database needs `spillway db upgrade`.
+        """
+        from service.migrations import ensure_schema  # alembic loads with a store, not with the CLI
+
         self.engine = make_engine(url)
         self.clock = clock
         self._listeners: list[Callable[[str], None]] = []
-        metadata.create_all(self.engine)
-        add_new_columns(self.engine, jobs_table)
+        try:
+            ensure_schema(self.engine, migrate=migrate)
+        except BaseException:
+            self.engine.dispose()
+            raise
+
+    @functools.cached_property
+    def tokens(self) -> TokenStore:
+        """The API tokens, kept in this store's database."""
+        from service.tokens import TokenStore
+
+        return TokenStore(self.engine, clock=self.clock)
 
     def close(self) -> None:
         self.engine.dispose()

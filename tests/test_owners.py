@@ -27,7 +27,7 @@ from service.pipelines import PipelineStore
 from service.pipelines.bridge import job_callbacks
 from service.pipelines.errors import PipelineNotFound
 from service.pipelines.tables import pipelines_table
-from service.store import JobStore, jobs_table, utc_now
+from service.store import JobStore, jobs_table, make_engine, utc_now
 from tests.conftest import ROOT, ServiceProcess, start_service, wait_for
 from tests.test_auth import call
 from tests.test_pipelines_api import NOW, make_app
@@ -320,17 +320,17 @@ def test_an_older_pipeline_store_gets_the_owner_column(database_url: str) -> Non
         older,
         *(Column(c.name, c.type, primary_key=c.primary_key, nullable=c.nullable, autoincrement=c.autoincrement) for c in pipelines_table.columns if c.name != "owner"),
     )
-    jobs = JobStore(database_url)  # for its engine; it creates only the job tables
-    older.create_all(jobs.engine)
+    engine = make_engine(database_url)  # no store first: the pipeline store upgrades the table it finds (service/migrations)
+    older.create_all(engine)
     now = utc_now()
-    with jobs.engine.begin() as conn:
+    with engine.begin() as conn:
         conn.execute(
             older.tables[pipelines_table.name].insert().values(
                 name="before", version=1, definition=pipeline("before").definition().model_dump(mode="json"),
                 paused=True, scheduled_through=now, claim_seq=0, created_at=now, updated_at=now,
             )
         )
-    pipelines = PipelineStore(jobs.engine)
+    pipelines = PipelineStore(engine)
     try:
         assert pipelines.get("before").owner is None, "a pipeline from before owners has none: only admin (or auth off) sees it"
         with pytest.raises(PipelineNotFound):
@@ -339,7 +339,7 @@ def test_an_older_pipeline_store_gets_the_owner_column(database_url: str) -> Non
         assert pipelines.get("after", owner="alice#1").name == "after"
     finally:
         pipelines.close()
-        jobs.close()
+        engine.dispose()
 
 
 def test_with_auth_off_there_are_no_owners_and_everything_is_visible(database_url: str) -> None:

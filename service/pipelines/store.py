@@ -20,8 +20,8 @@ from sqlalchemy.sql import Select, Update
 from service.pipelines.errors import PipelineExists, PipelineNotFound
 from service.pipelines.models import PipelineCreate, PipelineDefinition, PipelineView
 from service.pipelines.runs import RunStore
-from service.pipelines.tables import attempts_table, aware, metadata, pipelines_table, runs_table, utc
-from service.store import add_new_columns, make_engine, utc_now
+from service.pipelines.tables import attempts_table, aware, pipelines_table, runs_table, utc
+from service.store import make_engine, utc_now
 
 Clock = Callable[[], datetime]
 Query = TypeVar("Query", Select[Any], Update)
@@ -62,17 +62,20 @@ class PipelineStore:
     ----------
     database
         A SQLAlchemy URL (the service's ``database_url``) or an engine to share.
-        The pipeline tables are created if missing, and columns added since, too.
     clock
         Returns the current aware time, stamped on created and updated pipelines.
+    migrate
+        Bring the database to the newest schema first (service/migrations); without,
+        one that is not at it is refused with ``SchemaNotCurrent``.
     """
 
-    def __init__(self, database: str | Engine, *, clock: Clock = utc_now) -> None:
+    def __init__(self, database: str | Engine, *, clock: Clock = utc_now, migrate: bool = True) -> None:
+        from service.migrations import ensure_schema
+
         self._owns_engine = isinstance(database, str)
         self.engine = make_engine(database) if isinstance(database, str) else database
         self.clock = clock
-        metadata.create_all(self.engine)
-        add_new_columns(self.engine, pipelines_table)
+        ensure_schema(self.engine, migrate=migrate)
         self.runs = RunStore(self.engine)
 
     def close(self) -> None:

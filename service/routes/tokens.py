@@ -1,0 +1,96 @@
+"""``/tokens``: list, create, revoke and rotate API tokens over REST (admin scope).
+
+The same as ``spillway token ...`` on the service's host; a secret is in a response only
+once, in the one that made it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Annotated
+
+from fastapi import APIRouter, Path
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from service.auth import Scope, require
+from service.routes.deps import MAX_OFFSET, ServicesDep
+from service.schemas import ErrorBody
+from service.tokens import IssuedToken, TokenInfo, parse_duration
+
+router = APIRouter(tags=["tokens"], dependencies=[require(Scope.ADMIN)])
+
+
+def _checked(text: str | None) -> str | None:
+    if text is not None:
+        parse_duration(text)  # a ValueError here is a 422 naming expires_in
+    return text
+
+
+ExpiresIn = Annotated[
+    str | None,
+    Field(description="Lifetime from now: 30d, 12h, 1w2d, 90m or 45s. None: it does not expire (create) or keeps its expiry (rotate).", examples=["30d"]),
+    AfterValidator(_checked),
+]
+TokenId = Annotated[int, Path(ge=1, le=MAX_OFFSET, description="The token's id (the number in its name#id).")]
+_NOT_FOUND = {404: {"model": ErrorBody, "description": "No token with this id."}}
+
+
+class TokenCreate(BaseModel):
+    """A new token."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=100, description="Who or what the token is for.")
+    scope: Scope = Field(default=Scope.SUBMIT, description="read, submit (includes read) or admin (everything).")
+    expires_in: ExpiresIn = None
+
+
+class TokenRotate(BaseModel):
+    """A rotation: a new secret, and optionally a new expiry."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    expires_in: ExpiresIn = None
+
+
+def _lifetime(text: str | None) -> timedelta | None:
+    return None if text is None else parse_duration(text)
+
+
+@router.get("/tokens", response_model=list[TokenInfo])
+async def list_tokens(services: ServicesDep) -> list[TokenInfo]:
+    """Every token, revoked and expired ones included: scope, state, expiry and last use (never a secret)."""
+    return await asyncio.to_thread(services.store.tokens.list)
+
+
+@router.post("/tokens", response_model=IssuedToken, status_code=201)
+async def create_token(body: TokenCreate, services: ServicesDep) -> IssuedToken:
+    """Create a token; the response holds its secret, which is not shown again."""
+    return await asyncio.to_thread(services.store.tokens.create, body.name, body.scope, expires_in=_lifetime(body.expires_in))
+
+
+@router.get("/tokens/{token_id}", response_model=TokenInfo, responses=_NOT_FOUND)
+async def get_token(token_id: TokenId, services: ServicesDep) -> TokenInfo:
+    """One token."""
+    return await asyncio.to_thread(services.store.tokens.get, token_id)
+
+
+@router.post("/tokens/{token_id}/revoke", response_model=TokenInfo, responses=_NOT_FOUND)
+async def revoke_token(token_id: TokenId, services: ServicesDep) -> TokenInfo:
+    """Revoke a token: its next request, on any replica, is a 401. Revoking again changes nothing."""
+    return await asyncio.to_thread(services.store.tokens.revoke, token_id)
+
+
+@router.post(
+    "/tokens/{token_id}/rotate",
+    response_model=IssuedToken,
+    responses={**_NOT_FOUND, 409: {"model": ErrorBody, "description": "The token is revoked, or expired and no new expiry was given."}},
+)
+async def rotate_token(token_id: TokenId, services: ServicesDep, body: TokenRotate | None = None) -> IssuedToken:
+    """Give a token a new secret (in the response, once); the old secret is refused from now on.
+
+    The token keeps its id, and so its jobs and pipelines; its expiry stays unless ``expires_in`` is given.
+    """
+    lifetime = _lifetime(body.expires_in if body else None)
+    return await asyncio.to_thread(services.store.tokens.rotate, token_id, expires_in=lifetime)
