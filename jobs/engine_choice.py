@@ -1,7 +1,9 @@
 """Which engine runs a job: the spec's ``engine``, else the service's default; ``auto`` decides.
 
 ``auto`` picks Polars whenever its lowering covers the spec, which is the whole language
-today, and the Dask engine otherwise: for now, when a source is on an object store. On a GPU cluster the Polars job runs on cudf-polars;
+today, and the Dask engine otherwise: for now, when a source is on an object store. A spec with a
+SQL source runs on Polars whatever the default (a spec asking for ``engine: dask`` with one is
+refused by JobSpec). On a GPU cluster the Polars job runs on cudf-polars;
 where cudf-polars cannot run a query, the worker says so before doing any work and the job
 moves to the Dask engine (dask-cudf), recorded with that reason (:mod:`cluster.polars_job`).
 """
@@ -22,10 +24,13 @@ def choose_engine(spec: JobSpec, default: EngineName, backend: str) -> EngineCho
     device = "gpu" if backend == "cudf" else "cpu"
     asked = spec.engine or default
     source = "the spec asks for it" if spec.engine else "the service default (SPILLWAY_DEFAULT_ENGINE)"
-    if asked == "dask":
+    if asked == "dask" and not spec.sql_sources():
         return EngineChoice(engine="dask", device=device, reason=f"engine: dask — {source}")
     if asked == "polars":
         return EngineChoice(engine="polars", device=device, reason=f"engine: polars — {source}")
+    if sql := list(spec.sql_sources()):  # the spec cannot ask for dask then (JobSpec refuses it), so this is a default
+        return EngineChoice(engine="polars", device=device, reason=f"engine: {asked} ({source}) — source '{sql[0]}' is SQL, "
+                            "which only the Polars engine runs")
     remote = [field for field, files in spec.source_fields() if is_url(files.path)]
     if remote:  # Polars' object-store reader does not take Spillway's S3 settings (endpoint, region) yet
         return EngineChoice(engine="dask", device=device, reason=f"engine: auto ({source}) — {remote[0]} is on an object store, "

@@ -8,10 +8,14 @@ text again, and what an engine is given is what validation passed.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from jobs.expr import Expression, parse_expression
 from jobs.sources import Schema
 from jobs.spec import JobSpec
+
+if TYPE_CHECKING:
+    from jobs.sql_source import SqlPlan
 
 
 @dataclass
@@ -21,7 +25,8 @@ class LogicalPlan:
     Fields are the spec's own locations: ``steps[2].expr``, ``sources.late.steps[0].aggs.n.expr``;
     schemas are keyed by the source's field (``source``, ``sources.orders``,
     ``steps[1].right``) and by each step's (``steps[3]``: the columns after step 3); ``inputs``
-    holds the columns going into each step.
+    holds the columns going into each step; ``queries`` the checked SQL of each SQL source,
+    by its field (``sources.q``).
     """
 
     spec: JobSpec | None
@@ -29,6 +34,7 @@ class LogicalPlan:
     schemas: dict[str, Schema] = field(default_factory=dict)
     inputs: dict[str, Schema] = field(default_factory=dict)
     output: Schema = field(default_factory=dict)
+    queries: dict[str, SqlPlan] = field(default_factory=dict)
 
     @classmethod
     def unchecked(cls) -> LogicalPlan:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Generic, TypeVar
 
-from jobs.spec import DerivedSource, JobSpec, SourceSpec, Step
+from jobs.errors import SpecError
+from jobs.spec import DerivedSource, JobSpec, SourceSpec, SqlSource, Step
 
 Frame = TypeVar("Frame")
 
@@ -29,6 +30,10 @@ class NamedSources(ABC, Generic[Frame]):
     def apply_steps(self, frame: Frame, steps: list[Step], at: str) -> Frame:
         """``steps`` (found at ``at``, e.g. ``sources.late.steps``) applied to ``frame``."""
 
+    def query(self, name: str, field: str) -> Frame:
+        """The rows of the SQL source ``name`` (defined at ``field``); only the Polars engine runs SQL."""
+        raise SpecError(f"source '{name}' is SQL, which only the Polars engine runs: use engine: polars or auto", field=f"{field}.sql")
+
     def frame_of(self, ref: SourceSpec | str, field: str) -> Frame:
         """The rows ``ref`` stands for: an inline source (at ``field``) or a named one."""
         if isinstance(ref, str) and ref in self._built:
@@ -37,6 +42,8 @@ class NamedSources(ABC, Generic[Frame]):
         if isinstance(source, DerivedSource):  # JobSpec refuses cycles, so this recursion ends
             start = self.frame_of(source.from_, f"{defined_at}.from")
             frame = self.apply_steps(start, source.steps, f"{defined_at}.steps")
+        elif isinstance(source, SqlSource):
+            frame = self.query(str(ref), defined_at)
         else:
             frame = self.read(source, defined_at)
         if isinstance(ref, str):

@@ -37,6 +37,7 @@ from jobs.spec import (
     WindowStep,
 )
 from jobs.reshape import pivot_steps
+from jobs.sql_source import run_sql
 from jobs.window_polars import window_columns
 
 _HIDDEN = "__spillway_"
@@ -71,6 +72,11 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
 
     def read(self, source: SourceSpec, field: str) -> pl.LazyFrame:
         return scan_source(source, field=field)
+
+    def query(self, name: str, field: str) -> pl.LazyFrame:
+        # The SQL validation regenerated from the checked tree, over the frames of the sources it reads.
+        checked = self.plan.queries[field]
+        return run_sql(checked.sql, {table: self.frame_of(table, f"{field}.sql") for table in checked.tables})
 
     def apply_steps(self, frame: pl.LazyFrame, steps: list[Step], at: str) -> pl.LazyFrame:
         ordered = False  # whether a sort's order must survive the steps after it

@@ -464,15 +464,30 @@ class DerivedSource(_Strict):
     steps: Steps = Field(description="What to do with those rows, in order, as a job's steps.")
 
 
-def _files_or_derived(value: Any, handler: ValidatorFunctionWrapHandler) -> SourceSpec | DerivedSource:
-    # Told apart by `from`, not tried in turn as a plain union would be: errors then name the
-    # fields the user wrote (sources.late.steps[0].expr), without a member's name in the path.
+class SqlSource(_Strict):
+    """A named source whose rows are a SQL ``SELECT`` over the spec's other named sources.
+
+    The text is parsed and checked against a whitelist at submit (jobs/sql_check.py): one
+    SELECT query (CTEs, joins, subqueries, set operations, grouping, CASE, CAST, listed
+    functions) whose tables are the spec's named sources and its own CTEs. It runs on the
+    Polars engine only (polars.SQLContext, cudf-polars on the GPU), from SQL regenerated
+    from the checked tree.
+    """
+
+    sql: str = Field(min_length=1, max_length=100_000, description="One SELECT query; its tables are the spec's other named sources.")
+
+
+def _files_or_derived(value: Any, handler: ValidatorFunctionWrapHandler) -> SourceSpec | DerivedSource | SqlSource:
+    # Told apart by `from` (or `sql`), not tried in turn as a plain union would be: errors then name
+    # the fields the user wrote (sources.late.steps[0].expr), without a member's name in the path.
     if isinstance(value, DerivedSource) or (isinstance(value, dict) and "from" in value):
         return DerivedSource.model_validate(value)
+    if isinstance(value, SqlSource) or (isinstance(value, dict) and "sql" in value):
+        return SqlSource.model_validate(value)
     return SourceSpec.model_validate(value)
 
 
-NamedSource = Annotated[SourceSpec | DerivedSource, WrapValidator(_files_or_derived)]
+NamedSource = Annotated[SourceSpec | DerivedSource | SqlSource, WrapValidator(_files_or_derived)]
 Loc = tuple[str | int, ...]
 
 
@@ -606,6 +621,11 @@ class JobSpec(_Strict):
                     input=names[-1],
                 )
             )
+        if self.engine == "dask" and (sql := next(iter(self.sql_sources()), None)) is not None:
+            errors.append(InitErrorDetails(
+                type=PydanticCustomError("engine_cannot_run_sql", "the Dask engine does not run SQL, and source '{name}' is SQL "
+                                         "(sources.{name}.sql): use engine: polars or auto", {"name": sql}),
+                loc=("engine",), input=self.engine))
         if errors:
             # Raised as a ValidationError so each error keeps its own location (steps[3].right).
             raise ValidationError.from_exception_data(type(self).__name__, errors)
@@ -614,6 +634,10 @@ class JobSpec(_Strict):
     def derived_sources(self) -> dict[str, DerivedSource]:
         """The named sources that are derived from others, by name, in definition order."""
         return {name: source for name, source in self.sources.items() if isinstance(source, DerivedSource)}
+
+    def sql_sources(self) -> dict[str, SqlSource]:
+        """The named sources that are SQL queries, by name, in definition order."""
+        return {name: source for name, source in self.sources.items() if isinstance(source, SqlSource)}
 
     def _references(self) -> Iterator[tuple[Loc, SourceSpec | str]]:
         """(location, reference) for every source reference: ``source``, joins, unions, and each
@@ -650,7 +674,7 @@ class JobSpec(_Strict):
 
         return next((found for name in derived if name not in done and (found := visit(name)) is not None), None)
 
-    def resolve(self, ref: SourceSpec | str, field: str) -> tuple[SourceSpec | DerivedSource, str]:
+    def resolve(self, ref: SourceSpec | str, field: str) -> tuple[SourceSpec | DerivedSource | SqlSource, str]:
         """The source ``ref`` stands for, and the field that defines it (``sources.<name>`` for a name)."""
         if isinstance(ref, str):
             return self.sources[ref], f"sources.{ref}"

@@ -32,6 +32,7 @@ from jobs.spec import (
     SelectStep,
     SortStep,
     SourceSpec,
+    SqlSource,
     Step,
     TopKStep,
     UnionStep,
@@ -111,6 +112,11 @@ def _check(spec: JobSpec, read: SchemaReader) -> Schema:
         if isinstance(source, DerivedSource):  # JobSpec refuses cycles, so this recursion ends
             start = schema_of(source.from_, f"{defined_at}.from")
             schema = _check_steps(start, source.steps, f"{defined_at}.steps", f"source '{ref}' ", schema_of)
+        elif isinstance(source, SqlSource):  # only a named source is SQL, so ref is its name
+            from jobs.sql_source import plan_sql_source
+
+            query = _PLAN.get().queries[defined_at] = plan_sql_source(str(ref), source.sql, list(spec.sources), schema_of)
+            schema = query.schema
         else:
             schema = read(source, field=defined_at)
         _PLAN.get().schemas[defined_at] = schema

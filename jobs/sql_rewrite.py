@@ -1,0 +1,256 @@
+"""A checked SQL tree → the SQL text Polars' SQL front end runs, with SQL's meaning kept.
+
+Polars' SQL (``polars.SQLContext``) takes most of a SELECT but not all of it; these rewrites,
+each on the checked tree, bring a query within what it takes without changing its answer:
+
+- every column is qualified with its table and every ``*`` expanded (sqlglot's ``qualify``),
+  which also finds unknown columns, named here with the nearest name;
+- correlated and uncorrelated subqueries in ``WHERE``/``HAVING`` (``EXISTS``, ``IN``, scalar
+  comparisons) become joins with grouped derived tables (sqlglot's ``unnest_subqueries``);
+- a ``FROM a, b, c`` list followed by explicit joins becomes inner joins on the ``WHERE``'s
+  equalities (Polars binds an explicit join to the list's last table only);
+- a ``LEFT JOIN``'s conditions on the right table alone move into a derived table over it,
+  an ``INNER JOIN``'s non-key conditions into ``WHERE`` (Polars' ``ON`` takes key equalities);
+- ``%`` truncates toward zero, as SQL's does (Polars' floors): ``sign(a) * (abs(a) % abs(b))``;
+- ``DATE '...'`` and ``TIMESTAMP '...'`` literals become Polars' parsing functions, format spelled out;
+- an output column with no name gets its SQL text as one (``sum(l_quantity)``, as DuckDB).
+
+Only the tree is read; the user's text is never handed on.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Mapping
+from decimal import Decimal, InvalidOperation
+
+from sqlglot import exp
+from sqlglot.errors import OptimizeError
+from sqlglot.optimizer.qualify import qualify
+from sqlglot.optimizer.unnest_subqueries import unnest_subqueries
+
+from jobs.sql_check import DIALECT, SqlRefused, position
+
+#: The dialect the regenerated SQL is written in for Polars.
+OUTPUT_DIALECT = "postgres"
+
+
+def _output_selects(tree: exp.Query) -> list[exp.Select]:
+    """The SELECTs whose column names are the query's: the first branch of each set operation."""
+    while isinstance(tree, exp.SetOperation):
+        tree = tree.this
+    if isinstance(tree, exp.Subquery):
+        return _output_selects(tree.this)
+    return [tree] if isinstance(tree, exp.Select) else []
+
+
+def _name_outputs(tree: exp.Query) -> None:
+    for select in _output_selects(tree):
+        for projection in list(select.expressions):
+            if not isinstance(projection, (exp.Alias, exp.Column, exp.Star)):
+                name = projection.sql(dialect="duckdb", normalize_functions="lower")
+                projection.replace(exp.alias_(projection.copy(), exp.to_identifier(name, quoted=True)))
+
+
+def _conjuncts(condition: exp.Expression | None) -> list[exp.Expression]:
+    return list(condition.flatten()) if isinstance(condition, exp.And) else [] if condition is None else [condition]
+
+
+def _and(parts: list[exp.Expression]) -> exp.Expression | None:
+    return exp.and_(*parts, copy=False) if parts else None
+
+
+def _tables_of(node: exp.Expression) -> set[str]:
+    return {column.table for column in node.find_all(exp.Column) if column.table}
+
+
+def _source_name(node: exp.Expression) -> str:
+    return node.alias_or_name
+
+
+def _is_plain_join(join: exp.Join) -> bool:
+    """A comma join (``FROM a, b``): no kind, side, ON or USING."""
+    return not (join.args.get("kind") or join.args.get("side") or join.args.get("on") or join.args.get("using"))
+
+
+def _explicit_comma_joins(select: exp.Select) -> None:
+    """``FROM a, b, c ... JOIN d`` → ``FROM a JOIN b ON .. JOIN c ON .. JOIN d``, keys from the WHERE's equalities."""
+    joins: list[exp.Join] = list(select.args.get("joins") or [])
+    plain = [join for join in joins if _is_plain_join(join)]
+    if not plain or len(plain) == len(joins) or select.args.get("from_") is None:
+        return  # all comma joins: Polars plans the WHERE's keys itself
+    rest = [join for join in joins if not _is_plain_join(join)]
+    where = select.args.get("where")
+    conditions = _conjuncts(where.this if where else None)
+    joined = {_source_name(select.args["from_"].this)}
+    pending = {_source_name(join.this): join for join in plain}
+    rebuilt: list[exp.Join] = []
+    while pending:
+        pick, keys = None, []
+        for name, join in pending.items():  # the first table the WHERE ties to those joined so far
+            keys = [c for c in conditions if isinstance(c, exp.EQ) and _tables_of(c) and name in _tables_of(c)
+                    and _tables_of(c) <= joined | {name} and len(_tables_of(c)) == 2
+                    and all(isinstance(side, exp.Column) for side in (c.left, c.right))]
+            if keys:
+                pick = name
+                break
+        if pick is None:
+            pick, keys = next(iter(pending)), []
+        join = pending.pop(pick)
+        conditions = [c for c in conditions if not any(c is k for k in keys)]
+        rebuilt.append(exp.Join(this=join.this, on=_and(keys)) if keys else exp.Join(this=join.this, kind="CROSS"))
+        joined.add(pick)
+    select.set("joins", [*rebuilt, *rest])
+    select.set("where", exp.Where(this=_and(conditions)) if conditions else None)
+
+
+def _key_equality(condition: exp.Expression, left: set[str], right: str) -> bool:
+    if not isinstance(condition, exp.EQ) or not all(isinstance(s, exp.Column) for s in (condition.left, condition.right)):
+        return False
+    tables = [condition.left.table, condition.right.table]
+    return right in tables and any(t in left for t in tables if t != right)
+
+
+def _polars_join_conditions(select: exp.Select) -> None:
+    """Polars' ON takes key equalities: move an inner join's other conditions to WHERE, and a left
+    join's conditions on its right table alone into a derived table over that table."""
+    from_ = select.args.get("from_")
+    if from_ is None:
+        return
+    seen = {_source_name(from_.this)}
+    extra_where: list[exp.Expression] = []
+    for join in select.args.get("joins") or []:
+        name = _source_name(join.this)
+        on = join.args.get("on")
+        side = (join.args.get("side") or "").upper()
+        kind = (join.args.get("kind") or "").upper()
+        if on is not None and kind not in ("SEMI", "ANTI"):
+            parts = _conjuncts(on)
+            keys = [c for c in parts if _key_equality(c, seen, name)]
+            others = [c for c in parts if not any(c is k for k in keys)]
+            if others and side == "" and keys:
+                extra_where.extend(others)
+                join.set("on", _and(keys))
+            elif others and side == "LEFT" and keys and all(_tables_of(c) == {name} for c in others):
+                inner = exp.select("*").from_(join.this.copy()).where(_and([c.copy() for c in others]))
+                join.set("this", exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier(name, quoted=True))))
+                join.set("on", _and(keys))
+        seen.add(name)
+    if extra_where:
+        where = select.args.get("where")
+        select.set("where", exp.Where(this=_and([*(_conjuncts(where.this) if where else []), *extra_where])))
+
+
+def _sql_remainders(tree: exp.Expression) -> None:
+    for mod in list(tree.find_all(exp.Mod)):
+        a, b = mod.this.copy(), mod.expression.copy()
+        truncated = exp.Mul(this=exp.Sign(this=a.copy()), expression=exp.Paren(this=exp.Mod(this=exp.Abs(this=a), expression=exp.Abs(this=b))))
+        mod.replace(exp.Paren(this=truncated))
+
+
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+_TIMESTAMP = re.compile(r"(\d{4}-\d{2}-\d{2})(?:[ T](\d{2}:\d{2}:\d{2})(\.\d{1,9})?)?")
+
+
+def _date_literals(tree: exp.Expression) -> None:
+    """``DATE 'y-m-d'`` and ``TIMESTAMP 'y-m-d h:m:s'`` as Polars' parsing functions with the format
+    spelled out (its string casts are deprecated, and a timestamp cast takes no space)."""
+    for cast in list(tree.find_all(exp.Cast)):
+        target = cast.args.get("to")
+        if not (isinstance(cast.this, exp.Literal) and cast.this.is_string and isinstance(target, exp.DataType)):
+            continue
+        text = cast.this.this.strip()
+        if target.this == exp.DataType.Type.DATE and _DATE.fullmatch(text):
+            cast.replace(exp.Anonymous(this="DATE", expressions=[exp.Literal.string(text), exp.Literal.string("%Y-%m-%d")]))
+        elif target.this == exp.DataType.Type.TIMESTAMP and (found := _TIMESTAMP.fullmatch(text)):
+            day, clock, fraction = found.groups()
+            value = f"{day} {clock or '00:00:00'}{fraction or ''}"
+            form = "%Y-%m-%d %H:%M:%S" + ("%.f" if fraction else "")
+            cast.replace(exp.Anonymous(this="STRPTIME", expressions=[exp.Literal.string(value), exp.Literal.string(form)]))
+
+
+def _polars_function_names(tree: exp.Expression) -> None:
+    # PostgreSQL writes MEDIAN as PERCENTILE_CONT(0.5) WITHIN GROUP (...), which Polars lacks.
+    for median in list(tree.find_all(exp.Median)):
+        median.replace(exp.Anonymous(this="MEDIAN", expressions=[median.this.copy()]))
+
+
+def _number(node: exp.Expression) -> Decimal | None:
+    if isinstance(node, exp.Paren):
+        return _number(node.this)
+    if isinstance(node, exp.Neg):
+        inner = _number(node.this)
+        return None if inner is None else -inner
+    if isinstance(node, exp.Literal) and not node.is_string:
+        try:
+            return Decimal(node.this)
+        except InvalidOperation:
+            return None
+    return None
+
+
+_FOLD = {exp.Add: Decimal.__add__, exp.Sub: Decimal.__sub__, exp.Mul: Decimal.__mul__}
+
+
+def _fold_literals(tree: exp.Expression) -> None:
+    """Arithmetic of number literals computed exactly, as SQL's exact numerics are (``.06 + 0.01`` is
+    0.07, not the float 0.06999999999999999 that Polars' float literals would give)."""
+    changed = True
+    while changed:
+        changed = False
+        for node in list(tree.find_all(*_FOLD)):
+            left, right = _number(node.this), _number(node.expression)
+            if left is not None and right is not None:
+                value = _FOLD[type(node)](left, right)
+                literal = exp.Literal.number(format(value, "f"))
+                node.replace(exp.Paren(this=exp.Neg(this=exp.Literal.number(format(-value, "f")))) if value < 0 else literal)
+                changed = True
+                break
+
+
+def _unknown_column(exc: OptimizeError, tree: exp.Expression, tables: Mapping[str, Mapping[str, str]], field: str) -> SqlRefused:
+    message = str(exc)
+    wanted = message.split("'")[1] if message.count("'") >= 2 else ""
+    known = sorted({column for columns in tables.values() for column in columns})
+    close = difflib.get_close_matches(wanted.split(".")[-1], known, n=1) if wanted else []
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    node = next((c for c in tree.find_all(exp.Column) if c.name == wanted.split(".")[-1]), None)
+    where = position(node) if node is not None else ""
+    return SqlRefused(f"{field}: {message.rstrip('.')}{hint}{where}", field=field)
+
+
+def _finish(tree: exp.Query) -> str:
+    for select in list(tree.find_all(exp.Select)):
+        _explicit_comma_joins(select)
+        _polars_join_conditions(select)
+    _fold_literals(tree)
+    _sql_remainders(tree)
+    _date_literals(tree)
+    _polars_function_names(tree)
+    return tree.sql(dialect=OUTPUT_DIALECT, comments=False)
+
+
+def polars_sql(tree: exp.Query, tables: Mapping[str, Mapping[str, str]], field: str) -> list[str]:
+    """The SQL texts Polars may run for a checked query over ``tables`` (name → column → SQL type),
+    best first: decorrelated, then as written (where decorrelating needs arrays, which Polars lacks,
+    its own planner takes correlated EXISTS).
+
+    Raises
+    ------
+    SqlRefused
+        An unknown or ambiguous column, named with the nearest known one.
+    """
+    tree = tree.copy()
+    _name_outputs(tree)
+    try:
+        tree = qualify(tree, dialect=DIALECT, schema={name: dict(columns) for name, columns in tables.items()}, identify=True)
+    except OptimizeError as exc:
+        raise _unknown_column(exc, tree, tables, field) from None
+    candidates = []
+    if any(tree.find_all(exp.Subquery, exp.Exists, exp.In)):
+        unnested = unnest_subqueries(tree.copy())
+        if not any(unnested.find_all(exp.ArrayAgg, exp.Unnest, exp.Array)):
+            candidates.append(_finish(unnested))
+    candidates.append(_finish(tree))
+    return candidates

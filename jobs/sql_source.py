@@ -1,0 +1,121 @@
+"""A named source whose rows are a SQL SELECT over the spec's other named sources.
+
+``sources: {q: {sql: "SELECT ... FROM orders JOIN lineitem ON ..."}}``: the text is parsed and
+whitelisted (:mod:`jobs.sql_check`), rewritten into what Polars' SQL takes
+(:mod:`jobs.sql_rewrite`), and planned at submit over empty frames of the sources' kinds, so
+the output's columns and kinds are known before any work and later steps and sinks are checked
+against them. The Polars engine runs the regenerated SQL with ``polars.SQLContext`` over the
+sources' LazyFrames; the result is a LazyFrame, so cudf-polars can run it on the GPU too.
+The Dask engine does not run SQL.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+import polars as pl
+
+from jobs.sources import Schema
+from jobs.sql_check import SqlRefused, check_sql
+
+#: Each kind as the Polars type a source of that kind is read as (numbers: the widest integer,
+#: which every numeric function takes; a float column would give the same kinds).
+_KIND_DTYPES: dict[str, pl.DataType] = {
+    "numeric": pl.Int64(), "string": pl.String(), "datetime": pl.Datetime("us"), "bool": pl.Boolean(),
+}
+_KIND_SQL = {"numeric": "BIGINT", "string": "VARCHAR", "datetime": "TIMESTAMP", "bool": "BOOLEAN"}
+_POLARS_ERRORS = (pl.exceptions.PolarsError,)
+# The SQL sources being planned, outermost first: one reading another that reads it back is a cycle.
+_PLANNING: ContextVar[tuple[str, ...]] = ContextVar("spillway_sql_planning", default=())
+
+
+def polars_kind(dtype: pl.DataType) -> str:
+    """The coarse kind (jobs.sources.Schema) of a Polars type."""
+    if dtype.is_numeric():
+        return "numeric"
+    if dtype == pl.String or dtype == pl.Categorical:
+        return "string"
+    if dtype.is_temporal() and dtype != pl.Duration and dtype != pl.Time:
+        return "datetime"
+    if dtype == pl.Boolean:
+        return "bool"
+    return "unknown" if dtype == pl.Null else "other"
+
+
+@dataclass(frozen=True)
+class SqlPlan:
+    """A checked SQL source: the SQL Polars runs, the named sources it reads, its output's kinds."""
+
+    sql: str
+    tables: tuple[str, ...]
+    schema: Schema
+
+
+def _empty_frame(schema: Schema) -> pl.LazyFrame:
+    return pl.LazyFrame(schema={name: _KIND_DTYPES.get(kind, pl.Null()) for name, kind in schema.items()})
+
+
+def run_sql(sql: str, frames: Mapping[str, pl.LazyFrame]) -> pl.LazyFrame:
+    """The LazyFrame of checked, regenerated ``sql`` over ``frames`` (by table name)."""
+    context = pl.SQLContext(dict(frames))
+    with warnings.catch_warnings():  # Polars warns of its own casts of date literals
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return context.execute(sql, eager=False)
+
+
+def plan_sql(text: str, field: str, name: str, sources: list[str], schema_of: Callable[[str], Schema]) -> SqlPlan:
+    """Check the SQL source ``name`` (its text at ``field``) against the spec's named ``sources``.
+
+    ``schema_of`` gives a named source's columns and kinds. The query is parsed, whitelisted,
+    rewritten and planned by Polars over empty frames of those kinds, which is how its output's
+    kinds are known; Polars refusing the query (a construct its SQL does not take) is a
+    :class:`SqlRefused` naming it.
+
+    Raises
+    ------
+    SqlRefused
+        The query is outside the allowed SQL, reads an unknown table or column, or Polars
+        cannot run it.
+    """
+    from jobs.sql_rewrite import polars_sql
+
+    tree, tables = check_sql(text, field, sources, own_name=name)
+    schemas = {table: schema_of(table) for table in tables}
+    types = {table: {c: _KIND_SQL.get(k, "VARCHAR") for c, k in s.items()} for table, s in schemas.items()}
+    refusal = ""
+    for sql in polars_sql(tree, types, field):
+        try:
+            planned = run_sql(sql, {table: _empty_frame(s) for table, s in schemas.items()}).collect_schema()
+            break
+        except _POLARS_ERRORS as exc:
+            refusal = refusal or (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    else:
+        raise SqlRefused(f"{field}: Polars' SQL cannot run this query: {refusal}", field=field)
+    return SqlPlan(sql=sql, tables=tuple(tables), schema={column: polars_kind(dtype) for column, dtype in planned.items()})
+
+
+def plan_sql_source(name: str, text: str, sources: list[str], schema_of: Callable[[str, str], Schema]) -> SqlPlan:
+    """:func:`plan_sql` for the named source ``name``, whose tables' schemas ``schema_of`` gives
+    (by name and the field that reads them); a cycle of SQL sources is refused.
+
+    Raises
+    ------
+    SqlRefused
+        As :func:`plan_sql`, or when the sources it reads lead back to ``name``.
+    """
+    field = f"sources.{name}.sql"
+    planning = _PLANNING.get()
+    if name in planning:
+        cycle = " → ".join([*planning[planning.index(name):], name])
+        raise SqlRefused(f"{field}: sources form a cycle: {cycle}; a SQL source cannot depend on itself", field=field)
+    token = _PLANNING.set((*planning, name))
+    try:
+        return plan_sql(text, field, name, sources, lambda table: schema_of(table, field))
+    finally:
+        _PLANNING.reset(token)
+
+
+__all__ = ["SqlPlan", "SqlRefused", "plan_sql", "plan_sql_source", "polars_kind", "run_sql"]

@@ -1,0 +1,334 @@
+"""SQL sources: ``sources: {q: {sql: "SELECT ..."}}`` over the spec's other named sources.
+
+Accepted queries run on the Polars engine and are checked against DuckDB's answer to the same
+SQL over the same files; every class of refusal (DDL, DML, COPY, ATTACH, table functions,
+paths as tables, unknown tables, columns and functions, several statements, a statement hidden
+after a comment, constructs Polars' SQL cannot run) is a 422 ``invalid_sql`` naming
+``sources.q.sql`` and the part, checked at submit; the engine choice sends SQL to Polars and
+refuses ``engine: dask``; the same goes through the live REST service.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import dask
+import numpy as np
+import pandas as pd
+import polars as pl
+import pytest
+from pydantic import ValidationError
+
+from jobs.engine_choice import choose_engine
+from jobs.errors import SpecError
+from jobs.pipeline import backend_config, build_frame
+from jobs.polars_frame import build_lazyframe
+from jobs.samples import write_sample_data
+from jobs.spec import JobSpec
+from jobs.sql_check import SQL_FUNCTIONS
+from jobs.sql_source import SqlRefused
+from jobs.status import JobStatus
+from jobs.validate import plan_spec
+from service.client import ApiError, SpillwayClient
+from service.errors import field_path
+from tests.conftest import wait_terminal
+
+duckdb = pytest.importorskip("duckdb")
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return write_sample_data(tmp_path_factory.mktemp("sql-data"), rows=3_000, files=3)
+
+
+@pytest.fixture(scope="module")
+def referee(data: dict[str, Path]) -> Any:
+    """DuckDB with the same sources as views: sales (parquet) and products (CSV)."""
+    con = duckdb.connect()
+    con.execute(f"create view sales as select * from read_parquet('{data['sales']}/*.parquet')")
+    con.execute(f"create view products as select * from read_csv_auto('{data['products']}')")
+    yield con
+    con.close()
+
+
+def sql_spec(data: dict[str, Path], sql: str, *, sink: str = "/tmp/unused-sql-sink", steps: list[dict[str, Any]] | None = None,
+             **extra: Any) -> dict[str, Any]:
+    return {
+        "sources": {
+            "sales": {"format": "parquet", "path": str(data["sales"])},
+            "products": {"format": "csv", "path": str(data["products"])},
+            "q": {"sql": sql},
+            **extra.pop("sources", {}),
+        },
+        "source": "q",
+        "steps": steps or [],
+        "sink": {"path": sink},
+        **extra,
+    }
+
+
+def run_polars(spec: dict[str, Any]) -> pd.DataFrame:
+    return build_lazyframe(plan_spec(JobSpec.model_validate(spec))).collect().to_pandas()
+
+
+def assert_same(actual: pd.DataFrame, expected: pd.DataFrame, *, ordered: bool) -> None:
+    assert list(actual.columns) == list(expected.columns)
+    if not ordered:
+        actual = actual.sort_values(list(actual.columns), ignore_index=True)
+        expected = expected.sort_values(list(expected.columns), ignore_index=True)
+    assert len(actual) == len(expected)
+    for name in expected.columns:
+        got, want = actual[name].reset_index(drop=True), expected[name].reset_index(drop=True)
+        if pd.api.types.is_numeric_dtype(want) and not pd.api.types.is_bool_dtype(want):
+            np.testing.assert_allclose(got.astype("float64"), want.astype("float64"), rtol=1e-9, err_msg=name)
+        else:
+            assert list(got.astype(str)) == list(want.astype(str)), name
+
+
+ACCEPTED = {
+    "join_groupby_order": ("SELECT p.category, count(*) AS n, sum(s.amount * (1 - coalesce(s.discount, 0))) AS revenue "
+                           "FROM sales s JOIN products p ON s.product_id = p.product_id WHERE s.region <> 'test' "
+                           "GROUP BY p.category HAVING count(*) > 10 ORDER BY revenue DESC", True),
+    "cte_and_scalar_subquery": ("WITH big AS (SELECT * FROM sales WHERE amount > (SELECT avg(amount) FROM sales)) "
+                                "SELECT region, count(*) AS n FROM big GROUP BY region ORDER BY region", True),
+    "correlated_scalar": ("SELECT order_id, amount FROM sales s WHERE amount > (SELECT avg(amount) * 1.5 FROM sales t "
+                          "WHERE t.region = s.region) ORDER BY order_id LIMIT 50", True),
+    "exists_and_in": ("SELECT product_id, category FROM products p WHERE EXISTS (SELECT 1 FROM sales s WHERE s.product_id = p.product_id "
+                      "AND s.quantity = 9) AND product_id IN (SELECT product_id FROM sales WHERE region = 'north') ORDER BY product_id", True),
+    "not_exists": ("SELECT count(*) AS n FROM products p WHERE NOT EXISTS (SELECT 1 FROM sales s WHERE s.product_id = p.product_id "
+                   "AND s.amount > 140)", False),
+    "union_all_and_distinct": ("SELECT region AS name FROM sales WHERE amount > 100 UNION ALL SELECT category FROM products "
+                               "UNION SELECT 'extra'", False),
+    "case_cast_strings": ("SELECT order_id, CASE WHEN amount > 50 THEN 'high' WHEN amount > 0 THEN 'low' ELSE 'refund' END AS band, "
+                          "upper(region) || '-' || CAST(quantity AS VARCHAR) AS label, length(region) AS len, "
+                          "extract(month FROM ts) AS month FROM sales WHERE order_id < 200", False),
+    "remainder_truncates": ("SELECT order_id, (quantity - 5) % 3 AS r, mod(-quantity, 4) AS m FROM sales "
+                            "WHERE order_id < 100", False),
+    "exact_literal_arithmetic": ("SELECT count(*) AS n FROM sales WHERE discount BETWEEN 0.15 - 0.05 AND 0.1 + 0.1", False),
+    "window_over_partition": ("SELECT order_id, amount / sum(amount) OVER (PARTITION BY region) AS share, "
+                              "count(*) OVER (PARTITION BY region) AS n FROM sales WHERE order_id < 300", False),
+    "left_join_with_right_filter": ("SELECT s.order_id, p.category FROM sales s LEFT JOIN products p ON s.product_id = p.product_id "
+                                    "AND p.unit_cost > 20 WHERE s.order_id < 100", False),
+    "left_join_with_left_condition": ("SELECT s.order_id, p.category FROM sales s LEFT JOIN products p ON s.product_id = p.product_id "
+                                      "AND s.amount > 0", False),
+    "dates_and_intervals": ("SELECT count(*) AS n FROM sales WHERE ts >= date '2026-03-01' AND ts < date '2026-03-01' + interval '1' month "
+                            "AND ts < timestamp '2026-12-01 00:00:00'", False),
+    "unnamed_output_column": ("SELECT region, sum(quantity) FROM sales GROUP BY region ORDER BY region", True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ACCEPTED))
+def test_accepted_query_gives_duckdbs_answer(data: dict[str, Path], referee: Any, name: str) -> None:
+    sql, ordered = ACCEPTED[name]
+    assert_same(run_polars(sql_spec(data, sql)), referee.execute(sql).df(), ordered=ordered)
+
+
+def test_output_kinds_are_known_at_submit_and_later_steps_checked(data: dict[str, Path]) -> None:
+    spec = sql_spec(data, "SELECT region, count(*) AS n, max(ts) AS last, avg(amount) > 50 AS big FROM sales GROUP BY region",
+                    steps=[{"op": "filter", "expr": "n > 0"}, {"op": "sort", "by": ["region"]}])
+    plan = plan_spec(JobSpec.model_validate(spec))
+    assert plan.output == {"region": "string", "n": "numeric", "last": "datetime", "big": "bool"}
+    bad = sql_spec(data, "SELECT region, count(*) AS n FROM sales GROUP BY region", steps=[{"op": "filter", "expr": "amount > 0"}])
+    with pytest.raises(SpecError) as info:
+        plan_spec(JobSpec.model_validate(bad))
+    assert info.value.field == "steps[0].expr" and "unknown column 'amount'" in info.value.message
+
+
+def test_a_sql_source_can_read_derived_and_sql_sources_and_be_joined(data: dict[str, Path], referee: Any) -> None:
+    spec = sql_spec(data, "SELECT region, sum(amount) AS total FROM positive GROUP BY region",
+                    sources={"positive": {"from": "sales", "steps": [{"op": "filter", "expr": "amount > 0"}]},
+                             "top": {"sql": "SELECT region FROM q ORDER BY total DESC LIMIT 2"}},
+                    steps=[{"op": "join", "right": "top", "on": ["region"], "how": "semi"}])
+    got = run_polars(spec).sort_values("region", ignore_index=True)
+    want = referee.execute("WITH q AS (SELECT region, sum(amount) AS total FROM sales WHERE amount > 0 GROUP BY region) "
+                           "SELECT * FROM q WHERE region IN (SELECT region FROM q ORDER BY total DESC LIMIT 2) ORDER BY region").df()
+    assert_same(got, want, ordered=True)
+
+
+REFUSED = {
+    "drop": ("DROP TABLE sales", "only a SELECT query is allowed, not 'DROP' at line 1, col 1"),
+    "create": ("CREATE TABLE x AS SELECT * FROM sales", "only a SELECT query is allowed, not 'CREATE'"),
+    "insert": ("INSERT INTO sales SELECT * FROM sales", "only a SELECT query is allowed, not 'INSERT'"),
+    "delete": ("DELETE FROM sales", "not 'DELETE'"),
+    "copy": ("COPY sales TO '/tmp/stolen.csv'", "only a SELECT query is allowed, not 'COPY'"),
+    "attach": ("ATTACH '/tmp/other.db' AS other", "only a SELECT query is allowed, not 'ATTACH'"),
+    "pragma": ("PRAGMA enable_profiling", "not 'PRAGMA'"),
+    "read_parquet": ("SELECT * FROM read_parquet('/etc/secrets/*.parquet')", "a table function (read_parquet) cannot be read"),
+    "read_csv_in_join": ("SELECT * FROM sales JOIN read_csv('/etc/passwd') AS x ON true", "a table function"),
+    "generate_series": ("SELECT * FROM generate_series(1, 10)", "a table function"),
+    "path_string": ("SELECT * FROM '/tmp/data/sales.parquet'", "'/tmp/data/sales.parquet' looks like a file path"),
+    "path_quoted": ('SELECT * FROM "data/sales.parquet"', "looks like a file path"),
+    "schema_qualified": ("SELECT * FROM main.sales", "names a schema"),
+    "unknown_table": ("SELECT * FROM sale", "unknown table 'sale'; did you mean 'sales'?"),
+    "itself": ("SELECT * FROM q", "a SQL source cannot read itself ('q')"),
+    "unknown_function": ("SELECT frob(amount) FROM sales", "unknown function 'frob'"),
+    "misspelt_function": ("SELECT lenght(region) FROM sales", "unknown function 'lenght'; did you mean 'length'?"),
+    "system_function": ("SELECT pg_read_file('/etc/passwd')", "unknown function 'pg_read_file'"),
+    "known_but_not_listed": ("SELECT regexp_replace(region, 'a', 'b') FROM sales", "function 'regexp_replace' is not allowed"),
+    "two_statements": ("SELECT * FROM sales; SELECT * FROM products", "one SELECT statement only; a second statement begins with 'SELECT'"),
+    "hidden_after_line_comment": ("SELECT * FROM sales -- just a comment\n; DROP TABLE sales",
+                                  "a second statement begins with 'DROP' at line 2"),
+    "hidden_after_block_comment": ("SELECT * FROM sales /* ; */ ; DELETE FROM sales", "a second statement begins with 'DELETE'"),
+    "unknown_column": ("SELECT amout FROM sales", "did you mean 'amount'?"),
+    "parameter": ("SELECT * FROM sales WHERE amount > $1", "a parameter ($1) is not allowed"),
+    "ordered_window": ("SELECT row_number() OVER (ORDER BY amount) AS r FROM sales", "use the spec's window step"),
+    "cast_to_unlisted_type": ("SELECT CAST(amount AS INTERVAL) FROM sales", "CAST to INTERVAL is not allowed"),
+    "polars_cannot": ("SELECT s.order_id FROM sales s JOIN products p ON s.amount > p.unit_cost OR s.quantity = 1",
+                      "Polars' SQL cannot run this query: unsupported join constraint operator 'Or'"),
+    "not_sql": ("this is not sql", "only a SELECT query is allowed, not 'THIS'"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_refused_at_submit_naming_the_part(data: dict[str, Path], name: str) -> None:
+    sql, message = REFUSED[name]
+    with pytest.raises(SqlRefused) as info:
+        plan_spec(JobSpec.model_validate(sql_spec(data, sql)))
+    assert info.value.field == "sources.q.sql" and info.value.code == "invalid_sql"
+    assert info.value.message.startswith("sources.q.sql: ") and message in info.value.message, info.value.message
+
+
+def test_refused_before_any_source_is_read(data: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    read: list[str] = []
+    monkeypatch.setattr("jobs.validate.read_schema", lambda source, field: read.append(field) or {})
+    spec = JobSpec.model_validate({"sources": {"q": {"sql": "DROP TABLE sales"}}, "source": "q", "sink": {"path": "/tmp/x"}})
+    with pytest.raises(SqlRefused):
+        plan_spec(spec, read=lambda source, field: read.append(field) or {})
+    assert read == []
+
+
+def test_sql_sources_in_a_cycle_are_refused(data: dict[str, Path]) -> None:
+    spec = sql_spec(data, "SELECT * FROM r", sources={"r": {"sql": "SELECT * FROM q"}})
+    with pytest.raises(SqlRefused) as info:
+        plan_spec(JobSpec.model_validate(spec))
+    assert "sources form a cycle: q → r → q" in info.value.message or "sources form a cycle: r → q → r" in info.value.message
+
+
+def test_every_listed_function_runs_on_polars(data: dict[str, Path]) -> None:
+    """The whitelist is what Polars' SQL runs: each listed function once, in one query."""
+    calls = {
+        "count": "count(*)", "sum": "sum(quantity)", "avg": "avg(amount)", "min": "min(region)", "max": "max(ts)",
+        "median": "median(amount)", "stddev": "stddev(amount)", "stddev_samp": "stddev_samp(amount)", "variance": "variance(amount)",
+        "var_samp": "var_samp(amount)", "covar_samp": "covar_samp(amount, quantity)", "covar_pop": "covar_pop(amount, quantity)",
+        "string_agg": "string_agg(DISTINCT region, ',')", "abs": "max(abs(amount))", "ceil": "max(ceil(amount))",
+        "floor": "max(floor(amount))", "round": "max(round(amount, 1))", "sqrt": "max(sqrt(quantity))", "exp": "max(exp(quantity))",
+        "ln": "max(ln(quantity))", "power": "max(power(quantity, 2))", "sign": "min(sign(amount))", "mod": "max(mod(quantity, 4))",
+        "lower": "max(lower(region))", "upper": "max(upper(region))", "length": "max(length(region))", "trim": "max(trim(region))",
+        "ltrim": "max(ltrim(region))", "rtrim": "max(rtrim(region))", "concat": "max(concat(region, '!'))",
+        "replace": "max(replace(region, 'o', '0'))", "left": "max(left(region, 2))", "right": "max(right(region, 2))",
+        "split_part": "max(split_part(region, 'o', 1))", "starts_with": "max(CASE WHEN starts_with(region, 'n') THEN 1 ELSE 0 END)",
+        "ends_with": "max(CASE WHEN ends_with(region, 'h') THEN 1 ELSE 0 END)", "lpad": "max(lpad(region, 8, '*'))",
+        "rpad": "max(rpad(region, 8, '*'))", "substring": "max(substring(region, 1, 3))", "reverse": "max(reverse(region))",
+        "initcap": "max(initcap(region))", "coalesce": "sum(coalesce(discount, 0))", "nullif": "count(nullif(quantity, 1))",
+        "greatest": "max(greatest(quantity, 5))", "least": "min(least(quantity, 5))", "extract": "max(extract(year FROM ts))",
+        "date_part": "max(date_part('month', ts))", "cast": "max(CAST(quantity AS DOUBLE))",
+    }
+    assert sorted(calls) == sorted(SQL_FUNCTIONS)
+    sql = "SELECT " + ", ".join(f"{call} AS {name}" for name, call in calls.items()) + " FROM sales"
+    got = run_polars(sql_spec(data, sql))
+    assert list(got.columns) == list(calls) and len(got) == 1
+
+
+def test_engine_dask_with_sql_is_refused_naming_the_field(data: dict[str, Path]) -> None:
+    with pytest.raises(ValidationError) as info:
+        JobSpec.model_validate(sql_spec(data, "SELECT * FROM sales", engine="dask"))
+    errors = info.value.errors()
+    assert [field_path(e["loc"]) for e in errors] == ["engine"]
+    assert "the Dask engine does not run SQL, and source 'q' is SQL (sources.q.sql)" in errors[0]["msg"]
+
+
+@pytest.mark.parametrize("default", ["auto", "dask", "polars"])
+def test_sql_goes_to_polars_whatever_the_default(data: dict[str, Path], default: str) -> None:
+    spec = JobSpec.model_validate(sql_spec(data, "SELECT * FROM sales"))
+    choice = choose_engine(spec, default, "pandas")  # type: ignore[arg-type]
+    assert choice.engine == "polars" and choice.device == "cpu"
+    if default != "polars":
+        assert "source 'q' is SQL, which only the Polars engine runs" in choice.reason
+    assert choose_engine(spec, default, "cudf").device == "gpu"  # type: ignore[arg-type]
+
+
+def test_the_dask_lowering_refuses_sql_with_a_reason(data: dict[str, Path]) -> None:
+    spec = JobSpec.model_validate(sql_spec(data, "SELECT * FROM sales"))
+    with backend_config("pandas"), dask.config.set(scheduler="sync"), pytest.raises(SpecError) as info:
+        build_frame(spec, plan_spec(spec))
+    assert info.value.field == "sources.q.sql" and "only the Polars engine runs" in info.value.message
+
+
+def test_the_regenerated_sql_is_what_runs(data: dict[str, Path]) -> None:
+    """Polars gets SQL written from the checked tree: qualified, with the comment and the user's spacing gone."""
+    plan = plan_spec(JobSpec.model_validate(sql_spec(data, "select   region /* hi */ from sales where quantity % 2 = 1")))
+    query = plan.queries["sources.q"]
+    assert query.sql == ('SELECT "sales"."region" AS "region" FROM "sales" AS "sales" '
+                         'WHERE (SIGN("sales"."quantity") * (ABS("sales"."quantity") % ABS(2))) = 1')
+    assert query.tables == ("sales",)
+
+
+# Through the live service: engines as the fixture gives them (a spec without `engine` gets it from the client).
+
+
+@pytest.mark.engines("polars")
+def test_sql_job_through_rest(api: SpillwayClient, data: dict[str, Path], referee: Any, tmp_path: Path) -> None:
+    sql = ACCEPTED["join_groupby_order"][0]
+    out = tmp_path / "out"
+    accepted = api.submit(sql_spec(data, sql, sink=str(out)))
+    job = wait_terminal(api, accepted.id)
+    assert job.state == JobStatus.SUCCEEDED, job.error
+    got = pd.concat([pd.read_parquet(out / entry.path) for entry in api.result(accepted.id).files], ignore_index=True)
+    assert_same(got, referee.execute(sql).df(), ordered=True)
+
+
+@pytest.mark.engines("polars")
+def test_engine_auto_runs_sql_on_polars_through_rest(api: SpillwayClient, data: dict[str, Path], tmp_path: Path) -> None:
+    accepted = api.submit(sql_spec(data, "SELECT region, count(*) AS n FROM sales GROUP BY region", sink=str(tmp_path / "o"),
+                                   engine="auto"))
+    job = wait_terminal(api, accepted.id)
+    assert job.state == JobStatus.SUCCEEDED, job.error
+    assert job.progress.engine is not None and job.progress.engine.engine == "polars"
+    assert "source 'q' is SQL" in job.progress.engine.reason
+
+
+@pytest.mark.engines("polars")
+@pytest.mark.parametrize("name", ["drop", "read_parquet", "unknown_table", "hidden_after_line_comment", "unknown_function"])
+def test_refusals_through_rest_are_422_naming_the_field(api: SpillwayClient, data: dict[str, Path], tmp_path: Path, name: str) -> None:
+    sql, message = REFUSED[name]
+    with pytest.raises(ApiError) as info:
+        api.submit(sql_spec(data, sql, sink=str(tmp_path / "never")))
+    assert info.value.status == 422
+    assert info.value.detail.code == "invalid_sql" and info.value.detail.field == "sources.q.sql"
+    assert message in info.value.detail.message
+    assert not (tmp_path / "never").exists()
+
+
+@pytest.mark.engines("polars")
+def test_engine_dask_with_sql_is_422_through_rest(api: SpillwayClient, data: dict[str, Path], tmp_path: Path) -> None:
+    with pytest.raises(ApiError) as info:
+        api.submit(sql_spec(data, "SELECT * FROM sales", sink=str(tmp_path / "never"), engine="dask"))
+    assert info.value.status == 422 and info.value.detail.field == "engine"
+    assert "the Dask engine does not run SQL" in info.value.detail.message
+
+
+GPU_QUERIES = ["join_groupby_order", "cte_and_scalar_subquery", "exists_and_in", "union_all_and_distinct", "window_over_partition"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", GPU_QUERIES)
+def test_sql_on_the_gpu_matches_the_cpu(data: dict[str, Path], name: str) -> None:
+    """The SQL source's LazyFrame on cudf-polars gives the CPU's answer (or cudf-polars says why not)."""
+    pytest.importorskip("cudf_polars")
+    from jobs.gpu_support import gpu_engine, gpu_refusal
+
+    sql, ordered = ACCEPTED[name]
+    frame = build_lazyframe(plan_spec(JobSpec.model_validate(sql_spec(data, sql))))
+    refusal = gpu_refusal(frame)
+    if refusal is not None:
+        pytest.xfail(f"cudf-polars does not run {name}: {refusal}")
+    assert_same(frame.collect(engine=gpu_engine()).to_pandas(), frame.collect().to_pandas(), ordered=ordered)
+
+
+def test_polars_kind_of_every_type() -> None:
+    from jobs.sql_source import polars_kind
+
+    assert [polars_kind(t) for t in (pl.Int32(), pl.Float64(), pl.Decimal(10, 2), pl.String(), pl.Date(), pl.Datetime("us"),
+                                     pl.Boolean(), pl.Null(), pl.List(pl.Int64()))] == [
+        "numeric", "numeric", "numeric", "string", "datetime", "datetime", "bool", "unknown", "other"]
