@@ -53,14 +53,19 @@ class JobMetrics(Protocol):
 
     def partitions_done(self, count: int) -> None: ...
 
-    def job_finished(self, state: JobStatus, seconds: float) -> None: ...
+    def job_started(self, job: JobView) -> None: ...
+
+    def job_finished(self, job: JobView) -> None: ...
 
 
 class _NoMetrics:
     def partitions_done(self, count: int) -> None:
         pass
 
-    def job_finished(self, state: JobStatus, seconds: float) -> None:
+    def job_started(self, job: JobView) -> None:
+        pass
+
+    def job_finished(self, job: JobView) -> None:
         pass
 
 
@@ -297,6 +302,7 @@ class JobManager:
         job = await asyncio.to_thread(self.store.get, job_id)
         if job.state != JobStatus.PENDING or not await asyncio.to_thread(self.store.transition, job_id, JobStatus.RUNNING):
             return
+        self.metrics.job_started(job)
         log.info("job %s (%s): running on %s", job_id, job.name, self.cluster.backend)
         active = _ActiveJob(job_id, SinkWriter(job.spec.sink, job_id, allowed_roots=self.allowed_roots))
         self._active[job_id] = active
@@ -353,8 +359,7 @@ class JobManager:
             await self._cleanup(active)
             finished = await asyncio.to_thread(self.store.get, job_id)
             await self._save_log(active, finished)
-            if finished.started_at and finished.finished_at:
-                self.metrics.job_finished(finished.state, (finished.finished_at - finished.started_at).total_seconds())
+            self.metrics.job_finished(finished)
             active.finished.set()
             self._active.pop(job_id, None)
 

@@ -19,10 +19,12 @@ from jobs.validate import validate_submission
 from service.auth import redact_tokens
 from service.config import Settings
 from service.errors import BodySizeLimit, install_error_handlers
+from service.http_metrics import HttpMetrics
 from service.job_changes import JobChanges
 from service.metrics import ServiceMetrics
 from service.pipelines import PipelineScheduler, PipelineServices, PipelineStore
 from service.pipelines.bridge import job_callbacks
+from service.retention import RetentionTask
 from service.routes import cluster as cluster_routes
 from service.routes import docs as docs_routes
 from service.routes import health as health_routes
@@ -63,13 +65,13 @@ class Services:
 def create_app(settings: Settings | None = None) -> FastAPI:
     """The service: store, cluster and job manager start with the app and stop with it."""
     settings = settings or Settings()
+    metrics = ServiceMetrics()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         store = JobStore(settings.database_url, migrate=settings.migrate_on_start)
         changes = JobChanges(asyncio.get_running_loop())
         store.subscribe(changes.notify)
-        metrics = ServiceMetrics(store.count_by_state)
         cluster = await start_cluster(settings.cluster)
         log.info("backend %s: %s", cluster.backend, cluster.backend_reason)
         manager = JobManager(
@@ -100,10 +102,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         pipeline_scheduler = PipelineScheduler(pipeline_store, submit=submit, get_job=get_job)
         app.state.pipelines = PipelineServices(pipeline_store, pipeline_scheduler, check_job=functools.partial(check_paths, roots=settings.allowed_roots))
         await pipeline_scheduler.start()
+        metrics.watch(store.count_by_state, pipeline_store)
+        retention = RetentionTask(
+            store,
+            pipeline_store,
+            retention_days=settings.retention_days,
+            runs_kept=settings.pipeline_runs_kept,
+            interval_s=settings.retention_interval_s,
+        )
+        retention.start()
         log.info("spillway ready: %s cluster, dashboard %s", cluster.kind, cluster.dashboard_link or "off")
         try:
             yield
         finally:
+            await retention.stop()
             await pipeline_scheduler.stop()
             await supervisor.stop()
             await manager.stop()
@@ -124,6 +136,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     redact_tokens()
     app.add_middleware(BodySizeLimit, limit=settings.max_body_bytes)
+    app.add_middleware(HttpMetrics, observe=metrics.http_request)  # outermost: counts the 413s too
     app.include_router(job_routes.router)
     app.include_router(cluster_routes.router)
     app.include_router(health_routes.router)

@@ -16,6 +16,7 @@ import typer
 from rich.markup import escape
 
 from service.cli_common import DEFAULT_URL, UrlOption, console, err, fail, plural
+from service.cli_delete import delete
 from service.cli_db import db_app
 from service.cli_pipelines import pipeline_app
 from service.cli_tokens import token_app
@@ -461,6 +462,7 @@ def demo(
         server.stop()
 
 
+app.command("delete")(delete)
 app.add_typer(pipeline_app, name="pipeline")
 app.add_typer(token_app, name="token")
 app.add_typer(db_app, name="db")

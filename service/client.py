@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from jobs.spec import JobSpec
 from jobs.status import JobProgress, JobStatus, ResultManifest
 from service.defaults import DEFAULT_URL
-from service.schemas import ErrorDetail, Health, JobAccepted, JobLogs, JobPage, JobView
+from service.schemas import ErrorDetail, Health, JobAccepted, JobDeleted, JobLogs, JobPage, JobView
 from service.spec_errors import error_detail
 from service.validation import ValidationReport
 
@@ -170,6 +170,19 @@ class SpillwayClient:
 
     def cancel(self, job_id: str) -> JobView:
         return JobView.model_validate(self._request("POST", f"/jobs/{job_id}/cancel"))
+
+    def delete(self, job_id: str, *, output: bool = False) -> JobDeleted:
+        """Delete a finished job's record and logs; with ``output``, also its committed files.
+
+        Raises
+        ------
+        ApiError
+            409 ``job_active`` for a PENDING or RUNNING job (cancel it first), 409
+            ``output_superseded`` when a later job appended to or overwrote its sink
+            (nothing is deleted then), 404 for no such job.
+        """
+        params = {"output": "true"} if output else {}
+        return JobDeleted.model_validate(self._request("DELETE", f"/jobs/{job_id}", params=params))
 
     def result(self, job_id: str) -> ResultManifest:
         """The manifest of a SUCCEEDED job.

@@ -75,6 +75,19 @@ class Settings(BaseSettings):
         description="Bearer-token auth: 'auto' requires it whenever the service binds a non-loopback address.",
     )
     log_level: str = Field(default="INFO", description="Python logging level of the service.")
+    retention_days: float | None = Field(
+        default=None,
+        gt=0,
+        description="Delete terminal jobs (their records and logs, never their output) that finished more than this many days ago. "
+        "None (the default): keep every job.",
+    )
+    retention_interval_s: float = Field(default=3600.0, gt=0, description="Seconds between retention passes (jobs and pipeline run history).")
+    pipeline_runs_kept: int | None = Field(
+        default=1000,
+        ge=1,
+        description="Finished runs kept per pipeline (newest logical dates first); older ones and their attempts are deleted by "
+        "each retention pass. None: keep all.",
+    )
     cluster: ClusterSettings = Field(default_factory=ClusterSettings, description="The Dask cluster jobs run on.")
     storage: StorageSettings = Field(
         default_factory=StorageSettings,

@@ -84,3 +84,20 @@ class Health(BaseModel):
     backend: str
     workers: int
     details: dict[str, Any] = Field(default_factory=dict)
+
+
+class OutputDeletion(BaseModel):
+    """What ``DELETE /jobs/{id}?output=true`` removed of the job's committed output."""
+
+    location: str | None = Field(default=None, description="The sink directory or URL; none when the job committed nothing.")
+    files_deleted: int = Field(default=0, description="Data files removed: those the job's manifest lists that were still there.")
+    bytes_deleted: int = Field(default=0, description="Their size, as the manifest records it.")
+    note: str | None = Field(default=None, description="Why nothing, or not everything, was removed.")
+
+
+class JobDeleted(BaseModel):
+    """The answer to ``DELETE /jobs/{id}``: the job's record and logs are gone."""
+
+    id: str
+    state: JobStatus = Field(description="The state the job was in.")
+    output: OutputDeletion | None = Field(default=None, description="Only with output=true.")

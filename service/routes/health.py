@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from fastapi import APIRouter, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from service.auth import Scope, require
 from service.routes.deps import ServicesDep
@@ -35,6 +35,5 @@ async def healthz(services: ServicesDep, response: Response) -> Health:
 
 @router.get("/metrics", response_class=Response, dependencies=[require(Scope.READ)])
 async def metrics(services: ServicesDep) -> Response:
-    """Prometheus text format."""
-    body = await asyncio.to_thread(generate_latest, services.metrics.registry)
-    return Response(body, media_type=CONTENT_TYPE_LATEST)
+    """Prometheus text format: the series README "Metrics" lists, the cluster read at each scrape."""
+    return Response(await services.metrics.render(services.cluster), media_type=CONTENT_TYPE_LATEST)

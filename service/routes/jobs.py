@@ -1,6 +1,6 @@
-"""``/jobs``: submit, inspect, list, cancel and follow jobs.
+"""``/jobs``: submit, inspect, list, cancel, follow and delete jobs.
 
-With auth on, a token sees and cancels only the jobs it submitted (an ``admin`` token
+With auth on, a token sees, cancels and deletes only the jobs it submitted (an ``admin`` token
 sees all): another owner's job answers 404, as a missing one does, so ids reveal nothing.
 """
 
@@ -16,12 +16,15 @@ from fastapi.responses import StreamingResponse
 
 from jobs.errors import IdempotencyConflict, JobNotFound, QueueFull
 from jobs.gpu_support import check_gpu_submission
+from jobs.sink_delete import delete_output
 from jobs.spec import JobSpec
 from jobs.status import JobStatus
 from jobs.validate import validate_submission
 from service.auth import CallerDep, Scope, accepts_query_token, require
+from service.retention import JobActive
+from service.retention import delete_job as delete_record
 from service.routes.deps import MAX_OFFSET, ServicesDep
-from service.schemas import ErrorBody, JobAccepted, JobLinks, JobLogs, JobPage, JobView
+from service.schemas import ErrorBody, JobAccepted, JobDeleted, JobLinks, JobLogs, JobPage, JobView, OutputDeletion
 
 router = APIRouter(prefix="/jobs", tags=["jobs"], dependencies=[require(Scope.READ)])
 
@@ -172,3 +175,31 @@ async def job_events(job_id: str, services: ServicesDep, caller: CallerDep) -> S
                 quiet += asyncio.get_running_loop().time() - started
 
     return StreamingResponse(stream(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+
+@router.delete("/{job_id}", response_model=JobDeleted, responses=_ERRORS, dependencies=[require(Scope.SUBMIT)])
+async def delete_job(
+    job_id: str,
+    services: ServicesDep,
+    caller: CallerDep,
+    output: Annotated[
+        bool, Query(description="Also delete the committed output: the files the job's manifest lists, its _manifest.json and _SUCCESS.")
+    ] = False,
+) -> JobDeleted:
+    """Delete a finished job's record and logs (a PENDING or RUNNING job answers 409: cancel it first).
+
+    With ``output=true`` its committed files go first, only while the sink still holds this job's
+    commit: after a later append or overwrite to the same sink the answer is 409 and nothing is deleted.
+    """
+    job = await asyncio.to_thread(services.store.get, job_id, owner=caller.sees)
+    if not job.state.is_terminal():
+        raise JobActive(f"job {job_id} is {job.state.value}: cancel it first (POST /jobs/{job_id}/cancel), then delete it", field="id")
+    removed = None
+    if output:
+        if job.result is None:
+            removed = OutputDeletion(note=f"the job is {job.state.value} and committed nothing")
+        else:
+            done = await asyncio.to_thread(delete_output, job.result, job.id, services.settings.allowed_roots)
+            removed = OutputDeletion(location=done.location, files_deleted=done.files, bytes_deleted=done.bytes, note=done.note)
+    await asyncio.to_thread(delete_record, services.store, job_id, owner=caller.sees)
+    return JobDeleted(id=job_id, state=job.state, output=removed)
