@@ -478,7 +478,7 @@ class JobManager:
             )
         active.progress = plan.empty_progress().model_copy(update={"engine": active.engine})
         await asyncio.to_thread(self.store.save_progress, job.id, active.progress)
-        await client.register_plugin(JobProgressPlugin(job.id, plan.stage_of_key, plan.result_keys))
+        await client.register_plugin(JobProgressPlugin(job.id, plan.stage_of_key, plan.result_keys, plan.stages))
         if active.cancel_requested:
             raise _JobCancelled()
         active.log.add(f"{self._now()} graph: {len(plan.graph)} tasks in {len(plan.stage_totals)} stages, planned in {planned_s:.3f} s")
@@ -570,6 +570,8 @@ class JobManager:
             engine=active.engine,
             note=active.progress.note,
             elapsed_s=message.get("elapsed_s"),
+            tasks_done=message["tasks"][0] if "tasks" in message else None,  # the Dask engine's distinct tasks
+            tasks_total=message["tasks"][1] if "tasks" in message else None,
         )
         if active.progress.done > before and message.get("engine") != "polars":  # a Polars job has no partitions
             self.metrics.partitions_done(active.progress.done - before)
@@ -612,4 +614,3 @@ def _workers_to_restart(dask_scheduler: Any, keys: list[Any], silent_s: float | 
         now = scheduler_time()
         workers.update(address for address, state in dask_scheduler.workers.items() if now - state.last_seen > silent_s)
     return sorted(workers)
-

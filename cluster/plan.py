@@ -2,28 +2,26 @@
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
-from dask.core import toposort
 from dask.typing import Key
-from dask.utils import key_split
 from distributed import Client
 
-from jobs.pipeline import Backend, backend_config, build_frame
+from cluster.planning import ConcurrentBuilds
+from cluster.stages import DASK_NOTE, LabelledFrames, StageLabels, recording, sink_stage_name, stage_order, stages_of_keys
+from jobs.pipeline import Backend, backend_config
 from jobs.sink import SinkWriter
 from jobs.logical import LogicalPlan
 from jobs.spec import JobSpec
 from jobs.status import JobProgress, StageProgress
 
 
-# One graph is built at a time. On Python 3.11, functools.cached_property holds one
-# lock per attribute for all instances, and dask-expr nests them in different orders
-# on different graphs, so two graphs built at once in two threads can deadlock.
-_PLANNING = threading.Lock()
+# Graphs are built in several threads at once, one job's planning beside another's:
+# see ConcurrentBuilds for the Python 3.11 lock that had them built one at a time.
+_PLANNING = ConcurrentBuilds()
 
 
 @dataclass(frozen=True)
@@ -36,16 +34,22 @@ class JobPlan:
 
     graph: dict[Key, Any]
     result_keys: list[Key]
-    stage_of_key: dict[Key, str]
+    stage_of_key: dict[Key, tuple[str, ...]]
+    stages: list[str]
 
     @property
     def stage_totals(self) -> Counter[str]:
-        return Counter(self.stage_of_key.values())
+        return Counter(stage for stages in self.stage_of_key.values() for stage in stages)
 
     def empty_progress(self) -> JobProgress:
-        """Zero done out of each stage's partition count, in graph order."""
+        """Zero done out of each stage's partition count, in the spec's order."""
         totals = self.stage_totals
-        return JobProgress(stages=[StageProgress(name=s, done=0, total=totals[s]) for s in dict.fromkeys(self.stage_of_key.values())])
+        return JobProgress(
+            stages=[StageProgress(name=s, done=0, total=totals[s]) for s in self.stages if totals[s]],
+            tasks_done=0,
+            tasks_total=len(self.stage_of_key),
+            note=DASK_NOTE,
+        )
 
 
 def plan_job(
@@ -57,12 +61,13 @@ def plan_job(
     sort's partition boundaries) runs on the cluster through ``planner`` (or on
     dask's default scheduler without one).
     """
-    with _PLANNING, planner.as_current() if planner is not None else nullcontext(), backend_config(backend):
+    labels, sink = StageLabels(), sink_stage_name(spec)
+    with _PLANNING, planner.as_current() if planner is not None else nullcontext(), backend_config(backend), recording(labels):
         # Optimised before the writer sees it: a sort's boundaries are computed eagerly, and on
         # the raw frame (the writer asks for its divisions) and again on the optimised one
         # (lowering) they cost two passes over the input instead of one.
-        write = writer.write_graph(build_frame(spec, logical).optimize(fuse=False)).optimize()
+        frame = LabelledFrames(spec, logical, labels).output()
+        write = labels.mark_sink(writer.write_graph(frame.optimize(fuse=False)), sink).optimize()
         graph = dict(write.__dask_graph__())
     result_keys = list(write.__dask_keys__())
-    # Topological order, so stages are listed the way data flows (read first, write last).
-    return JobPlan(graph=graph, result_keys=result_keys, stage_of_key={key: key_split(key) for key in toposort(graph)})
+    return JobPlan(graph=graph, result_keys=result_keys, stage_of_key=stages_of_keys(graph, labels, sink), stages=stage_order(labels, sink))

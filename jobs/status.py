@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 #: The event topic progress travels on to the service: the Dask engine's scheduler plugin
@@ -49,10 +49,11 @@ class ErrorDetail(BaseModel):
 class StageProgress(BaseModel):
     """Work done out of the total for one stage of a job.
 
-    On the Dask engine a stage is a Dask key prefix such as ``read_parquet-fused`` and
-    the counts are partitions (tasks): the grouping the Dask dashboard's progress page
-    uses. On the Polars engine the stages are the spec's sources, steps and sink; a
-    source's stage counts what it has read (``unit`` ``MiB``, jobs/read_progress.py).
+    On both engines the stages are the spec's sources, steps and sink (``read source``,
+    ``steps[2] groupby``, ``write parquet``). On the Dask engine the counts are partitions
+    (tasks) doing that stage's work; Dask fuses stages into one task, which then counts
+    for each of them (cluster/stages.py). On the Polars engine a source's stage counts what
+    it has read (``unit`` ``MiB``, jobs/read_progress.py).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -74,7 +75,7 @@ class EngineChoice(BaseModel):
 
 
 class JobProgress(BaseModel):
-    """Progress of a whole job, stage by stage, in graph order."""
+    """Progress of a whole job, stage by stage, in the order data flows, and overall."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -82,15 +83,31 @@ class JobProgress(BaseModel):
     tasks_per_worker: dict[str, int] = Field(default_factory=dict, description="Finished tasks by the worker that ran them.")
     engine: EngineChoice | None = Field(default=None, description="The engine running the job, once it started.")
     note: str | None = Field(default=None, description="What the stage counts mean on this engine.")
-    elapsed_s: float | None = Field(default=None, description="Seconds the engine has been running the job (Polars engine).")
+    elapsed_s: float | None = Field(default=None, description="Seconds the engine has been running the job.")
+    tasks_done: int | None = Field(default=None, ge=0, description="Dask engine: distinct tasks finished (a fused task counts once).")
+    tasks_total: int | None = Field(default=None, ge=0, description="Dask engine: distinct tasks in the job's graph.")
+    eta_s: float | None = Field(
+        default=None,
+        ge=0,
+        description="Seconds left at the pace so far (elapsed × left ÷ done, over `done`/`total`); none until something is done.",
+    )
 
     @property
     def done(self) -> int:
-        return sum(s.done for s in self.stages)
+        """Work done overall: distinct tasks on the Dask engine, else the stages' counts summed."""
+        return self.tasks_done if self.tasks_done is not None else sum(s.done for s in self.stages)
 
     @property
     def total(self) -> int:
-        return sum(s.total for s in self.stages)
+        """All the work, in the units of :attr:`done`."""
+        return self.tasks_total if self.tasks_total is not None else sum(s.total for s in self.stages)
+
+    @model_validator(mode="after")
+    def _estimate(self) -> JobProgress:
+        # Filled here, not by each engine: one rule for both, and a stored snapshot keeps its estimate.
+        if self.eta_s is None and self.elapsed_s is not None and 0 < self.done <= self.total:
+            self.eta_s = round(self.elapsed_s * (self.total - self.done) / self.done, 1)
+        return self
 
 
 class JobResources(BaseModel):

@@ -7,6 +7,7 @@ the service, FastAPI, SQLAlchemy and Dask only in ``serve``, ``demo``, ``token``
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 from pathlib import Path
 from enum import Enum
@@ -127,7 +128,25 @@ def _print_manifest(manifest: ResultManifest) -> None:
     table.add_section()
     table.add_row(plural(len(manifest.files), "file"), f"{manifest.total_rows:,}", f"{manifest.total_bytes:,}")
     console.print(table)
-    console.print("schema: " + ", ".join(f"{c.name}: {c.type}" for c in manifest.columns))
+    console.print("schema: " + ", ".join(f"{c.name}: {shown_type(c.type)}" for c in manifest.columns))
+
+
+_ARROW_LARGE = re.compile(r"\blarge_(string|binary|list)\b|\b(string)_view\b|\butf8\b")
+
+
+def shown_type(arrow_type: str) -> str:
+    """An Arrow type as a reader thinks of it: ``large_string`` and ``string_view`` (Polars' and
+    tpchgen's offsets and layout) are ``string``; the manifest keeps the exact type."""
+    return _ARROW_LARGE.sub(lambda m: m.group(1) or m.group(2) or "string", arrow_type)
+
+
+def eta_text(seconds: float | None) -> str:
+    """``about 40 s left``; empty when there is no estimate yet."""
+    if seconds is None:
+        return ""
+    if seconds < 90:
+        return f"about {max(1, round(seconds))} s left" if seconds > 0 else ""
+    return f"about {round(seconds / 60)} min left"
 
 
 def _print_job(job: JobView) -> None:
@@ -137,6 +156,10 @@ def _print_job(job: JobView) -> None:
         console.print(f"engine: {engine.engine} on {engine.device} ({escape(engine.reason)})")
     for stage in job.progress.stages:
         console.print(f"  {escape(stage.name):<48} {stage.done:>6}/{stage.total}" + (f" {stage.unit}" if stage.unit else ""))
+    if job.progress.stages:
+        counted = " tasks" if job.progress.tasks_total is not None else ""
+        eta = eta_text(job.progress.eta_s) if not job.state.is_terminal() else ""
+        console.print(f"  {'overall':<48} {job.progress.done:>6}/{job.progress.total}{counted}" + (f"  {eta}" if eta else ""))
     if job.error:
         console.print(f"[red]error ({job.error.code}):[/] {escape(job.error.message)}")
     if job.links and job.links.dashboard:
@@ -144,7 +167,7 @@ def _print_job(job: JobView) -> None:
 
 
 def follow(client: SpillwayClient, job_id: str) -> JobView:
-    """Show a live progress bar per stage until the job ends; returns the final job.
+    """Show a live overall bar with an ETA, and a bar per stage, until the job ends; returns the final job.
 
     A cancelled or failed job's bars turn red, so they do not read as done.
     """
@@ -153,16 +176,22 @@ def follow(client: SpillwayClient, job_id: str) -> JobView:
     from jobs.status import JobStatus
 
     bar = BarColumn()
-    with Progress(TextColumn("{task.description:<44}"), bar, MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bars:
+    columns = (TextColumn("{task.description:<44}"), bar, MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.fields[eta]}"))
+    with Progress(*columns, console=console) as bars:
+        overall = bars.add_task("overall", total=None, eta="")
         tasks: dict[str, TaskID] = {}
 
         def update(event: JobEvent) -> None:
             if event.state in (JobStatus.CANCELLED, JobStatus.FAILED):
                 bar.complete_style = bar.finished_style = "red"
+            progress = event.progress
+            eta = "" if event.state.is_terminal() else eta_text(progress.eta_s)
+            counted = " (tasks)" if progress.tasks_total is not None else ""  # a fused task counts once here, in each of its stages below
+            bars.update(overall, description=f"overall{counted}", completed=progress.done, total=progress.total or None, eta=eta)
             for stage in event.progress.stages:
                 if stage.name not in tasks:
                     label = escape(stage.name) + (f" ({stage.unit})" if stage.unit else "")  # a Polars read stage counts MiB
-                    tasks[stage.name] = bars.add_task(label, total=stage.total)
+                    tasks[stage.name] = bars.add_task(label, total=stage.total, eta="")
                 bars.update(tasks[stage.name], completed=stage.done, total=stage.total)
 
         return client.wait(job_id, on_event=update)

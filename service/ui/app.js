@@ -108,10 +108,25 @@ const fmtInt = (n) => (n === null || n === undefined ? "—" : Number(n).toLocal
 const fmtTime = (text) => (parseTime(text) ? parseTime(text).toLocaleString() : "—");
 const stateBadge = (state) => h("span", { class: `state state-${state.toLowerCase()}`, "data-state": state }, state);
 
+// Overall: the Dask engine's distinct tasks (a fused task counts in each of its stages, once here);
+// otherwise the stages' counts summed.
 function progressTotals(progress) {
+  if (progress && progress.tasks_total !== null && progress.tasks_total !== undefined) {
+    return { done: progress.tasks_done || 0, total: progress.tasks_total };
+  }
   const stages = (progress && progress.stages) || [];
   return { done: stages.reduce((a, s) => a + s.done, 0), total: stages.reduce((a, s) => a + s.total, 0) };
 }
+
+// The service's estimate (elapsed × left ÷ done); nothing once the job has stopped.
+function etaText(progress, state) {
+  const eta = progress && progress.eta_s;
+  if (TERMINAL.has(state) || eta === null || eta === undefined || eta <= 0) return "";
+  return eta < 90 ? `about ${Math.max(1, Math.round(eta))} s left` : `about ${Math.round(eta / 60)} min left`;
+}
+
+// Arrow's large_string and string_view (how Polars and tpchgen lay strings out) read as string.
+const shownType = (type) => type.replace(/\blarge_(string|binary|list)\b/g, "$1").replace(/\bstring_view\b/g, "string").replace(/\butf8\b/g, "string");
 
 // A bar is a role=progressbar element whose aria-valuenow is the whole percent, so screen readers
 // (and the browser test) read the same number that the width shows.
@@ -241,12 +256,15 @@ const num = (text) => h("td", { class: "num" }, text);
 const section = (title, ...body) => h("section", { class: "card" }, h("h2", {}, title), ...body);
 const facts = (pairs) => h("dl", { class: "facts" }, pairs.filter(Boolean).map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]));
 
-function stagesSection(progress) {
+function stagesSection(progress, state) {
   const { done, total } = progressTotals(progress);
   // Dask-engine stages count tasks; a Polars job's read stages count MiB read (progress.note says so).
   const counted = (progress.stages || []).some((s) => s.unit) ? "" : " tasks";
-  const overall = setBar(bar("overall progress"), done, total, total ? `${Math.floor((100 * done) / total)}% · ${fmtInt(done)}/${fmtInt(total)}${counted}` : "no tasks yet");
+  const eta = etaText(progress, state);
+  const overall = setBar(bar("overall progress"), done, total,
+    total ? `${Math.floor((100 * done) / total)}% · ${fmtInt(done)}/${fmtInt(total)}${counted}${eta ? ` · ${eta}` : ""}` : "no tasks yet");
   overall.id = "overall-progress";
+  if (eta) overall.dataset.eta = String(progress.eta_s);
   const stages = (progress.stages || []).map((s) =>
     h("li", { "data-stage": s.name }, h("code", {}, s.name),
       setBar(bar(`stage ${s.name}`), s.done, s.total, `${fmtInt(s.done)}/${fmtInt(s.total)}${s.unit ? ` ${s.unit}` : ""}`)));
@@ -277,13 +295,13 @@ function errorSection(error) {
 function resultSection(result) {
   if (!result) return null;
   const files = result.files.map((f) => [h("code", {}, f.path), num(fmtBytes(f.size_bytes)), num(fmtInt(f.rows))]);
-  files.push([h("strong", {}, `${result.files.length} files`), num(fmtBytes(result.total_bytes)), num(fmtInt(result.total_rows))]);
+  files.push([h("strong", {}, `${fmtInt(result.files.length)} file${result.files.length === 1 ? "" : "s"}`), num(fmtBytes(result.total_bytes)), num(fmtInt(result.total_rows))]);
   return h("section", { class: "card", id: "result" }, h("h2", {}, "Result"),
     facts([["Location", h("code", {}, result.location)], ["Format", result.format],
       ["Total rows", h("span", { id: "total-rows" }, fmtInt(result.total_rows))], ["Total size", fmtBytes(result.total_bytes)],
       result.partition_on.length ? ["Partitioned on", result.partition_on.join(", ")] : null]),
     h("h3", {}, "Files"), table(["Path", "Size", "Rows"], files, { id: "result-files" }),
-    h("h3", {}, "Schema"), table(["Column", "Type"], result.columns.map((c) => [h("code", {}, c.name), c.type]), { id: "result-schema" }));
+    h("h3", {}, "Schema"), table(["Column", "Type"], result.columns.map((c) => [h("code", {}, c.name), h("span", { title: c.type }, shownType(c.type))]), { id: "result-schema" }));
 }
 
 function jobFacts(job) {
@@ -331,15 +349,16 @@ function jobDetailView(id) {
       h("p", {}, h("a", { href: "#/jobs" }, "← all jobs")),
       header, dashboardLinks(job.links && job.links.dashboard), errorSection(job.error),
       section("Job", h("div", { id: "job-facts" }, jobFacts(job))),
-      h("div", { id: "progress-slot", "data-state": job.state }, stagesSection(job.progress)), resourcesSection(job.resources), resultSection(job.result),
+      h("div", { id: "progress-slot", "data-state": job.state }, stagesSection(job.progress, job.state)), resourcesSection(job.resources), resultSection(job.result),
       section("Spec", h("p", { class: "muted" }, "As stored, with unset (null) fields left out."),
         h("pre", { class: "spec", id: "job-spec" }, JSON.stringify(job.spec, (k, v) => (v === null ? undefined : v), 2))));
   }
 
-  function showProgress(progress) {
+  function showProgress(progress, state) {
     const slot = document.getElementById("progress-slot");
     const wasOpen = slot.querySelector("details")?.open; // keep "tasks per worker" open across updates
-    slot.replaceChildren(stagesSection(progress));
+    slot.dataset.state = state; // a cancelled or failed job's bars change colour (style.css)
+    slot.replaceChildren(stagesSection(progress, state));
     if (wasOpen) slot.querySelector("details").open = true;
   }
 
@@ -360,7 +379,7 @@ function jobDetailView(id) {
       if (!stream) {
         stream = followJob(id, {
           onProgress: (event) => {
-            showProgress(event.progress);
+            showProgress(event.progress, event.state);
             document.getElementById("job-state").replaceChildren(stateBadge(event.state));
           },
           onEnd: () => { stream = null; load(); }, // the full view: result, error, finished_at
@@ -381,7 +400,7 @@ function jobDetailView(id) {
     // Not the whole page: re-rendering would replace the cancel button under the user's pointer.
     document.getElementById("job-facts")?.replaceChildren(jobFacts(job));
     if (!stream || stream.readyState === EventSource.CLOSED) {
-      showProgress(job.progress);
+      showProgress(job.progress, job.state);
       document.getElementById("job-state").replaceChildren(stateBadge(job.state));
     }
   }

@@ -1,0 +1,248 @@
+"""The spec's sources, steps and sink as the stages of a Dask-engine graph.
+
+Dask's optimizer renames, splits and fuses the expressions a job builds (a groupby step
+becomes ``decomposablegroupbyaggregation-tree`` tasks, a read fuses with the filter after
+it), and it ignores ``dask.annotate`` under query planning. So the stages are traced
+through the optimizer instead: while a job's frame is built, every expression a source or
+a step adds is labelled with that stage (:class:`LabelledFrames`); while the optimizer runs,
+an expression it creates from a labelled one takes that one's label, and a fused expression
+takes the labels of all it fuses (:func:`recording`: dask-expr's rewrite entry points,
+``simplify_once``, ``rewrite``, ``lower_once`` and ``_substitute``, are wrapped once per
+process and record only in the thread planning a job; dask's own logic is untouched). A task then counts towards every
+stage whose work it does: a task that reads a file, filters it and starts a groupby counts
+for ``read source``, ``steps[0] filter`` and ``steps[1] groupby``. Tasks nothing labelled
+(the writer's) are the sink's.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import dask.dataframe as dd
+from dask._expr import Expr
+from dask.base import tokenize
+from dask.dataframe.dask_expr._expr import Fused
+from dask.typing import Key
+
+from jobs.logical import LogicalPlan
+from jobs.pipeline import NamedFrames, apply_step
+from jobs.read_progress import read_stage_name
+from jobs.spec import JobSpec, SourceSpec, Step
+
+#: What the stage counts mean, shown with a Dask-engine job's progress.
+DASK_NOTE = (
+    "Each stage counts the partitions (tasks) doing that source's, step's or sink's work. Dask fuses "
+    "consecutive steps into one task, which then counts in each of their stages, and once in the overall "
+    "count; a step Dask folds into another (a select into a read, a sort into the limit after it) shows as part "
+    "of that one. The estimate of the time left assumes the tasks left take as long as those done."
+)
+
+_recorder = threading.local()  # the labels of the graph this thread is planning, if any
+
+
+class StageLabels:
+    """The stage of each expression (by name) of one job's graph, in the order stages appear."""
+
+    def __init__(self) -> None:
+        self.of: dict[str, str] = {}
+        self.fused: dict[str, frozenset[str]] = {}
+        self.order: list[str] = []
+        self._signature_of: dict[str, str] = {}
+
+    def mark(self, expr: Expr, stage: str) -> None:
+        """Label ``stage`` on every expression under ``expr`` that has no label yet."""
+        if stage not in self.order:
+            self.order.append(stage)
+        self._spread(expr, stage)
+
+    def mark_sink(self, write: Any, stage: str) -> Any:
+        """Label the writer's own expressions (a dataframe write; a CSV's delayed writes have none) and return ``write``."""
+        if isinstance(getattr(write, "expr", None), Expr):
+            self._spread(write.expr, stage)
+        return write
+
+    def _spread(self, expr: Expr, stage: str, origin: Expr | None = None) -> None:
+        """Label the unlabelled expressions under ``expr``, which the optimizer made from ``origin``.
+
+        Rewriting one expression rebuilds others below it (a projection pushed through a join
+        rebuilds the join and its inputs): a rebuilt one is labelled as the expression of the
+        same kind and parameters under ``origin``, the nearest first; a read made anew (a
+        projection pushed into it) as the one source ``origin`` reads; the rest as ``origin``.
+        """
+        like: dict[str, str] | None = None
+        seen: set[str] = set()
+        stack = [expr]
+        while stack:
+            node = stack.pop()
+            if node._name in self.of:
+                continue
+            if node._name in seen:
+                continue
+            seen.add(node._name)
+            dependencies = node.dependencies()
+            found: str | None = None
+            if origin is not None and not dependencies:
+                found = self._leaf_stage(origin)
+            elif origin is not None:
+                like = self._signatures(origin) if like is None else like
+                found = like.get(self._signature(node))
+            if not isinstance(node, Fused):  # a fusion's stages are those of what it fuses
+                self.of[node._name] = found or stage
+            stack.extend(dependencies)
+
+    def _leaf_stage(self, origin: Expr) -> str | None:
+        stages = {self.of.get(leaf._name) for leaf in _walk(origin) if not leaf.dependencies()}
+        return stages.pop() if len(stages) == 1 else None
+
+    def _signatures(self, origin: Expr) -> dict[str, str]:
+        found: dict[str, str] = {}
+        for node in _walk(origin):  # breadth first: the nearest of a kind wins
+            if node._name in self.of:
+                found.setdefault(self._signature(node), self.of[node._name])
+        return found
+
+    def _signature(self, node: Expr) -> str:
+        if node._name not in self._signature_of:
+            # What an expression does, apart from its inputs: its kind and its other parameters.
+            parameters = [operand for operand in node.operands if not isinstance(operand, Expr)]
+            self._signature_of[node._name] = f"{type(node).__name__}-{tokenize(*parameters)}"
+        return self._signature_of[node._name]
+
+    def derived(self, old: Expr, new: Any) -> None:
+        """``new`` was made from ``old`` by the optimizer: what it adds does ``old``'s work."""
+        if isinstance(new, Expr) and new is not old and old._name in self.of:
+            self._spread(new, self.of[old._name], origin=old)
+
+    def fusing(self, new: Any) -> None:
+        """``new`` may be a fusion of expressions: it does the work of all their stages."""
+        if isinstance(new, Fused) and new._name not in self.fused:
+            self.fused[new._name] = frozenset().union(*(self._stages_in(expr) for expr in new.exprs))
+
+    def _stages_in(self, expr: Expr) -> frozenset[str]:
+        if expr._name in self.fused:  # fused in an earlier pass
+            return self.fused[expr._name]
+        return frozenset({self.of[expr._name]}) if expr._name in self.of else frozenset()
+
+    def stages_of(self, key: Key, sink: str) -> tuple[str, ...]:
+        """The stages whose work the task ``key`` does, in stage order; the sink's if none."""
+        name = key[0] if isinstance(key, tuple) else key
+        token = str(name).rsplit("-", 1)[-1]
+        found = self._by_token.get(token, frozenset())
+        return tuple(stage for stage in self.order if stage in found) or (sink,)
+
+    @functools.cached_property
+    def _by_token(self) -> dict[str, frozenset[str]]:
+        # Keys derived from an expression (a shuffle's split- and group- keys) share its token.
+        by_token: dict[str, frozenset[str]] = {name.rsplit("-", 1)[-1]: frozenset({stage}) for name, stage in self.of.items()}
+        by_token.update({name.rsplit("-", 1)[-1]: stages for name, stages in self.fused.items() if stages})
+        return by_token
+
+
+def _walk(expr: Expr) -> Iterator[Expr]:
+    """``expr`` and every expression under it, once each, breadth first."""
+    seen = {expr._name}
+    queue = deque([expr])
+    while queue:
+        node = queue.popleft()
+        yield node
+        for dependency in node.dependencies():
+            if dependency._name not in seen:
+                seen.add(dependency._name)
+                queue.append(dependency)
+
+
+def _traced(method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def rewrite(self: Expr, *args: Any, **kwargs: Any) -> Any:
+        out = method(self, *args, **kwargs)
+        labels: StageLabels | None = getattr(_recorder, "labels", None)
+        if labels is not None:
+            labels.derived(self, out)
+        return out
+
+    return rewrite
+
+
+def _traced_substitute(method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def substitute(self: Expr, old: Any, new: Any, _seen: set[str]) -> Any:
+        out = method(self, old, new, _seen)
+        labels: StageLabels | None = getattr(_recorder, "labels", None)
+        if labels is not None:
+            labels.fusing(new)
+            labels.derived(self, out)
+        return out
+
+    return substitute
+
+
+_INSTALL = threading.Lock()
+_installed = False
+
+
+def _install() -> None:
+    """Wrap the optimizer's rewrite entry points once per process; they record only for a thread that plans."""
+    global _installed
+    with _INSTALL:
+        if _installed:
+            return
+        for name in ("simplify_once", "lower_once", "rewrite"):
+            setattr(Expr, name, _traced(getattr(Expr, name)))
+        Expr._substitute = _traced_substitute(Expr._substitute)  # type: ignore[method-assign]
+        _installed = True
+
+
+@contextmanager
+def recording(labels: StageLabels) -> Iterator[StageLabels]:
+    """Trace ``labels`` through every optimization this thread runs inside the block."""
+    _install()
+    _recorder.labels = labels
+    try:
+        yield labels
+    finally:
+        _recorder.labels = None
+
+
+def step_stage_name(field: str, step: Step) -> str:
+    """The progress stage of the step at ``field``: ``steps[2] groupby``."""
+    return f"{field} {step.op}"
+
+
+def sink_stage_name(spec: JobSpec) -> str:
+    """The sink's stage, as the Polars engine names it: ``write parquet``."""
+    return f"write {spec.sink.format}"
+
+
+class LabelledFrames(NamedFrames):
+    """The job's frames, each source's and step's expressions labelled with its stage."""
+
+    def __init__(self, spec: JobSpec, plan: LogicalPlan | None, labels: StageLabels) -> None:
+        super().__init__(spec, plan)
+        self.labels = labels
+
+    def read(self, source: SourceSpec, field: str) -> dd.DataFrame:
+        frame = super().read(source, field)
+        self.labels.mark(frame.expr, read_stage_name(field))
+        return frame
+
+    def apply_steps(self, frame: dd.DataFrame, steps: list[Step], at: str) -> dd.DataFrame:
+        for index, step in enumerate(steps):
+            frame = apply_step(frame, step, f"{at}[{index}]", self.frame_of, self.plan)
+            self.labels.mark(frame.expr, step_stage_name(f"{at}[{index}]", step))
+        return frame
+
+
+def stage_order(labels: StageLabels, sink: str) -> list[str]:
+    """Reads first (as the Polars engine lists them), then steps in data-flow order, the sink last."""
+    reads = [stage for stage in labels.order if stage.startswith("read ")]
+    return [*reads, *(stage for stage in labels.order if stage not in reads), sink]
+
+
+def stages_of_keys(keys: Iterable[Key], labels: StageLabels, sink: str) -> dict[Key, tuple[str, ...]]:
+    """Each task key of a job's graph mapped to the stages it does work for."""
+    return {key: labels.stages_of(key, sink) for key in keys}
