@@ -273,6 +273,7 @@ def test_an_old_database_upgrades_with_its_rows_intact(database_url: str, schema
                 assert conn.execute(text("SELECT uid, state FROM spillway_pipeline_runs")).all() == [("r1", "SUCCEEDED")]
         pipelines = PipelineStore(store.engine)
         assert pipelines.list() == []
+        assert _diffs(store.engine) == [], "an adopted database is the same as one the revisions made"
     finally:
         store.close()
         engine.dispose()

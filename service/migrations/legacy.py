@@ -44,6 +44,7 @@ MARKS: list[tuple[str, Mark]] = [
     ("0007", _column("spillway_jobs", "owner")),
     ("0008", _column("spillway_pipelines", "owner")),
 ]
+_IDEMPOTENCY_INDEX = "uq_spillway_jobs_idempotency_key"
 #: Every table a pre-migration Spillway made.
 TABLES = {"spillway_jobs", "spillway_tokens", "spillway_pipelines", "spillway_pipeline_runs", "spillway_pipeline_attempts"}
 
@@ -76,5 +77,32 @@ def adopt(connection: Connection, revision: str, config: Config) -> list[str]:
         assert revision_script is not None, name
         with Operations.context(context):  # binds alembic's `op` for the revision's upgrade()
             revision_script.module.upgrade()
+    if revision >= "0003":
+        with Operations.context(context):
+            _idempotency_key_as_an_index(connection)
     command.stamp(config, revision)
     return missing
+
+
+def _idempotency_key_as_an_index(connection: Connection) -> None:
+    """Make the idempotency key's uniqueness the named unique index that revision 0003 creates.
+
+    ``create_all`` made it a UNIQUE constraint instead (unnamed on SQLite); the guarantee is the
+    same, but a later revision could not find it by the name the revisions use.
+    """
+    from alembic import op
+
+    inspector = inspect(connection)
+    if any(index["name"] == _IDEMPOTENCY_INDEX for index in inspector.get_indexes("spillway_jobs")):
+        return
+    constraints = [u for u in inspector.get_unique_constraints("spillway_jobs") if u["column_names"] == ["idempotency_key"]]
+    if connection.dialect.name == "sqlite":
+        # SQLite cannot drop a constraint: the table is rebuilt (rows copied) without it. The
+        # convention names the reflected unnamed constraints, so the batch can refer to them.
+        with op.batch_alter_table("spillway_jobs", recreate="always", naming_convention={"uq": "uq_%(table_name)s_%(column_0_name)s"}) as batch:
+            if constraints:
+                batch.drop_constraint(_IDEMPOTENCY_INDEX, type_="unique")
+    else:
+        for constraint in constraints:
+            op.drop_constraint(constraint["name"], "spillway_jobs", type_="unique")
+    op.create_index(_IDEMPOTENCY_INDEX, "spillway_jobs", ["idempotency_key"], unique=True)
