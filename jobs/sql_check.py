@@ -147,8 +147,9 @@ class _Checker:
         self.own_name = own_name
         self.tables: list[str] = []
 
-    def refuse(self, node: exp.Expression, message: str) -> SqlRefused:
-        return SqlRefused(f"{self.field}: {message}{position(node)}", field=self.field)
+    def refuse(self, node: exp.Expression, part: str, why: str = "") -> SqlRefused:
+        """``part`` (what is refused), where it is, then ``why`` and what would do."""
+        return SqlRefused(f"{self.field}: {part}{position(node)}{why}", field=self.field)
 
     def check(self, tree: exp.Query) -> None:
         ctes = _cte_names(tree)
@@ -157,10 +158,10 @@ class _Checker:
                 self.table(node, ctes)
             elif isinstance(node, exp.Anonymous):
                 name = str(node.this).lower()
-                raise self.refuse(node, f"unknown function '{name}'{_suggest(name, SQL_FUNCTIONS)}; allowed: {', '.join(sorted(SQL_FUNCTIONS))}")
+                raise self.refuse(node, f"unknown function '{name}'", f"{_suggest(name, SQL_FUNCTIONS)} (allowed: {', '.join(sorted(SQL_FUNCTIONS))})")
             elif isinstance(node, exp.Func) and type(node) not in _FUNCTION_NODES and not isinstance(node, _STRUCTURE):
                 name = node.sql_name().lower()
-                raise self.refuse(node, f"function '{name}' is not allowed{_suggest(name, SQL_FUNCTIONS)}; allowed: {', '.join(sorted(SQL_FUNCTIONS))}")
+                raise self.refuse(node, f"function '{name}' is not allowed", f"{_suggest(name, SQL_FUNCTIONS)} (allowed: {', '.join(sorted(SQL_FUNCTIONS))})")
             elif not isinstance(node, _STRUCTURE) and type(node) not in _FUNCTION_NODES:
                 raise self.refuse(node, f"{_construct(node)} is not allowed in a SQL source")
             self.detail(node)
@@ -168,10 +169,10 @@ class _Checker:
     def table(self, node: exp.Table, ctes: set[str]) -> None:
         if not isinstance(node.this, exp.Identifier):
             name = node.this.sql_name().lower() if isinstance(node.this, exp.Func) else _construct(node.this)
-            raise self.refuse(node, f"a table function ({name}) cannot be read: a SQL source reads only the spec's named sources "
+            raise self.refuse(node, f"a table function ({name}) cannot be read", ": a SQL source reads only the spec's named sources "
                                     f"({', '.join(self.sources) or 'none'}) and its own CTEs")
         if node.args.get("db") or node.args.get("catalog"):
-            raise self.refuse(node, f"'{node.sql(dialect=DIALECT)}' names a schema: tables are the spec's named sources, unqualified")
+            raise self.refuse(node, f"'{node.sql(dialect=DIALECT)}' names a schema", ": tables are the spec's named sources, unqualified")
         name = node.name
         if name in ctes:
             return
@@ -179,10 +180,10 @@ class _Checker:
             raise self.refuse(node, f"a SQL source cannot read itself ('{name}')")
         if name not in self.sources:
             if any(ch in name for ch in "/\\.:~") or node.this.quoted and not name.isidentifier():
-                raise self.refuse(node, f"'{name}' looks like a file path: a SQL source reads only the spec's named sources "
+                raise self.refuse(node, f"'{name}' looks like a file path", ": a SQL source reads only the spec's named sources "
                                         f"({', '.join(self.sources) or 'none'}); define the files under sources and use that name")
-            raise self.refuse(node, f"unknown table '{name}'{_suggest(name, [*self.sources, *ctes])}; "
-                                    f"tables are the spec's named sources ({', '.join(self.sources) or 'none'}) and the query's CTEs")
+            raise self.refuse(node, f"unknown table '{name}'", f"{_suggest(name, [*self.sources, *ctes])} (tables: the spec's named "
+                                    f"sources {', '.join(self.sources) or '(none)'}, and the query's CTEs)")
         if name not in self.tables:
             self.tables.append(name)
 
@@ -191,23 +192,23 @@ class _Checker:
         if isinstance(node, exp.Extract):
             unit = node.this.name.upper() if isinstance(node.this, (exp.Var, exp.Identifier, exp.Literal)) else ""
             if unit not in EXTRACT_UNITS:
-                raise self.refuse(node, f"EXTRACT of '{node.this.sql(dialect=DIALECT)}' is not allowed; units: {', '.join(sorted(EXTRACT_UNITS))}")
+                raise self.refuse(node, f"EXTRACT of '{node.this.sql(dialect=DIALECT)}' is not allowed", f"; units: {', '.join(sorted(EXTRACT_UNITS))}")
         elif isinstance(node, exp.Interval):
             unit = node.unit.name.upper() if node.unit is not None else ""
             if unit.endswith("S"):
                 unit = unit[:-1]
             if unit not in INTERVAL_UNITS or not isinstance(node.this, exp.Literal):
-                raise self.refuse(node, f"interval '{node.sql(dialect=DIALECT)}': write INTERVAL 'n' UNIT with a unit of "
+                raise self.refuse(node, f"interval '{node.sql(dialect=DIALECT)}'", ": write INTERVAL 'n' UNIT with a unit of "
                                         f"{', '.join(sorted(INTERVAL_UNITS))}")
         elif isinstance(node, exp.DataType) and isinstance(node.parent, exp.Cast):
             if node.this not in CAST_TYPES:
                 allowed = ", ".join(sorted(t.value for t in CAST_TYPES))
-                raise self.refuse(node, f"CAST to {node.sql(dialect=DIALECT)} is not allowed; types: {allowed}")
+                raise self.refuse(node, f"CAST to {node.sql(dialect=DIALECT)} is not allowed", f"; types: {allowed}")
         elif isinstance(node, exp.Window):
             self.window(node)
         elif isinstance(node, exp.Join):
             if node.args.get("using") or node.args.get("method"):
-                raise self.refuse(node, "a join with USING or NATURAL is not allowed: write ON with the key columns")
+                raise self.refuse(node, "a join with USING or NATURAL is not allowed", ": write ON with the key columns")
         elif isinstance(node, exp.Select) and (node.args.get("laterals") or node.args.get("qualify")):
             raise self.refuse(node, "LATERAL and QUALIFY are not allowed")
 
@@ -215,7 +216,7 @@ class _Checker:
         # Polars' SQL windows order nulls first and rank them as null, unlike PostgreSQL and DuckDB;
         # until that is settled only unordered aggregates over a partition run (the spec's window step orders).
         if node.args.get("order") or node.args.get("spec") or not isinstance(node.this, _AGGREGATES):
-            raise self.refuse(node, "only an aggregate (count, sum, avg, min, max) OVER (PARTITION BY ...) without ORDER BY or a frame "
+            raise self.refuse(node, f"window '{node.sql(dialect=DIALECT)[:80]}' is not run", ": only an aggregate (count, sum, avg, min, max) OVER (PARTITION BY ...) without ORDER BY or a frame "
                                     "runs in SQL for now; for row_number, rank, lag, lead and running totals use the spec's window step")
 
 

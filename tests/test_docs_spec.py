@@ -30,6 +30,7 @@ import pytest
 import yaml
 
 from jobs import expr as expr_module
+from jobs.errors import SpecError
 from jobs.pipeline import backend_config, build_frame
 from jobs.polars_frame import build_lazyframe
 from jobs.spec import STEP_OPS, AggFunc, JobSpec, JoinStep, SourceSpec
@@ -298,9 +299,16 @@ def assert_output(example: Example, frame: pd.DataFrame) -> None:
 
 
 def run_pipeline(spec: dict[str, Any], engine: str = "dask") -> pd.DataFrame:
-    """Validate as the service does before accepting a job, then run it in-process on ``engine``."""
+    """Validate as the service does before accepting a job, then run it in-process on ``engine``.
+
+    A job with a SQL source runs on Polars only: on ``dask`` the Dask lowering must refuse it, saying why.
+    """
     job = JobSpec.model_validate(spec)
     plan = plan_spec(job)
+    if engine == "dask" and job.sql_sources():
+        with pytest.raises(SpecError, match="only the Polars engine runs"):
+            build_frame(job, plan)
+        engine = "polars"
     if engine == "polars":
         return build_lazyframe(plan).collect().to_pandas()
     with backend_config("pandas"), dask.config.set(scheduler="sync"):
@@ -317,7 +325,7 @@ def absolute(spec: dict[str, Any], root: Path, out: Path) -> dict[str, Any]:
 
     fix(spec.get("source"))
     for source in spec.get("sources", {}).values():
-        if "from" not in source:
+        if "from" not in source and "sql" not in source:
             fix(source)
     for steps in _step_lists(spec):
         for step in steps:
@@ -392,7 +400,7 @@ def _expressions(spec: dict[str, Any]) -> Iterator[str]:
 def _sources(spec: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """Every source of files: inline, named, and inline in joins."""
     yield from (s for s in [spec.get("source")] if isinstance(s, dict))
-    yield from (s for s in spec.get("sources", {}).values() if "from" not in s)
+    yield from (s for s in spec.get("sources", {}).values() if "from" not in s and "sql" not in s)
     for steps in _step_lists(spec):
         yield from (step["right"] for step in steps if step["op"] == "join" and isinstance(step["right"], dict))
 
@@ -403,7 +411,7 @@ def _used() -> dict[str, set[str]]:
     used: dict[str, set[str]] = {key: set() for key in kinds}
     for example in RUNS:
         steps = [step for steps in _step_lists(example.spec) for step in steps]
-        used["named sources"] |= {"derived" if "from" in s else "files" for s in example.spec.get("sources", {}).values()}
+        used["named sources"] |= {"derived" if "from" in s else "sql" if "sql" in s else "files" for s in example.spec.get("sources", {}).values()}
         used["ops"] |= {step["op"] for step in steps}
         used["aggs"] |= {agg["func"] for step in steps if step["op"] == "groupby" for agg in step["aggs"].values()}
         used["hows"] |= {step.get("how", "inner") for step in steps if step["op"] == "join"}
@@ -431,7 +439,7 @@ def test_examples_cover_the_whole_language() -> None:
         "hows": set(typing.get_args(JoinStep.model_fields["how"].annotation)),
         "formats": set(typing.get_args(SourceSpec.model_fields["format"].annotation)),
         "source options": set(SourceSpec.model_fields),
-        "named sources": {"files", "derived"},
+        "named sources": {"files", "derived", "sql"},
     }
     used = _used()
     missing = {kind: sorted(names - used[kind]) for kind, names in wanted.items() if names - used[kind]}
