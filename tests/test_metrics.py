@@ -12,11 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from cluster.info import ClusterInfo, GpuInfo, WorkerInfo
 from service.client import SpillwayClient
+from service.launcher import launch_service
 from service.metrics import _ClusterCollector
 from service.pipeline_metrics import PipelineCollector
 from service.pipelines import PipelineStore
@@ -191,3 +193,23 @@ def test_a_scheduler_that_does_not_answer_is_cluster_up_0() -> None:
     assert value(samples, "spillway_cluster_up") == 0
     assert ("spillway_workers", frozenset()) not in samples
 
+
+
+@pytest.mark.gpu
+def test_gpu_series_scraped_from_a_local_cuda_cluster(tmp_path: Path, sample_data: dict[str, Path]) -> None:
+    """On a GPU machine: each GPU worker's device memory (NVML) is scraped, and the job is counted on the GPU."""
+    env = {"SPILLWAY_CLUSTER__BACKEND": "cudf", "SPILLWAY_CLUSTER__DASHBOARD_ADDRESS": "127.0.0.1:0", "SPILLWAY_ALLOWED_ROOTS": '["/tmp"]'}
+    service = launch_service(tmp_path / "svc", env, timeout=300)
+    try:
+        with service.client() as client:
+            workers = {w.name for w in client.cluster().workers}
+            spec = {"source": {"format": "parquet", "path": str(sample_data["sales"])}, "steps": [{"op": "limit", "n": 3}], "sink": {"path": str(tmp_path / "out")}}
+            job = wait_terminal(client, client.submit({**spec, "engine": "dask"}).id, timeout=300)
+        assert job.state.value == "SUCCEEDED", job.error
+        outcome = {"engine": "dask", "device": "gpu", "state": "SUCCEEDED"}
+        samples = wait_for(lambda: (s := scrape(service)) and value(s, "spillway_jobs_finished_total", **outcome) == 1 and s, timeout=30, what="the job to be counted")
+    finally:
+        service.stop()
+    used = {dict(labels)["worker"]: v for labels, v in named(samples, "spillway_worker_gpu_memory_used_bytes").items()}
+    total = {dict(labels)["worker"]: v for labels, v in named(samples, "spillway_worker_gpu_memory_total_bytes").items()}
+    assert set(used) == set(total) == workers and all(0 < used[w] <= total[w] for w in workers)
