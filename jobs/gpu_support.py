@@ -71,12 +71,18 @@ def settle_on_gpu(choice: EngineChoice, asked: str, refusal: str | None) -> Engi
 def check_gpu_submission(plan: LogicalPlan, default: EngineName, backend: str) -> None:
     """At submit: a job that must run on cudf-polars (``engine: polars`` on a GPU cluster) and cannot is a 422 now.
 
-    Under ``auto`` nothing is refused: the job starts on dask-cudf instead (decided when it starts).
+    Under ``auto`` nothing is refused: the job starts on dask-cudf instead (decided when it starts),
+    unless it has a SQL source, which only Polars runs: then a refusal is a 422 under ``auto`` too.
     """
     choice = choose_engine(plan.spec, default, backend)
     asked = plan.spec.engine or default
-    if choice.engine != "polars" or choice.device != "gpu" or asked == "auto":
+    sql = list(plan.spec.sql_sources())
+    if choice.engine != "polars" or choice.device != "gpu" or (asked == "auto" and not sql):
         return
     from jobs.polars_frame import build_lazyframe
 
-    settle_on_gpu(choice, asked, gpu_refusal(build_lazyframe(plan)))
+    refusal = gpu_refusal(build_lazyframe(plan))
+    if sql and refusal is not None:  # no dask-cudf to move to: the Dask engine does not run SQL
+        raise GpuUnsupported(f"cudf-polars cannot run this job on the GPU ({refusal}), and source '{sql[0]}' is SQL, which only "
+                             "the Polars engine runs: change the query, or run it on a CPU cluster", field=f"sources.{sql[0]}.sql")
+    settle_on_gpu(choice, asked, refusal)

@@ -248,6 +248,25 @@ def test_sql_goes_to_polars_whatever_the_default(data: dict[str, Path], default:
     assert choose_engine(spec, default, "cudf").device == "gpu"  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("default", ["auto", "polars"])
+def test_a_gpu_refusal_of_sql_is_a_422_even_under_auto(data: dict[str, Path], monkeypatch: pytest.MonkeyPatch, default: str) -> None:
+    """On a GPU cluster a SQL job cannot move to dask-cudf when cudf-polars refuses it: the submit says so.
+
+    cudf-polars' verdict is stubbed (no GPU here); tests/test_gpu.py checks the real translation on the device.
+    """
+    from jobs import gpu_support
+    from jobs.errors import GpuUnsupported
+
+    plan = plan_spec(JobSpec.model_validate(sql_spec(data, "SELECT region, count(*) AS n FROM sales GROUP BY region")))
+    monkeypatch.setattr(gpu_support, "gpu_refusal", lambda frame: "NotImplementedError: not on the GPU")
+    with pytest.raises(GpuUnsupported) as info:
+        gpu_support.check_gpu_submission(plan, default, "cudf")  # type: ignore[arg-type]
+    assert info.value.field == "sources.q.sql" and "source 'q' is SQL, which only the Polars engine runs" in info.value.message
+    monkeypatch.setattr(gpu_support, "gpu_refusal", lambda frame: None)
+    gpu_support.check_gpu_submission(plan, default, "cudf")  # type: ignore[arg-type]
+    gpu_support.check_gpu_submission(plan, default, "pandas")  # type: ignore[arg-type]  # a CPU cluster asks nothing of cudf-polars
+
+
 def test_the_dask_lowering_refuses_sql_with_a_reason(data: dict[str, Path]) -> None:
     spec = JobSpec.model_validate(sql_spec(data, "SELECT * FROM sales"))
     with backend_config("pandas"), dask.config.set(scheduler="sync"), pytest.raises(SpecError) as info:
