@@ -11,7 +11,8 @@ import logging
 import time
 from datetime import datetime, timezone
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from distributed.client import FutureCancelledError, FuturesCancelledError
 
@@ -20,7 +21,9 @@ from cluster.gpu_sampler import GpuSampler
 from cluster.job_logs import JobLog
 from cluster import polars_job
 from cluster.plan import plan_job
+from cluster.planning import PlanningCancelled, PlanningTimedOut, run_planning
 from cluster.progress import JobProgressPlugin, plugin_name
+from jobs.dask_read import check_partitions
 from jobs.engine_choice import EngineName, choose_engine
 from jobs.gpu_placement import GpuPlacement, device_limit_bytes, place_on_gpu
 from jobs.gpu_support import gpu_refusal, settle_on_gpu
@@ -41,6 +44,7 @@ if TYPE_CHECKING:
     from service.store import JobStore
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 INTERRUPTED = "interrupted"
 CLUSTER_LOST = "cluster_lost"
@@ -84,6 +88,10 @@ class _ActiveJob:
     progress: JobProgress = field(default_factory=JobProgress)
     futures: list[Any] = field(default_factory=list)
     cancel_requested: bool = False
+    #: Set with cancel_requested: a planning thread is interrupted when it is.
+    cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+    #: The event loop's time by which the job's planning must be done.
+    planning_deadline: float | None = None
     committing: bool = False
     committed: bool = False
     #: The job's run timeout, turned off once its commit starts.
@@ -109,7 +117,13 @@ class JobManager:
     max_concurrent
         Jobs running at once; the rest wait in submission order.
     max_partitions
-        Most tasks one job's graph may have; a bigger job fails before it runs.
+        Most tasks one job's graph may have; a bigger job fails before it runs. A Dask-engine
+        job whose sources alone would be read as more partitions (estimated from the files'
+        sizes and blocksize) fails before its graph is built.
+    max_planning_s
+        Seconds a job's planning (checking its spec against the sources, building its query
+        or graph) may take; past it the job fails as ``planning_timed_out``. Planning runs in a
+        thread of its own, which this limit, a cancel and a shutdown interrupt.
     max_running_per_owner
         Most jobs one token may have running; its others wait (keeping their place)
         while other tokens' jobs go ahead. None: no per-token limit.
@@ -136,6 +150,7 @@ class JobManager:
         max_concurrent: int = 2,
         progress_interval: float = 0.5,
         max_partitions: int = 100_000,
+        max_planning_s: float = 600.0,
         max_running_per_owner: int | None = None,
         metrics: JobMetrics | None = None,
         default_engine: EngineName = "auto",
@@ -147,6 +162,7 @@ class JobManager:
         self.max_concurrent = max_concurrent
         self.progress_interval = progress_interval
         self.max_partitions = max_partitions
+        self.max_planning_s = max_planning_s
         self.max_running_per_owner = max_running_per_owner
         self.metrics = metrics or _NoMetrics()
         self.default_engine: EngineName = default_engine
@@ -248,6 +264,7 @@ class JobManager:
         else:
             if not active.committing:
                 active.cancel_requested = True
+                active.cancelled.set()
                 # A running Polars query cannot be interrupted: its worker is restarted. Dask-engine tasks finish in their threads.
                 await self._stop_tasks(active, "cancelled by user", restart=active.engine is not None and active.engine.engine == "polars")
             try:
@@ -333,7 +350,7 @@ class JobManager:
             log.warning("job %s: %s", job_id, message)
             await self._fail(job_id, TIMED_OUT, message, active.progress, field="timeout_s")
             self._sweeps.add(asyncio.create_task(self._sweep_staging(active.writer)))
-        except (_JobCancelled, FutureCancelledError, FuturesCancelledError) as exc:
+        except (_JobCancelled, PlanningCancelled, FutureCancelledError, FuturesCancelledError) as exc:
             active.writer.abort()
             if not active.cancel_requested:  # nobody asked: the cluster went away under the job
                 await self._fail(job_id, CLUSTER_LOST, f"the cluster was lost while this job ran ({exc}); nothing was committed", active.progress)
@@ -387,19 +404,44 @@ class JobManager:
         with enforce_roots(self.allowed_roots):
             await self._plan_and_run(job, active)
 
+    async def _planning(self, active: _ActiveJob, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` in a planning thread, within the job's planning deadline; a cancel interrupts it.
+
+        Raises
+        ------
+        _JobCancelled
+            The job was cancelled meanwhile.
+        PlanningTimedOut
+            Past the deadline (``max_planning_s`` from the start of planning).
+        """
+        try:
+            return await run_planning(fn, *args, name=f"spillway-plan-{active.job_id}", deadline=active.planning_deadline,
+                                      cancelled=active.cancelled)
+        except PlanningCancelled:
+            active.log.add(f"{self._now()} planning interrupted: cancelled by user")
+            raise _JobCancelled() from None
+        except PlanningTimedOut:
+            active.log.add(f"{self._now()} planning interrupted: past {self.max_planning_s:g} s")
+            raise PlanningTimedOut(
+                f"the job's planning (checking its spec against the sources, building its query or graph) took more than "
+                f"{self.max_planning_s:g} s, the service's limit (SPILLWAY_MAX_PLANNING_S); it was stopped and nothing ran: "
+                "use fewer steps or sources, or a larger blocksize"
+            ) from None
+
     async def _plan_and_run(self, job: JobView, active: _ActiveJob) -> None:
         phase = time.perf_counter()
+        active.planning_deadline = asyncio.get_running_loop().time() + self.max_planning_s
         # Checked again against the sources as they are now: they may have changed while the job queued.
-        logical = await asyncio.to_thread(plan_spec, job.spec)
+        logical = await self._planning(active, plan_spec, job.spec)
         choice = choose_engine(job.spec, self.default_engine, self.cluster.backend)
         frame = None
         if choice.engine == "polars":
-            frame = await asyncio.to_thread(build_lazyframe, logical)
+            frame = await self._planning(active, build_lazyframe, logical)
             asked = job.spec.engine or self.default_engine
             # Under auto, cudf-polars says now, from the plan alone, whether it can run it; under
             # engine: polars it said so at submit (a 422 then), and the worker still refuses at collect.
             if choice.device == "gpu" and asked == "auto":
-                choice = settle_on_gpu(choice, asked, await asyncio.to_thread(gpu_refusal, frame))
+                choice = settle_on_gpu(choice, asked, await self._planning(active, gpu_refusal, frame))
         active.engine = choice
         active.log.add(f"{self._now()} engine: {choice.engine} on {choice.device} ({choice.reason})")
         log.info("job %s: %s", job.id, choice.reason)
@@ -425,7 +467,7 @@ class JobManager:
             self.store.save_progress(job.id, active.progress)
             return target, reads, placement
 
-        target, reads, placement = await asyncio.to_thread(prepare)
+        target, reads, placement = await self._planning(active, prepare)
         planned_s = time.perf_counter() - phase
         if active.cancel_requested:
             raise _JobCancelled()
@@ -463,13 +505,16 @@ class JobManager:
         """cudf-polars refused the query while running it (its translation had passed): under ``auto``, run it on dask-cudf."""
         assert active.engine is not None
         active.engine = settle_on_gpu(active.engine, job.spec.engine or self.default_engine, why)
+        active.planning_deadline = asyncio.get_running_loop().time() + self.max_planning_s  # planning again, for the other engine
         active.log.add(f"{self._now()} engine: dask on gpu ({active.engine.reason})")
         log.info("job %s: %s", job.id, active.engine.reason)
         await self._execute_dask(job, active, logical, time.perf_counter())
 
     async def _execute_dask(self, job: JobView, active: _ActiveJob, logical: LogicalPlan, phase: float) -> None:
         client = self.cluster.client
-        plan = await asyncio.to_thread(plan_job, job.spec, self.cluster.backend, active.writer, self.cluster.planner, logical)
+        # Bounded before anything is built: a tiny blocksize made millions of partitions (GBs of graph) before the count below.
+        await self._planning(active, check_partitions, job.spec, self.max_partitions)
+        plan = await self._planning(active, plan_job, job.spec, self.cluster.backend, active.writer, self.cluster.planner, logical)
         planned_s = time.perf_counter() - phase
         if len(plan.graph) > self.max_partitions:
             raise TooManyPartitions(

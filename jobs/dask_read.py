@@ -12,9 +12,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from dask.dataframe.io.parquet.arrow import ArrowDatasetEngine
 
+from jobs.errors import TooManyPartitions
 from jobs.sources import parquet_schema, plain_arrow_type, plain_types, resolve_files
-from jobs.spec import SourceSpec
-from jobs.storage import storage_options
+from jobs.spec import JobSpec, SourceSpec, blocksize_bytes
+from jobs.storage import filesystem, storage_options
+
+#: dask's default blocksize for CSV and JSON lines, which :func:`read_source` passes when a source sets none.
+TEXT_BLOCKSIZE = "64MiB"
 
 
 def read_source(source: SourceSpec, *, field: str = "source") -> dd.DataFrame:
@@ -42,12 +46,56 @@ def read_source(source: SourceSpec, *, field: str = "source") -> dd.DataFrame:
         return frame.assign(**{column: frame[column].astype(dtype) for column, dtype in casts.items()}) if casts else frame
     if source.format == "csv":
         # A gzipped file cannot be split: one partition per file (dask warns and does the same).
-        blocksize = None if files[0].endswith(".gz") else source.blocksize or "64MiB"
+        blocksize = None if files[0].endswith(".gz") else source.blocksize or TEXT_BLOCKSIZE
         frame = dd.read_csv(files, usecols=source.columns, blocksize=blocksize, storage_options=options)
         # usecols keeps the file's column order; the spec's order is the one validation assumed.
         return frame[list(source.columns)] if source.columns else frame
-    frame = dd.read_json(files, lines=True, blocksize=source.blocksize or "64MiB", storage_options=options)
+    frame = dd.read_json(files, lines=True, blocksize=source.blocksize or TEXT_BLOCKSIZE, storage_options=options)
     return frame[list(source.columns)] if source.columns else frame
+
+
+def estimated_partitions(source: SourceSpec, *, field: str = "source") -> int:
+    """How many partitions :func:`read_source` would make of ``source``, from its files' sizes alone.
+
+    Nothing is read: CSV and JSON lines split each file at ``blocksize`` (a gzipped file
+    is one partition); parquet makes at least one partition per file, and with a
+    ``blocksize`` about one per ``blocksize`` of each file. An estimate of the reads only:
+    the graph has more tasks than that, and :class:`cluster.plan.JobPlan` counts them.
+    """
+    files = resolve_files(source, field=field)
+    fs, _ = filesystem(files[0])
+    if source.format == "parquet" and source.blocksize is None:
+        return len(files)
+    block = blocksize_bytes(source.blocksize or TEXT_BLOCKSIZE)
+    total = 0
+    for path in files:
+        if source.format != "parquet" and path.endswith(".gz"):
+            total += 1
+            continue
+        size = fs.size(path) or 0
+        total += max(1, -(-size // block))
+    return total
+
+
+def check_partitions(spec: JobSpec, limit: int) -> int:
+    """The partitions the Dask engine would read ``spec``'s sources as, estimated before any graph is built.
+
+    Raises
+    ------
+    TooManyPartitions
+        Over ``limit``, naming the blocksize of the source that reads the most.
+    """
+    counts = {field: estimated_partitions(source, field=field) for field, source in spec.source_fields()}
+    total = sum(counts.values())
+    if total > limit:
+        field = max(counts, key=counts.__getitem__)
+        raise TooManyPartitions(
+            f"the job's sources would be read as about {total} partitions (estimated from the files' sizes and blocksize; "
+            f"{field} alone {counts[field]}), over the limit of {limit} (SPILLWAY_MAX_PARTITIONS): use a larger blocksize "
+            "or fewer, larger files",
+            field=f"{field}.blocksize",
+        )
+    return total
 
 
 # dask builds parquet metadata through pandas and, with string conversion on, maps DATE

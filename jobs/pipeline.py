@@ -10,7 +10,9 @@ the ``__spillway_`` prefix and dropped before the step ends.
 
 from __future__ import annotations
 
+import contextlib
 import operator
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Literal
@@ -58,15 +60,51 @@ _SEPARATE_AGGS = ("nunique", "count_distinct", "median", "quantile", "mode", "co
 _TREE_AGGS = {"any": "max", "all": "min"}
 
 
-@contextmanager
-def backend_config(backend: Backend) -> Iterator[None]:
-    """Dask config for building and optimising a graph on ``backend``.
+class _SharedConfig:
+    """One dask config for every thread building a graph, set by the first and restored by the last.
+
+    ``dask.config.set`` changes process-wide config and restores what it saw on exit: two
+    threads' nested sets would restore each other's values while the other still builds (a
+    graph then planned with p2p shuffles, or on the wrong backend). Builds for another backend
+    wait until the current ones are done.
+    """
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._users = 0
+        self._backend: Backend | None = None
+        self._config: Any = None
+
+    @contextmanager
+    def use(self, backend: Backend) -> Iterator[None]:
+        with self._changed:
+            while self._users and self._backend != backend:
+                self._changed.wait(0.1)  # a timeout, so an interrupt of a planning thread is seen here too
+            if not self._users:
+                self._config = dask.config.set({"dataframe.backend": backend, "dataframe.shuffle.method": "tasks"})
+                self._backend = backend
+            self._users += 1
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._users -= 1
+                if not self._users:
+                    self._config.__exit__(None, None, None)
+                    self._backend = self._config = None
+                    self._changed.notify_all()
+
+
+_SHARED_CONFIG = _SharedConfig()
+
+
+def backend_config(backend: Backend) -> contextlib.AbstractContextManager[None]:
+    """Dask config for building and optimising a graph on ``backend``; several threads may be inside at once.
 
     ``tasks`` shuffles: under a distributed client dask would pick ``p2p``, which
     measured 3.5-4x slower than ``tasks`` for dask-cudf on our H200s (shared/gpu/README.md).
     """
-    with dask.config.set({"dataframe.backend": backend, "dataframe.shuffle.method": "tasks"}):
-        yield
+    return _SHARED_CONFIG.use(backend)
 
 
 def apply_step(frame: dd.DataFrame, step: Step, field: str, frame_of: FrameOf, plan: LogicalPlan) -> dd.DataFrame:

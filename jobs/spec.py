@@ -65,8 +65,28 @@ class SourceSpec(_Strict):
     blocksize: str | None = Field(
         default=None,
         pattern=r"^\d+(\.\d+)?\s*([KMGT]i?B)?$",
-        description="Target partition size, e.g. '128MiB'. Smaller partitions bound each task's memory (dask-cudf's default is 1/32 of the GPU).",
+        description="Target partition size, e.g. '128MiB', at least 1KiB. Smaller partitions bound each task's memory (dask-cudf's default is 1/32 of the GPU).",
     )
+
+    @field_validator("blocksize")
+    @classmethod
+    def _blocksize_not_tiny(cls, value: str | None) -> str | None:
+        # "0" divided by zero at run time; "1" made a partition per byte. The pattern already refuses negatives.
+        if value is not None and blocksize_bytes(value) < MIN_BLOCKSIZE_BYTES:
+            raise ValueError(f"blocksize '{value}' is under the minimum of 1KiB (1024 bytes): give e.g. '16MiB'")
+        return value
+
+
+#: The smallest ``blocksize`` a source may ask for.
+MIN_BLOCKSIZE_BYTES = 1024
+_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+
+
+def blocksize_bytes(text: str) -> int:
+    """The bytes a ``blocksize`` (already matched by its pattern: '64MiB', '1.5GB', '4096') stands for, as dask reads it."""
+    number = text.rstrip("KMGTiB \t")
+    unit = text[len(number) :].strip().upper()
+    return int(float(number) * _UNITS[unit])
 
 
 SourceName = Annotated[
@@ -448,6 +468,8 @@ STEP_OPS = (
     "unpivot",
 )
 Steps = Annotated[list[Step], Field(max_length=200)]
+#: Most steps one job may have in all: its own and every derived source's (each list holds at most 200).
+MAX_TOTAL_STEPS = 1000
 
 
 class DerivedSource(_Strict):
@@ -629,6 +651,23 @@ class JobSpec(_Strict):
         if errors:
             # Raised as a ValidationError so each error keeps its own location (steps[3].right).
             raise ValidationError.from_exception_data(type(self).__name__, errors)
+        return self
+
+    @model_validator(mode="after")
+    def _total_steps_capped(self) -> JobSpec:
+        # Each list is capped at 200, but 64 derived sources of 200 were 12,600 steps to check and plan.
+        total = 0
+        for at, steps in self.step_lists():
+            total += len(steps)
+            if total > MAX_TOTAL_STEPS:
+                loc: Loc = tuple(part for part in at.split(".", 2))
+                error = PydanticCustomError(
+                    "too_many_steps",
+                    "the job has {total} steps in all by the end of {at} (its own and its derived sources'), over the limit of "
+                    "{limit}: split it into jobs that read each other's output",
+                    {"limit": MAX_TOTAL_STEPS, "at": at, "total": total},
+                )
+                raise ValidationError.from_exception_data(type(self).__name__, [InitErrorDetails(type=error, loc=loc, input=len(steps))])
         return self
 
     def derived_sources(self) -> dict[str, DerivedSource]:

@@ -355,7 +355,16 @@ def _check_join(schema: Schema, step: JoinStep, where: str, field: str, schema_o
     for column, kind in right.items():
         if column in shared_keys:
             continue
-        out[column + step.right_suffix if column in schema else column] = kind
+        name = column + step.right_suffix if column in schema else column
+        if name in out or (name != column and name in right):
+            # pandas refuses such a merge at run time (MergeError), Polars too: a self-join repeated adds b_right twice.
+            clash = "the left side" if name in out else "the right side"
+            raise SpecError(
+                f"{where}: the joined rows would have two columns named '{name}' (the right side's '{column}' with suffix "
+                f"'{step.right_suffix}', and a column of {clash}): give another right_suffix, or select or rename columns first",
+                field=f"{field}.right_suffix",
+            )
+        out[name] = kind
     if step.where is not None:  # a condition over the joined row, so it reads the output's names
         kind = _expression_kind(step.where, out, where=where, field=f"{field}.where")
         if kind not in _CONDITION_KINDS:

@@ -81,6 +81,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             progress_interval=settings.progress_interval_s,
             max_partitions=settings.max_partitions,
             max_running_per_owner=settings.max_running_per_token,
+            max_planning_s=settings.max_planning_s,
             default_engine=settings.default_engine,
             default_timeout_s=settings.default_job_timeout_s,
             allowed_roots=settings.allowed_roots,

@@ -69,7 +69,20 @@ class Settings(BaseSettings):
         description="Engine for specs that name none: 'polars' (Polars on the CPU, cudf-polars on GPUs), 'dask' (pandas / "
         "dask-cudf), or 'auto' (Polars unless it cannot run the spec).",
     )
-    max_partitions: int = Field(default=100_000, ge=1, description="Most partitions (tasks) one job's graph may have; bigger jobs fail before running.")
+    max_partitions: int = Field(
+        default=100_000,
+        ge=1,
+        description="Most partitions (tasks) one job's graph may have; bigger jobs fail before running. A Dask-engine job whose "
+        "sources alone would be read as more partitions (estimated from the files' sizes and blocksize) fails before its graph is built.",
+    )
+    max_planning_s: float = Field(
+        default=600.0,
+        gt=0,
+        le=86_400,
+        description="Seconds a job's planning (checking its spec against the sources, building its Polars query or Dask graph) may "
+        "take; past it the job fails as planning_timed_out and nothing runs. Planning runs beside other jobs, in a thread that "
+        "this limit, a cancel and a shutdown interrupt.",
+    )
     auth: Literal["auto", "on", "off"] = Field(
         default="auto",
         description="Bearer-token auth: 'auto' requires it whenever the service binds a non-loopback address.",

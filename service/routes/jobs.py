@@ -13,6 +13,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import StreamingResponse
+from pydantic import BeforeValidator
 
 from jobs.errors import IdempotencyConflict, JobNotFound, QueueFull
 from jobs.gpu_support import check_gpu_submission
@@ -106,12 +107,17 @@ def _replay(job: JobView, spec: JobSpec, services: ServicesDep, request: Request
     return JobAccepted(id=job.id, state=job.state, links=_links(services, request, job.id))
 
 
+def _state_name(value: object) -> object:
+    """A state as typed, in any case: ``?state=running`` is RUNNING, as ``spillway list --state running`` is."""
+    return value.upper() if isinstance(value, str) else value
+
+
 @router.get("", response_model=JobPage)
 async def list_jobs(
     services: ServicesDep,
     request: Request,
     caller: CallerDep,
-    state: Annotated[JobStatus | None, Query(description="Only jobs in this state.")] = None,
+    state: Annotated[JobStatus | None, BeforeValidator(_state_name), Query(description="Only jobs in this state (any case: running).")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> JobPage:

@@ -1,0 +1,160 @@
+"""Planning is bounded and never blocks others (issue 16 item 8).
+
+Bounds checked before anything is built: total steps across every list, partitions estimated
+from file sizes and blocksize. Then a planning time limit, and planning in a thread that
+cancel and shutdown interrupt, while other jobs plan and run beside it.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pandas as pd
+import pytest
+from pydantic import ValidationError
+
+from jobs.spec import MAX_TOTAL_STEPS, JobSpec
+from tests.conftest import ServiceProcess, start_service, wait_for
+
+
+def chained(sales: Path, sink: Path, *, lists: int, steps: int) -> dict[str, Any]:
+    """``lists`` derived sources of ``steps`` assigns each, chained one after another."""
+    sources: dict[str, Any] = {"raw": {"format": "parquet", "path": str(sales)}}
+    for j in range(lists):
+        sources[f"d{j}"] = {"from": "raw" if j == 0 else f"d{j - 1}", "steps": [{"op": "assign", "column": "x", "expr": f"amount + {i}"} for i in range(steps)]}
+    return {"sources": sources, "source": f"d{lists - 1}", "sink": {"path": str(sink)}}
+
+
+def slow_to_plan(sales: Path, sink: Path) -> dict[str, Any]:
+    """A Dask-engine job whose graph takes seconds to build (tens on two busy cores): eight
+    derived sources of 50 assigns each, unioned; dask-expr's optimiser is superlinear in them."""
+    sources: dict[str, Any] = {"raw": {"format": "parquet", "path": str(sales)}}
+    for j in range(8):
+        sources[f"d{j}"] = {"from": "raw", "steps": [{"op": "assign", "column": f"x{i % 3}", "expr": f"amount + {i + j}"} for i in range(50)]}
+    return {"sources": sources, "source": "d0", "steps": [{"op": "union", "sources": [f"d{j}" for j in range(1, 8)]}],
+            "sink": {"path": str(sink)}, "engine": "dask"}
+
+
+def trivial(sales: Path, sink: Path, engine: str = "dask") -> dict[str, Any]:
+    return {"source": {"format": "parquet", "path": str(sales)}, "steps": [{"op": "filter", "expr": "amount > 0"}], "sink": {"path": str(sink)}, "engine": engine}
+
+
+def test_total_steps_are_capped_across_every_list(tmp_path: Path) -> None:
+    # 63 lists of 200 steps (each at the per-list cap) are 12,600 steps: they took 11 s to submit.
+    body = chained(tmp_path / "sales", tmp_path / "out", lists=63, steps=200)
+    with pytest.raises(ValidationError) as refused:
+        JobSpec.model_validate(body)
+    (error,) = refused.value.errors()
+    assert error["type"] == "too_many_steps"
+    assert f"over the limit of {MAX_TOTAL_STEPS}" in error["msg"]
+    # Named where the total first passes the cap: the fifth list of 200 brings it to 1,000.
+    assert error["loc"] == ("sources", f"d{MAX_TOTAL_STEPS // 200}", "steps")
+    JobSpec.model_validate(chained(tmp_path / "sales", tmp_path / "out", lists=5, steps=200))  # 1,000: at the cap
+
+
+def test_too_many_steps_is_a_422_naming_the_list(service: ServiceProcess, sample_data: dict[str, Path], tmp_path: Path) -> None:
+    body = chained(sample_data["sales"], tmp_path / "out", lists=63, steps=200)
+    response = httpx.post(f"{service.url}/jobs", json=body, timeout=60)
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["field"] == "sources.d5.steps" and "steps in all" in error["message"]
+
+
+@pytest.fixture(scope="module")
+def busy_service(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A service with a short cancel wait, a small partition limit and a planning limit, two jobs at once."""
+    proc = start_service(
+        tmp_path_factory.mktemp("planning"),
+        extra_env={
+            "SPILLWAY_MAX_CONCURRENT_JOBS": "2",
+            "SPILLWAY_CANCEL_TIMEOUT_S": "3",
+            "SPILLWAY_MAX_PARTITIONS": "500",
+            "SPILLWAY_MAX_PLANNING_S": "300",
+        },
+    )
+    yield proc
+    proc.stop()
+
+
+def submit(service: ServiceProcess, body: dict[str, Any]) -> str:
+    response = httpx.post(f"{service.url}/jobs", json=body, timeout=60)
+    assert response.status_code == 202, response.text
+    return str(response.json()["id"])
+
+
+def job(service: ServiceProcess, job_id: str) -> dict[str, Any]:
+    return dict(httpx.get(f"{service.url}/jobs/{job_id}", timeout=30).json())
+
+
+def terminal(service: ServiceProcess, job_id: str, timeout: float = 120) -> dict[str, Any]:
+    return dict(wait_for(lambda: (j := job(service, job_id))["state"] in ("SUCCEEDED", "FAILED", "CANCELLED") and j, timeout=timeout,
+                         what=f"job {job_id} to finish"))
+
+
+def test_partitions_are_estimated_before_the_graph_is_built(busy_service: ServiceProcess, tmp_path: Path) -> None:
+    csv = tmp_path / "t.csv"
+    rows = 40_000
+    pd.DataFrame({"a": np.arange(rows), "s": ["x" * 20] * rows}).to_csv(csv, index=False)  # about 1.1 MB
+    body = {"source": {"format": "csv", "path": str(csv), "blocksize": "1KiB"}, "sink": {"path": str(tmp_path / "out")}, "engine": "dask"}
+    finished = terminal(busy_service, submit(busy_service, body))
+    assert finished["state"] == "FAILED"
+    error = finished["error"]
+    assert error["code"] == "too_many_partitions" and error["field"] == "source.blocksize"
+    assert "estimated from the files' sizes" in error["message"] and "over the limit of 500" in error["message"]
+    logs = httpx.get(f"{busy_service.url}/jobs/{finished['id']}/logs", timeout=30).json()["lines"]
+    assert not any("graph:" in line for line in logs), "a graph was built"
+
+
+def test_one_jobs_planning_does_not_stop_the_next_and_cancel_is_prompt(
+    busy_service: ServiceProcess, sample_data: dict[str, Path], tmp_path: Path
+) -> None:
+    slow = submit(busy_service, slow_to_plan(sample_data["sales"], tmp_path / "slow"))
+    wait_for(lambda: job(busy_service, slow)["state"] == "RUNNING", what="the slow job to start planning")
+    # Both engines: a Dask-engine job builds its graph beside the other's, a Polars job needs none.
+    for engine in ("dask", "polars"):
+        quick = terminal(busy_service, submit(busy_service, trivial(sample_data["sales"], tmp_path / f"quick-{engine}", engine)))
+        assert quick["state"] == "SUCCEEDED", quick
+        planning = job(busy_service, slow)
+        # Still planning: a job's stages are known (and saved) only once its graph is built.
+        assert planning["state"] == "RUNNING" and planning["progress"]["stages"] == [], "the slow job finished planning first"
+    # The cancel waits at most SPILLWAY_CANCEL_TIMEOUT_S (3 s) for the job to stop; planning is interrupted well within it.
+    response = httpx.post(f"{busy_service.url}/jobs/{slow}/cancel", timeout=60)
+    assert response.status_code == 202, response.text
+    assert response.json()["state"] == "CANCELLED"
+    logs = httpx.get(f"{busy_service.url}/jobs/{slow}/logs", timeout=30).json()["lines"]
+    assert any("planning interrupted: cancelled by user" in line for line in logs), logs
+    assert not any("graph:" in line for line in logs), "the cancel waited for the graph to be built"
+
+
+def test_planning_past_its_limit_fails_the_job(sample_data: dict[str, Path], tmp_path: Path) -> None:
+    service = start_service(tmp_path / "svc", extra_env={"SPILLWAY_MAX_PLANNING_S": "2"})
+    try:
+        finished = terminal(service, submit(service, slow_to_plan(sample_data["sales"], tmp_path / "slow")))
+        assert finished["state"] == "FAILED"
+        assert finished["error"]["code"] == "planning_timed_out"
+        assert "SPILLWAY_MAX_PLANNING_S" in finished["error"]["message"]
+        # The service goes on: the next job plans and runs.
+        assert terminal(service, submit(service, trivial(sample_data["sales"], tmp_path / "next")))["state"] == "SUCCEEDED"
+    finally:
+        service.stop()
+
+
+def test_sigint_during_planning_stops_the_service(sample_data: dict[str, Path], tmp_path: Path) -> None:
+    service = start_service(tmp_path / "svc")
+    try:
+        slow = submit(service, slow_to_plan(sample_data["sales"], tmp_path / "slow"))
+        wait_for(lambda: job(service, slow)["state"] == "RUNNING", what="the slow job to start planning")
+    finally:
+        # stop() kills the process after its timeout: waiting for the planning (tens of seconds) would show as -SIGKILL.
+        code = service.stop(signal.SIGINT, timeout=15)
+    assert code == 0, service.log()[-3000:]
+    restarted = start_service(tmp_path / "svc")
+    try:
+        finished = job(restarted, slow)
+    finally:
+        restarted.stop()
+    assert finished["state"] == "FAILED" and finished["error"]["code"] == "interrupted"
