@@ -22,6 +22,7 @@ from service.errors import BodySizeLimit, install_error_handlers
 from service.http_metrics import HttpMetrics
 from service.job_changes import JobChanges
 from service.metrics import ServiceMetrics
+from service.oidc import OidcVerifier
 from service.pipelines import PipelineScheduler, PipelineServices, PipelineStore
 from service.pipelines.bridge import job_callbacks
 from service.retention import RetentionTask
@@ -80,8 +81,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             max_concurrent=settings.max_concurrent_jobs,
             progress_interval=settings.progress_interval_s,
             max_partitions=settings.max_partitions,
-            max_running_per_owner=settings.max_running_per_token,
             max_planning_s=settings.max_planning_s,
+            max_running_per_owner=settings.max_running_per_token,
             default_engine=settings.default_engine,
             default_timeout_s=settings.default_job_timeout_s,
             allowed_roots=settings.allowed_roots,
@@ -103,7 +104,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         pipeline_scheduler = PipelineScheduler(pipeline_store, submit=submit, get_job=get_job)
         app.state.pipelines = PipelineServices(pipeline_store, pipeline_scheduler, check_job=functools.partial(check_paths, roots=settings.allowed_roots))
         await pipeline_scheduler.start()
-        metrics.watch(store.count_by_state, pipeline_store)
+        metrics.watch(store, pipeline_store)
         retention = RetentionTask(
             store,
             pipeline_store,
@@ -134,6 +135,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # Any route can answer these, in the stable error shape (see service/errors.py).
         responses={code: {"model": ErrorBody, "description": text} for code, text in _COMMON_ERRORS.items()},
     )
+    # Built now, so that a bad key set stops the service before it starts anything.
+    app.state.oidc = OidcVerifier(settings.oidc) if settings.oidc.enabled else None
     install_error_handlers(app)
     redact_tokens()
     app.add_middleware(BodySizeLimit, limit=settings.max_body_bytes)

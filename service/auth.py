@@ -18,10 +18,9 @@ from fastapi import Depends, Request
 
 from jobs.errors import SpillwayError
 from service.store import JobStore
-from service.tokens import TOKEN_PREFIX as TOKEN_PREFIX
+from service.tokens import TOKEN_PREFIX
 from service.tokens import Scope as Scope
 from service.tokens import Unauthenticated as Unauthenticated
-from service.tokens import tokens_table as tokens_table
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -69,7 +68,12 @@ def require(needed: Scope):  # noqa: ANN201 - a FastAPI dependency factory
             scheme, token = "bearer", request.query_params["token"]
         if scheme.lower() != "bearer" or not token:
             raise Unauthenticated("this service needs a bearer token: send 'Authorization: Bearer <token>' (create one with `spillway token create`)")
-        identity = services.store.tokens.check(token.strip())  # raises Unauthenticated: unknown, revoked, expired
+        raw = token.strip()
+        oidc = getattr(request.app.state, "oidc", None)  # an OidcVerifier when SPILLWAY_OIDC__ISSUER is set
+        if oidc is not None and not raw.startswith(TOKEN_PREFIX):
+            identity = oidc.check(raw)  # raises Unauthenticated: signature, issuer, audience, expiry, scope
+        else:
+            identity = services.store.tokens.check(raw)  # raises Unauthenticated: unknown, revoked, expired
         request.state.token_name, scope = identity.owner, identity.scope
         request.state.token_scope = scope  # read by current_caller: admin sees every owner's jobs
         if not scope.allows(needed):

@@ -18,6 +18,7 @@ from jobs.sandbox import url_problem
 from jobs.spec import TIMEOUT_CEILING_S, limit_timeouts
 from jobs.storage import StorageSettings
 from jobs.storage import configure as configure_storage
+from service.oidc_settings import OidcSettings
 
 
 class Settings(BaseSettings):
@@ -86,6 +87,11 @@ class Settings(BaseSettings):
     auth: Literal["auto", "on", "off"] = Field(
         default="auto",
         description="Bearer-token auth: 'auto' requires it whenever the service binds a non-loopback address.",
+    )
+    oidc: OidcSettings = Field(
+        default_factory=OidcSettings,
+        description="Also accept JWT bearer tokens from an identity provider (SPILLWAY_OIDC__ISSUER, __AUDIENCE, __JWKS_FILE "
+        "or __JWKS_URL); needs the oidc extra. Off without an issuer.",
     )
     log_level: str = Field(default="INFO", description="Python logging level of the service.")
     retention_days: float | None = Field(

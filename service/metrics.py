@@ -17,16 +17,19 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+from sqlalchemy import func, select
 
 from jobs.status import JobStatus
 from service.pipeline_metrics import PipelineCollector
-from service.store import utc_now
+from service.pipelines.tables import aware
+from service.store import jobs_table, utc_now
 
 if TYPE_CHECKING:
     from cluster.factory import ClusterHandle
     from cluster.info import ClusterInfo
     from service.pipelines import PipelineStore
     from service.schemas import JobView
+    from service.store import JobStore
 
 log = logging.getLogger(__name__)
 
@@ -40,18 +43,24 @@ _HTTP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, fl
 class _StoreCollector(Collector):
     """Reads job counts from the store at scrape time, so every replica reports the truth."""
 
-    def __init__(self) -> None:
-        self.count_by_state: Callable[[], dict[JobStatus, int]] | None = None
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.store: JobStore | None = None
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        if self.count_by_state is None:
+        if self.store is None:
             return
-        counts = self.count_by_state()
+        counts = self.store.count_by_state()
         jobs = GaugeMetricFamily("spillway_jobs", "Jobs in each state.", labels=["state"])
         for state, count in counts.items():
             jobs.add_metric([state.value], count)
         yield jobs
         yield GaugeMetricFamily("spillway_queue_length", "Jobs waiting to run (PENDING).", value=counts[JobStatus.PENDING])
+        with self.store.engine.connect() as conn:
+            oldest = conn.execute(select(func.min(jobs_table.c.created_at)).where(jobs_table.c.state == JobStatus.PENDING.value)).scalar()
+        # The queue wait histogram observes a job only once it starts: this shows a queue that is stuck.
+        waited = 0.0 if oldest is None else max((self.clock() - aware(oldest)).total_seconds(), 0.0)  # type: ignore[operator]
+        yield GaugeMetricFamily("spillway_queue_oldest_pending_seconds", "How long the oldest PENDING job has waited (0: none waits).", value=waited)
 
 
 class _ClusterCollector(Collector):
@@ -105,7 +114,7 @@ class ServiceMetrics:
     def __init__(self, *, clock: Clock = utc_now) -> None:
         self.clock = clock
         self.registry = CollectorRegistry()
-        self._store = _StoreCollector()
+        self._store = _StoreCollector(clock)
         self._cluster = _ClusterCollector()
         self._pipelines = PipelineCollector(clock)
         for collector in (self._store, self._cluster, self._pipelines):
@@ -140,9 +149,9 @@ class ServiceMetrics:
             registry=self.registry,
         )
 
-    def watch(self, count_by_state: Callable[[], dict[JobStatus, int]], pipelines: PipelineStore | None = None) -> None:
-        """Read job counts (and pipeline runs) from these at scrape time."""
-        self._store.count_by_state = count_by_state
+    def watch(self, store: JobStore, pipelines: PipelineStore | None = None) -> None:
+        """Read jobs (and pipeline runs) from these stores at scrape time."""
+        self._store.store = store
         self._pipelines.store = pipelines
 
     async def render(self, cluster: ClusterHandle | None) -> bytes:

@@ -19,7 +19,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from cluster.info import ClusterInfo, GpuInfo, WorkerInfo
 from service.client import SpillwayClient
 from service.launcher import launch_service
-from service.metrics import _ClusterCollector
+from jobs.spec import JobSpec
+from service.metrics import _ClusterCollector, _StoreCollector
+from service.store import JobStore
 from service.pipeline_metrics import PipelineCollector
 from service.pipelines import PipelineStore
 from service.pipelines.models import RunState, RunTrigger
@@ -88,6 +90,7 @@ def test_the_series_move_after_a_job(service: ServiceProcess, api: SpillwayClien
     assert delta("spillway_job_duration_seconds_count", **outcome) == 1
     assert delta("spillway_job_queue_wait_seconds_count") == 1
     assert delta("spillway_jobs", state="SUCCEEDED") == 1
+    assert value(after, "spillway_queue_oldest_pending_seconds") == 0  # nothing waits now
 
     assert value(after, "spillway_cluster_up") == 1
     assert value(after, "spillway_workers") == 2
@@ -156,6 +159,24 @@ def test_lateness_is_the_latest_scheduled_runs_start_after_its_interval(tmp_path
         samples = _collect(collector)
         assert value(samples, "spillway_pipeline_lateness_seconds", pipeline="hourly") == 42
         assert value(samples, "spillway_pipeline_runs", pipeline="hourly", state="SKIPPED") == 1
+    finally:
+        store.close()
+
+
+def test_the_oldest_pending_jobs_wait_shows_a_stuck_queue(tmp_path: Path) -> None:
+    created = datetime(2026, 6, 1, 12, tzinfo=timezone.utc)
+    store = JobStore(f"sqlite:///{tmp_path / 'j.db'}", clock=_Clock(created))
+    collector = _StoreCollector(_Clock(created + timedelta(seconds=90)))
+    collector.store = store
+    try:
+        assert value(_collect(collector), "spillway_queue_oldest_pending_seconds") == 0
+        spec = JobSpec.model_validate({"source": {"format": "parquet", "path": "/tmp/x.parquet"}, "sink": {"path": "/tmp/y"}})
+        store.create(spec, "pandas")
+        store.clock = _Clock(created + timedelta(seconds=60))
+        store.create(spec, "pandas")
+        samples = _collect(collector)
+        assert value(samples, "spillway_queue_oldest_pending_seconds") == 90
+        assert value(samples, "spillway_queue_length") == 2
     finally:
         store.close()
 
