@@ -62,6 +62,8 @@ class StageLabels:
 
     def mark_sink(self, write: Any, stage: str) -> Any:
         """Label the writer's own expressions (a dataframe write; a CSV's delayed writes have none) and return ``write``."""
+        if stage not in self.order:
+            self.order.append(stage)
         if isinstance(getattr(write, "expr", None), Expr):
             self._spread(write.expr, stage)
         return write
@@ -240,7 +242,7 @@ class LabelledFrames(NamedFrames):
 def stage_order(labels: StageLabels, sink: str) -> list[str]:
     """Reads first (as the Polars engine lists them), then steps in data-flow order, the sink last."""
     reads = [stage for stage in labels.order if stage.startswith("read ")]
-    return [*reads, *(stage for stage in labels.order if stage not in reads), sink]
+    return [*reads, *(stage for stage in labels.order if stage not in reads and stage != sink), sink]
 
 
 def stages_of_keys(keys: Iterable[Key], labels: StageLabels, sink: str) -> dict[Key, tuple[str, ...]]:

@@ -253,6 +253,8 @@ def test_job_detail_shows_the_result_manifest(ui_service: ServiceProcess, browse
           links: [...document.querySelectorAll('.dashboard a')].map(a => a.href),
           cancel: document.getElementById('cancel-job') !== null,
           engine: document.getElementById('engine')?.textContent,
+          stageNames: [...document.querySelectorAll('#stages li')].map(li => li.dataset.stage),
+          types: [...document.querySelectorAll('#result-schema tbody tr td:nth-child(2)')].map(c => c.textContent),
         }""",
     )
     listed = page["files"][:-1]  # the last row is the total
@@ -262,6 +264,10 @@ def test_job_detail_shows_the_result_manifest(ui_service: ServiceProcess, browse
     assert page["files"][-1][0] == f"{len(job.result.files)} files" and page["files"][-1][2] == "1,200,000"
     assert page["columns"] == [c.name for c in job.result.columns]
     assert page["stages"] and set(page["stages"]) == {"100"}, "every stage is done"
+    # Stages named after the spec (issue 17 item 3), Arrow's large_string shown as string (item 13).
+    assert page["stageNames"] == [s.name for s in job.progress.stages] and page["stageNames"][0] == "read source"
+    assert "steps[0] sort" in page["stageNames"] and page["stageNames"][-1] == "write parquet"
+    assert page["types"] == [c.type.replace("large_string", "string") for c in job.result.columns]
     assert '"op": "sort"' in page["spec"] and job.name in page["spec"]
     base = job.links.dashboard.removesuffix("/status")
     assert {f"{base}/tasks", f"{base}/individual-progress"} <= set(page["links"])
@@ -278,6 +284,7 @@ def test_cancel_button_cancels_a_running_job(ui_service: ServiceProcess, browser
     open_page(browser, f"{ui_service.url}/#/jobs/{job_id}", "#cancel-job")
     until(browser, "return Number(document.querySelector('#overall-progress')?.getAttribute('aria-valuenow'))", what="the detail page's bars to move")
     screenshot(browser, "job-running-detail")
+    assert "left" in js(browser, "return document.querySelector('#overall-progress .bar-text').textContent"), "an ETA while it runs"
 
     button = browser.find_element("id", "cancel-job")
     button.click()
@@ -287,6 +294,9 @@ def test_cancel_button_cancels_a_running_job(ui_service: ServiceProcess, browser
     assert api.get(job_id).state == JobStatus.CANCELLED
     assert not out.exists(), "a cancelled job commits nothing"
     assert js(browser, "return document.getElementById('cancel-job')") is None
+    fill = "return getComputedStyle(document.querySelector('#overall-progress .fill')).backgroundColor"
+    until(browser, fill, what="the cancelled job's bar to turn amber", check=lambda colour: colour == "rgb(240, 194, 122)")
+    assert "left" not in js(browser, "return document.querySelector('#overall-progress .bar-text').textContent")
     screenshot(browser, "job-cancelled")
 
 
