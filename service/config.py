@@ -101,11 +101,11 @@ class Settings(BaseSettings):
         "None (the default): keep every job.",
     )
     retention_interval_s: float = Field(default=3600.0, gt=0, description="Seconds between retention passes (jobs and pipeline run history).")
-    pipeline_runs_kept: int | None = Field(
+    pipeline_runs_kept: int = Field(
         default=1000,
         ge=1,
         description="Finished runs kept per pipeline (newest logical dates first); older ones and their attempts are deleted by "
-        "each retention pass. None: keep all.",
+        "each retention pass. Raise it to keep more; active runs are never deleted.",
     )
     cluster: ClusterSettings = Field(default_factory=ClusterSettings, description="The Dask cluster jobs run on.")
     storage: StorageSettings = Field(
