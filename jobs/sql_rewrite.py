@@ -5,8 +5,10 @@ each on the checked tree, bring a query within what it takes without changing it
 
 - every column is qualified with its table and every ``*`` expanded (sqlglot's ``qualify``),
   which also finds unknown columns, named here with the nearest name;
-- correlated and uncorrelated subqueries in ``WHERE``/``HAVING`` (``EXISTS``, ``IN``, scalar
-  comparisons) become joins with grouped derived tables (sqlglot's ``unnest_subqueries``);
+- an ``EXISTS`` correlated by keys and one ``<>`` becomes a join with each key's smallest and
+  largest value (:mod:`jobs.sql_exists`); other correlated and uncorrelated subqueries in
+  ``WHERE``/``HAVING`` (``EXISTS``, ``IN``, scalar comparisons) become joins with grouped
+  derived tables (sqlglot's ``unnest_subqueries``);
 - a ``FROM a, b, c`` list followed by explicit joins becomes inner joins on the ``WHERE``'s
   equalities (Polars binds an explicit join to the list's last table only);
 - a ``LEFT JOIN``'s conditions on the right table alone move into a derived table over it,
@@ -31,6 +33,7 @@ from sqlglot.optimizer.qualify import qualify
 from sqlglot.optimizer.unnest_subqueries import unnest_subqueries
 
 from jobs.sql_check import DIALECT, SqlRefused, position
+from jobs.sql_exists import and_all, conjuncts, decorrelate_exists
 
 #: The dialect the regenerated SQL is written in for Polars.
 OUTPUT_DIALECT = "postgres"
@@ -53,14 +56,6 @@ def _name_outputs(tree: exp.Query) -> None:
                 projection.replace(exp.alias_(projection.copy(), exp.to_identifier(name, quoted=True)))
 
 
-def _conjuncts(condition: exp.Expression | None) -> list[exp.Expression]:
-    return list(condition.flatten()) if isinstance(condition, exp.And) else [] if condition is None else [condition]
-
-
-def _and(parts: list[exp.Expression]) -> exp.Expression | None:
-    return exp.and_(*parts, copy=False) if parts else None
-
-
 def _tables_of(node: exp.Expression) -> set[str]:
     return {column.table for column in node.find_all(exp.Column) if column.table}
 
@@ -78,11 +73,11 @@ def _explicit_comma_joins(select: exp.Select) -> None:
     """``FROM a, b, c ... JOIN d`` → ``FROM a JOIN b ON .. JOIN c ON .. JOIN d``, keys from the WHERE's equalities."""
     joins: list[exp.Join] = list(select.args.get("joins") or [])
     plain = [join for join in joins if _is_plain_join(join)]
-    if not plain or len(plain) == len(joins) or select.args.get("from_") is None:
-        return  # all comma joins: Polars plans the WHERE's keys itself
+    if not plain or select.args.get("from_") is None:
+        return
     rest = [join for join in joins if not _is_plain_join(join)]
     where = select.args.get("where")
-    conditions = _conjuncts(where.this if where else None)
+    conditions = conjuncts(where.this if where else None)
     joined = {_source_name(select.args["from_"].this)}
     pending = {_source_name(join.this): join for join in plain}
     rebuilt: list[exp.Join] = []
@@ -96,13 +91,15 @@ def _explicit_comma_joins(select: exp.Select) -> None:
                 pick = name
                 break
         if pick is None:
+            if not rest:  # only comma joins, one without a key: Polars plans the WHERE (an OR of keys, say) itself
+                return
             pick, keys = next(iter(pending)), []
         join = pending.pop(pick)
         conditions = [c for c in conditions if not any(c is k for k in keys)]
-        rebuilt.append(exp.Join(this=join.this, on=_and(keys)) if keys else exp.Join(this=join.this, kind="CROSS"))
+        rebuilt.append(exp.Join(this=join.this, on=and_all(keys)) if keys else exp.Join(this=join.this, kind="CROSS"))
         joined.add(pick)
     select.set("joins", [*rebuilt, *rest])
-    select.set("where", exp.Where(this=_and(conditions)) if conditions else None)
+    select.set("where", exp.Where(this=and_all(conditions)) if conditions else None)
 
 
 def _key_equality(condition: exp.Expression, left: set[str], right: str) -> bool:
@@ -126,20 +123,20 @@ def _polars_join_conditions(select: exp.Select) -> None:
         side = (join.args.get("side") or "").upper()
         kind = (join.args.get("kind") or "").upper()
         if on is not None and kind not in ("SEMI", "ANTI"):
-            parts = _conjuncts(on)
+            parts = conjuncts(on)
             keys = [c for c in parts if _key_equality(c, seen, name)]
             others = [c for c in parts if not any(c is k for k in keys)]
             if others and side == "" and keys:
                 extra_where.extend(others)
-                join.set("on", _and(keys))
+                join.set("on", and_all(keys))
             elif others and side == "LEFT" and keys and all(_tables_of(c) == {name} for c in others):
-                inner = exp.select("*").from_(join.this.copy()).where(_and([c.copy() for c in others]))
+                inner = exp.select("*").from_(join.this.copy()).where(and_all([c.copy() for c in others]))
                 join.set("this", exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier(name, quoted=True))))
-                join.set("on", _and(keys))
+                join.set("on", and_all(keys))
         seen.add(name)
     if extra_where:
         where = select.args.get("where")
-        select.set("where", exp.Where(this=_and([*(_conjuncts(where.this) if where else []), *extra_where])))
+        select.set("where", exp.Where(this=and_all([*(conjuncts(where.this) if where else []), *extra_where])))
 
 
 def _sql_remainders(tree: exp.Expression) -> None:
@@ -247,6 +244,8 @@ def polars_sql(tree: exp.Query, tables: Mapping[str, Mapping[str, str]], field: 
         tree = qualify(tree, dialect=DIALECT, schema={name: dict(columns) for name, columns in tables.items()}, identify=True)
     except OptimizeError as exc:
         raise _unknown_column(exc, tree, tables, field) from None
+    for select in list(tree.find_all(exp.Select)):
+        decorrelate_exists(select)
     candidates = []
     if any(tree.find_all(exp.Subquery, exp.Exists, exp.In)):
         unnested = unnest_subqueries(tree.copy())

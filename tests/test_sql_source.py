@@ -98,6 +98,10 @@ ACCEPTED = {
                       "AND s.quantity = 9) AND product_id IN (SELECT product_id FROM sales WHERE region = 'north') ORDER BY product_id", True),
     "not_exists": ("SELECT count(*) AS n FROM products p WHERE NOT EXISTS (SELECT 1 FROM sales s WHERE s.product_id = p.product_id "
                    "AND s.amount > 140)", False),
+    "exists_with_unequal_correlation": ("SELECT count(*) AS n FROM sales s WHERE EXISTS (SELECT 1 FROM sales t WHERE t.product_id = s.product_id "
+                                        "AND t.region = s.region AND t.discount <> s.discount AND t.quantity > 3)", False),
+    "not_exists_with_unequal_correlation": ("SELECT region, count(*) AS n FROM sales s WHERE NOT EXISTS (SELECT 1 FROM sales t "
+                                            "WHERE t.customer_id = s.customer_id AND t.discount <> s.discount) GROUP BY region", False),
     "union_all_and_distinct": ("SELECT region AS name FROM sales WHERE amount > 100 UNION ALL SELECT category FROM products "
                                "UNION SELECT 'extra'", False),
     "case_cast_strings": ("SELECT order_id, CASE WHEN amount > 50 THEN 'high' WHEN amount > 0 THEN 'low' ELSE 'refund' END AS band, "
@@ -272,6 +276,13 @@ def test_the_dask_lowering_refuses_sql_with_a_reason(data: dict[str, Path]) -> N
     with backend_config("pandas"), dask.config.set(scheduler="sync"), pytest.raises(SpecError) as info:
         build_frame(spec, plan_spec(spec))
     assert info.value.field == "sources.q.sql" and "only the Polars engine runs" in info.value.message
+
+
+def test_exists_with_an_unequal_correlation_becomes_a_join(data: dict[str, Path]) -> None:
+    """TPC-H Q21's shape runs as a join with each key's smallest and largest value, not as Polars' correlated EXISTS."""
+    sql = ACCEPTED["exists_with_unequal_correlation"][0]
+    query = plan_spec(JobSpec.model_validate(sql_spec(data, sql))).queries["sources.q"].sql
+    assert "EXISTS" not in query and 'MIN("t"."discount") AS "lo"' in query and "LEFT JOIN" in query
 
 
 def test_the_regenerated_sql_is_what_runs(data: dict[str, Path]) -> None:
