@@ -27,11 +27,13 @@ from sqlalchemy.engine import Engine
 
 from jobs.spec import JobSpec
 from jobs.status import JobProgress, JobStatus
+from service.client import SpillwayClient
+from service.config import Settings
 from service.migrations import SchemaNotCurrent, alembic_config, current, ensure_schema, head_revision, target_metadata, upgrade
 from service.pipelines.store import PipelineStore
 from service.store import JobStore, make_engine
 from service.tokens import Scope, _digest
-from tests.conftest import ROOT
+from tests.conftest import ROOT, start_service
 
 T0 = datetime(2026, 11, 29, 18, 0, tzinfo=timezone.utc)
 SPEC = {"source": {"format": "parquet", "path": "/tmp/in"}, "steps": [{"op": "limit", "n": 3}], "sink": {"path": "/tmp/out"}, "name": "old-job"}
@@ -384,3 +386,28 @@ def test_the_migrations_ship_in_the_wheel_and_run_from_it(tmp_path: Path) -> Non
     ran = subprocess.run([sys.executable, "-c", probe, str(site)], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(site)}, capture_output=True, text=True, timeout=120)
     assert ran.returncode == 0, ran.stderr
     assert f"at revision {head_revision()} (head)" in ran.stdout
+
+
+def test_migrating_at_start_up_is_on_for_sqlite_and_off_for_postgresql_by_default() -> None:
+    assert Settings(database_url="sqlite:///var/x.db").migrate_on_start
+    assert not Settings(database_url="postgresql+psycopg://u@h/db").migrate_on_start
+    assert Settings(database_url="postgresql+psycopg://u@h/db", database_migrate="on").migrate_on_start
+    assert not Settings(database_url="sqlite:///var/x.db", database_migrate="off").migrate_on_start
+
+
+@pytest.mark.slow
+def test_a_service_with_migrating_off_refuses_an_old_database_and_starts_after_an_upgrade(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    engine, metadata = _old_database(url, _schema_0001)
+    _insert_old_rows(engine, metadata)
+    engine.dispose()
+    env = {"SPILLWAY_DATABASE_URL": url, "SPILLWAY_DATABASE_MIGRATE": "off"}
+    with pytest.raises(RuntimeError, match=r"(?s)exited.*made before migrations, matching revision 0001.*spillway db upgrade"):
+        start_service(tmp_path / "refused", extra_env=env)
+    assert _cli(url, "upgrade").returncode == 0
+    service = start_service(tmp_path / "started", extra_env=env)
+    try:
+        with SpillwayClient(service.url) as client:
+            assert {job.id for job in client.list().items} == {"a" * 16, "b" * 16}, "the old jobs, served after the upgrade"
+    finally:
+        service.stop()
