@@ -134,6 +134,10 @@ def _suggest(name: str, choices: Collection[str]) -> str:
     return f"; did you mean '{close[0]}'?" if close else ""
 
 
+def _functions_hint(name: str) -> str:
+    return f"{_suggest(name, SQL_FUNCTIONS)} (allowed: {', '.join(sorted(SQL_FUNCTIONS))})"
+
+
 def _cte_names(tree: exp.Expression) -> set[str]:
     return {cte.alias_or_name for cte in tree.find_all(exp.CTE)}
 
@@ -158,10 +162,10 @@ class _Checker:
                 self.table(node, ctes)
             elif isinstance(node, exp.Anonymous):
                 name = str(node.this).lower()
-                raise self.refuse(node, f"unknown function '{name}'", f"{_suggest(name, SQL_FUNCTIONS)} (allowed: {', '.join(sorted(SQL_FUNCTIONS))})")
+                raise self.refuse(node, f"unknown function '{name}'", _functions_hint(name))
             elif isinstance(node, exp.Func) and type(node) not in _FUNCTION_NODES and not isinstance(node, _STRUCTURE):
                 name = node.sql_name().lower()
-                raise self.refuse(node, f"function '{name}' is not allowed", f"{_suggest(name, SQL_FUNCTIONS)} (allowed: {', '.join(sorted(SQL_FUNCTIONS))})")
+                raise self.refuse(node, f"function '{name}' is not allowed", _functions_hint(name))
             elif not isinstance(node, _STRUCTURE) and type(node) not in _FUNCTION_NODES:
                 raise self.refuse(node, f"{_construct(node)} is not allowed in a SQL source")
             self.detail(node)
@@ -192,7 +196,8 @@ class _Checker:
         if isinstance(node, exp.Extract):
             unit = node.this.name.upper() if isinstance(node.this, (exp.Var, exp.Identifier, exp.Literal)) else ""
             if unit not in EXTRACT_UNITS:
-                raise self.refuse(node, f"EXTRACT of '{node.this.sql(dialect=DIALECT)}' is not allowed", f"; units: {', '.join(sorted(EXTRACT_UNITS))}")
+                raise self.refuse(node, f"EXTRACT of '{node.this.sql(dialect=DIALECT)}' is not allowed",
+                                  f"; units: {', '.join(sorted(EXTRACT_UNITS))}")
         elif isinstance(node, exp.Interval):
             unit = node.unit.name.upper() if node.unit is not None else ""
             if unit.endswith("S"):
@@ -216,8 +221,9 @@ class _Checker:
         # Polars' SQL windows order nulls first and rank them as null, unlike PostgreSQL and DuckDB;
         # until that is settled only unordered aggregates over a partition run (the spec's window step orders).
         if node.args.get("order") or node.args.get("spec") or not isinstance(node.this, _AGGREGATES):
-            raise self.refuse(node, f"window '{node.sql(dialect=DIALECT)[:80]}' is not run", ": only an aggregate (count, sum, avg, min, max) OVER (PARTITION BY ...) without ORDER BY or a frame "
-                                    "runs in SQL for now; for row_number, rank, lag, lead and running totals use the spec's window step")
+            raise self.refuse(node, f"window '{node.sql(dialect=DIALECT)[:80]}' is not run",
+                              ": only an aggregate (count, sum, avg, min, max) OVER (PARTITION BY ...) without ORDER BY or a frame "
+                              "runs in SQL for now; for row_number, rank, lag, lead and running totals use the spec's window step")
 
 
 def _construct(node: exp.Expression) -> str:

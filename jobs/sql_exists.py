@@ -47,15 +47,18 @@ def _correlation(condition: exp.Expression, inner: str) -> tuple[exp.Column, exp
     return None
 
 
-def _plan(subquery: exp.Select) -> tuple[str, list[tuple[exp.Column, exp.Column]], tuple[exp.Column, exp.Column], list[exp.Expression]] | None:
+_Pair = tuple[exp.Column, exp.Column]  # (inner column, outer column)
+
+
+def _plan(subquery: exp.Select) -> tuple[str, list[_Pair], _Pair, list[exp.Expression]] | None:
     """(inner alias, key pairs, the ``<>`` pair, the subquery's own conditions) when it has the shape."""
     from_ = subquery.args.get("from_")
     simple = from_ is not None and isinstance(from_.this, exp.Table) and not subquery.args.get("joins")
     if not simple or any(subquery.args.get(arg) for arg in ("group", "having", "limit", "offset", "with_", "distinct")):
         return None
     inner = from_.this.alias_or_name
-    keys: list[tuple[exp.Column, exp.Column]] = []
-    unequal: list[tuple[exp.Column, exp.Column]] = []
+    keys: list[_Pair] = []
+    unequal: list[_Pair] = []
     local: list[exp.Expression] = []
     where = subquery.args.get("where")
     for condition in conjuncts(where.this if where else None):
@@ -105,7 +108,8 @@ def decorrelate_exists(select: exp.Select) -> None:
                       for n, (_, outer) in enumerate(keys)])
         joins.append(exp.Join(this=exp.Subquery(this=grouped, alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True))),
                               side="LEFT", on=on))
-        differs = exp.or_(*(exp.NEQ(this=exp.column(bound, table=alias, quoted=True), expression=outer_value.copy()) for bound in ("lo", "hi")))
+        bounds = (exp.column(bound, table=alias, quoted=True) for bound in ("lo", "hi"))
+        differs = exp.or_(*(exp.NEQ(this=bound, expression=outer_value.copy()) for bound in bounds))
         found = exp.Coalesce(this=exp.Paren(this=differs), expressions=[exp.false()])
         parts[index] = exp.Not(this=found) if negated else found
         changed = True

@@ -140,10 +140,10 @@ def _polars_join_conditions(select: exp.Select) -> None:
 
 
 def _sql_remainders(tree: exp.Expression) -> None:
-    for mod in list(tree.find_all(exp.Mod)):
+    for mod in reversed(list(tree.find_all(exp.Mod))):  # innermost first, so an outer one copies the rewritten inner one
         a, b = mod.this.copy(), mod.expression.copy()
-        truncated = exp.Mul(this=exp.Sign(this=a.copy()), expression=exp.Paren(this=exp.Mod(this=exp.Abs(this=a), expression=exp.Abs(this=b))))
-        mod.replace(exp.Paren(this=truncated))
+        magnitude = exp.Paren(this=exp.Mod(this=exp.Abs(this=a), expression=exp.Abs(this=b)))
+        mod.replace(exp.Paren(this=exp.Mul(this=exp.Sign(this=a.copy()), expression=magnitude)))
 
 
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")

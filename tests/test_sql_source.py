@@ -98,8 +98,9 @@ ACCEPTED = {
                       "AND s.quantity = 9) AND product_id IN (SELECT product_id FROM sales WHERE region = 'north') ORDER BY product_id", True),
     "not_exists": ("SELECT count(*) AS n FROM products p WHERE NOT EXISTS (SELECT 1 FROM sales s WHERE s.product_id = p.product_id "
                    "AND s.amount > 140)", False),
-    "exists_with_unequal_correlation": ("SELECT count(*) AS n FROM sales s WHERE EXISTS (SELECT 1 FROM sales t WHERE t.product_id = s.product_id "
-                                        "AND t.region = s.region AND t.discount <> s.discount AND t.quantity > 3)", False),
+    "exists_with_unequal_correlation": ("SELECT count(*) AS n FROM sales s WHERE EXISTS (SELECT 1 FROM sales t "
+                                        "WHERE t.product_id = s.product_id AND t.region = s.region AND t.discount <> s.discount "
+                                        "AND t.quantity > 3)", False),
     "not_exists_with_unequal_correlation": ("SELECT region, count(*) AS n FROM sales s WHERE NOT EXISTS (SELECT 1 FROM sales t "
                                             "WHERE t.customer_id = s.customer_id AND t.discount <> s.discount) GROUP BY region", False),
     "union_all_and_distinct": ("SELECT region AS name FROM sales WHERE amount > 100 UNION ALL SELECT category FROM products "
@@ -107,7 +108,8 @@ ACCEPTED = {
     "case_cast_strings": ("SELECT order_id, CASE WHEN amount > 50 THEN 'high' WHEN amount > 0 THEN 'low' ELSE 'refund' END AS band, "
                           "upper(region) || '-' || CAST(quantity AS VARCHAR) AS label, length(region) AS len, "
                           "extract(month FROM ts) AS month FROM sales WHERE order_id < 200", False),
-    "remainder_truncates": ("SELECT order_id, (quantity - 5) % 3 AS r, mod(-quantity, 4) AS m FROM sales "
+    "remainder_truncates": ("SELECT order_id, (quantity - 5) % 3 AS r, mod(-quantity, 4) AS m, ((quantity - 9) % 7) % 4 AS nested "
+                            "FROM sales "
                             "WHERE order_id < 100", False),
     "exact_literal_arithmetic": ("SELECT count(*) AS n FROM sales WHERE discount BETWEEN 0.15 - 0.05 AND 0.1 + 0.1", False),
     "window_over_partition": ("SELECT order_id, amount / sum(amount) OVER (PARTITION BY region) AS share, "
@@ -158,7 +160,8 @@ REFUSED = {
     "copy": ("COPY sales TO '/tmp/stolen.csv'", "only a SELECT query is allowed, not 'COPY'"),
     "attach": ("ATTACH '/tmp/other.db' AS other", "only a SELECT query is allowed, not 'ATTACH'"),
     "pragma": ("PRAGMA enable_profiling", "not 'PRAGMA'"),
-    "read_parquet": ("SELECT * FROM read_parquet('/etc/secrets/*.parquet')", "a table function (read_parquet) cannot be read at line 1, col 15"),
+    "read_parquet": ("SELECT * FROM read_parquet('/etc/secrets/*.parquet')",
+                     "a table function (read_parquet) cannot be read at line 1, col 15"),
     "read_csv_in_join": ("SELECT * FROM sales JOIN read_csv('/etc/passwd') AS x ON true", "a table function"),
     "generate_series": ("SELECT * FROM generate_series(1, 10)", "a table function"),
     "path_string": ("SELECT * FROM '/tmp/data/sales.parquet'", "'/tmp/data/sales.parquet' looks like a file path"),
