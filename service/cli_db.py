@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Annotated
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.markup import escape
@@ -77,29 +78,33 @@ def show_current(
 
 
 @db_app.command("revision")
-def revision(message: Annotated[str, typer.Option("-m", "--message", help="What the revision changes.")]) -> None:
+def revision(
+    message: Annotated[str, typer.Option("-m", "--message", help="What the revision changes.")],
+    versions: Annotated[
+        Optional[Path],  # noqa: UP007 - typer needs Optional
+        typer.Option("--versions", help="The folder of revisions to extend (default: service/migrations/versions).", show_default=False),
+    ] = None,
+) -> None:
     """For developers: write a revision from what the models (SQLAlchemy tables) have that the newest revision lacks.
 
     The diff is taken against a scratch SQLite database at the newest revision, so no database is needed;
-    read and edit the file it writes in service/migrations/versions/ before committing it.
+    read and edit the file it writes before committing it.
     """
     import tempfile
-    from pathlib import Path
 
     from alembic import command
+    from alembic.script import ScriptDirectory
 
-    from service.migrations import alembic_config, head_revision
-    from service.migrations import upgrade as run_upgrade
+    from service.migrations import alembic_config
     from service.store import make_engine
 
+    head = ScriptDirectory.from_config(alembic_config(versions=versions)).get_current_head() or "0"
     with tempfile.TemporaryDirectory() as scratch:
         engine = make_engine(f"sqlite:///{Path(scratch) / 'head.db'}")
         try:
-            run_upgrade(engine)
             with engine.begin() as conn:
-                written = command.revision(
-                    alembic_config(conn), message=message, autogenerate=True, rev_id=f"{int(head_revision()) + 1:04d}"
-                )
+                command.upgrade(alembic_config(conn, versions=versions), "head")
+                written = command.revision(alembic_config(conn, versions=versions), message=message, autogenerate=True, rev_id=f"{int(head) + 1:04d}")
         finally:
             engine.dispose()
     scripts = written if isinstance(written, list) else [written]

@@ -9,6 +9,7 @@ service/store.py service/pipelines/tables.py service/auth.py``), not today's mod
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -411,3 +412,26 @@ def test_a_service_with_migrating_off_refuses_an_old_database_and_starts_after_a
             assert {job.id for job in client.list().items} == {"a" * 16, "b" * 16}, "the old jobs, served after the upgrade"
     finally:
         service.stop()
+
+
+_ADD_A_COLUMN = """
+import sys
+from sqlalchemy import Column, String
+from service.store import jobs_table
+jobs_table.append_column(Column("lease_owner", String(100)))  # a model change without a revision
+from service.cli import app
+app(["db", "revision", "-m", "jobs lease owner", "--versions", sys.argv[1]])
+"""
+
+
+def test_spillway_db_revision_writes_the_next_revision_from_the_models(tmp_path: Path) -> None:
+    versions = tmp_path / "versions"
+    shutil.copytree(ROOT / "service" / "migrations" / "versions", versions, ignore=shutil.ignore_patterns("__pycache__"))
+    done = subprocess.run([sys.executable, "-c", _ADD_A_COLUMN, str(versions)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    following = f"{int(head_revision()) + 1:04d}"
+    (written,) = versions.glob(f"{following}_*.py")
+    source = written.read_text()
+    assert f"down_revision: str | None = '{head_revision()}'" in source
+    assert "batch_op.add_column(sa.Column('lease_owner', sa.String(length=100)" in source, source
+    assert "batch_op.drop_column('lease_owner')" in source

@@ -47,12 +47,15 @@ def target_metadata() -> list[MetaData]:
     return [metadata, pipeline_tables.metadata]
 
 
-def alembic_config(connection: Connection | None = None) -> Config:
-    """An Alembic config for the migrations shipped in this package (no alembic.ini needed)."""
+def alembic_config(connection: Connection | None = None, *, versions: Path | None = None) -> Config:
+    """An Alembic config for the migrations shipped in this package (no alembic.ini needed).
+
+    ``versions`` reads (and writes) the revisions in another folder instead of the package's.
+    """
     config = Config()
     config.set_main_option("script_location", str(HERE))
     config.set_main_option("path_separator", "os")  # version_locations is one path, spaces and all
-    config.set_main_option("version_locations", str(HERE / "versions"))
+    config.set_main_option("version_locations", str(versions or HERE / "versions"))
     if connection is not None:
         config.attributes["connection"] = connection
     return config
