@@ -110,7 +110,7 @@ class OidcVerifier:
                 f"the bearer token (JWT) grants no Spillway scope: its '{self.settings.scope_claim}' claim holds none of "
                 "spillway:read, spillway:submit, spillway:admin"
             )
-        return TokenIdentity(id=0, owner=_owner(str(claims["sub"])), scope=scope)
+        return TokenIdentity(id=None, owner=_owner(str(claims["sub"])), scope=scope)
 
 
 def _scope(claim: Any) -> Scope | None:

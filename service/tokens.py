@@ -120,7 +120,7 @@ class IssuedToken(BaseModel):
 class TokenIdentity(BaseModel):
     """Who an accepted token is."""
 
-    id: int
+    id: int | None = Field(description="The Spillway token's id; None for an OIDC token, which has no row here.")
     owner: str
     scope: Scope
 

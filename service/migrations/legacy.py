@@ -77,7 +77,7 @@ def adopt(connection: Connection, revision: str, config: Config) -> list[str]:
         assert revision_script is not None, name
         with Operations.context(context):  # binds alembic's `op` for the revision's upgrade()
             revision_script.module.upgrade()
-    if revision >= "0003":
+    if revision >= "0003":  # ids are zero-padded numbers, so they compare as strings
         with Operations.context(context):
             _idempotency_key_as_an_index(connection)
     command.stamp(config, revision)
