@@ -88,6 +88,12 @@ class QueueFull(SpillwayError):
     code = "queue_full"
 
 
+class IntegerOverflow(SpillwayError):
+    """An integer result outside int64 at run time: the expression's field and part are named, nothing is committed."""
+
+    code = "integer_overflow"
+
+
 class TooManyPartitions(SpillwayError):
     """A job's graph is over the configured partition limit."""
 

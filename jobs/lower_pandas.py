@@ -20,7 +20,7 @@ import pandas as pd
 from pandas.api.types import is_bool_dtype, is_object_dtype
 
 from jobs import ir
-from jobs.errors import ExpressionError
+from jobs.errors import ExpressionError, IntegerOverflow
 from jobs.pandas_functions import FUNCTIONS
 
 MAX_INT_BITS = 10_000  # caps constant integer powers such as 9 ** 9 ** 9
@@ -138,6 +138,50 @@ def _truncated(op: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
         return result if zero is None else result.astype("float64").where(~zero)
 
     return divide
+
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+_CHECKED = {"+": operator.add, "-": operator.sub, "*": operator.mul}
+
+
+def _integers(value: Any) -> bool:
+    """Whether ``value`` is a column of signed integers (numpy, pandas' nullable, cuDF, or dask's of them)."""
+    return getattr(getattr(value, "dtype", None), "kind", "") == "i"
+
+
+def _as_float(value: Any) -> Any:
+    return float(value) if _is_scalar(value) else value.astype("float64")
+
+
+def _raise_if(values: Any, overflowed: Any, message: str, field: str | None) -> Any:
+    """``values``, unless a row ``overflowed``: then the job fails naming the expression."""
+    if bool(overflowed.any()):
+        raise IntegerOverflow(message, field=field)
+    return values
+
+
+def checked_integers(symbol: str, message: str, field: str | None) -> Callable[..., Any]:
+    """``+``, ``-``, ``*`` or unary ``-`` (``symbol`` ``neg``) that raise :class:`IntegerOverflow` where an
+    integer result leaves int64 instead of wrapping around, as numpy would.
+
+    A wrapped result differs from the exact one by a multiple of 2**64 (2**32 for int32), and by at
+    least half of it; the same operation in float64 misses the exact result by rounding alone, at
+    most 2**12 for int64 operands and results. So a row overflowed where the two differ by more
+    than a quarter of 2**64 (of 2**32). Floats pass unchecked.
+    """
+    op = operator.neg if symbol == "neg" else _CHECKED[symbol]
+
+    def run(*operands: Any) -> Any:
+        result = op(*operands)
+        if not _integers(result) or any(getattr(getattr(o, "dtype", None), "kind", "i") not in "if" for o in operands):
+            return result  # floats, scalars (Python's ints do not wrap), bools and unsigned ints
+        exact = op(*(_as_float(o) for o in operands))
+        overflowed = (exact - result.astype("float64")).abs() > 2.0 ** (8 * result.dtype.itemsize - 2)
+        if hasattr(result, "map_partitions"):  # dask: checked as each partition is computed
+            return result.map_partitions(_raise_if, overflowed, message, field, meta=result._meta, align_dataframes=False)
+        return _raise_if(result, overflowed, message, field)
+
+    return run
 
 
 _BINARY: dict[str, Callable[[Any, Any], Any]] = {
@@ -298,7 +342,9 @@ class PandasLowering:
         if isinstance(node, ir.Col):
             return operator.itemgetter(node.name)
         if isinstance(node, ir.Unary):
-            return self.apply(operator.neg if node.op == "-" else operator.pos, [self.lower(node.operand)], node)
+            if node.op == "+":
+                return self.lower(node.operand)
+            return self.apply(checked_integers("neg", self.overflow_message(node), self.field), [self.lower(node.operand)], node)
         if isinstance(node, ir.Not):
             return self.apply(_not, [self.condition(node.operand)], node)
         if isinstance(node, ir.Binary):
@@ -323,7 +369,13 @@ class PandasLowering:
             left, right = right, left  # interval + column: column + interval is the form every backend takes
         if node.op in ("+", "-") and isinstance(right, ir.Lit) and isinstance(right.value, pd.DateOffset):
             fn = _add_offset if node.op == "+" else _sub_offset
+        elif node.op in _CHECKED:
+            fn = checked_integers(node.op, self.overflow_message(node), self.field)
         return self.apply(fn, [self.lower(left), self.lower(right)], node)
+
+    def overflow_message(self, node: ir.Node) -> str:
+        return (f"integer overflow in {self.where(node)}: a result is outside int64 ({INT64_MIN} to {INT64_MAX}); "
+                "compute in float64 instead, e.g. cast(x, 'float64')")
 
     def call(self, node: ir.Call) -> Fn:
         args = list(node.args)
@@ -345,9 +397,23 @@ def fold(node: ir.Node, text: str, field: str | None) -> ir.Node:
     ExpressionError
         When the constant cannot be evaluated, quoting the part (``1 / 0``, ``9 ** 9 ** 9``).
     """
+    # -9223372036854775808 is a negated literal: its operand alone would not fit.
+    for child in (node, *(() if isinstance(node, ir.Unary) else ir.children(node))):
+        _within_int64(child, text, field)
     if isinstance(node, (ir.Lit, ir.Col)) or not all(isinstance(child, ir.Lit) for child in ir.children(node)):
         return node
-    return ir.Lit(node.start, node.end, PandasLowering(text, field).lower(node)(None))
+    folded = ir.Lit(node.start, node.end, PandasLowering(text, field).lower(node)(None))
+    _within_int64(folded, text, field)
+    return folded
+
+
+def _within_int64(node: ir.Node, text: str, field: str | None) -> None:
+    """An integer constant must fit int64, the columns' integers: a bigger one would wrap or turn float on one engine."""
+    value = node.value if isinstance(node, ir.Lit) else None
+    if isinstance(value, int) and not isinstance(value, bool) and not INT64_MIN <= value <= INT64_MAX:
+        where = PandasLowering(text, field).where(node)
+        raise ExpressionError(f"{where}: the integer {value} is outside int64 ({INT64_MIN} to {INT64_MAX}); "
+                              "write it as a float (e.g. 1e19) if that is meant", field=field)
 
 
 def evaluate(node: ir.Node, frame: Any, text: str, field: str | None) -> Any:

@@ -131,10 +131,26 @@ def _months(offset: pd.DateOffset) -> int:
 class PolarsLowering:
     """Builds the Polars expression for an IR tree; ``text`` and ``field`` word errors."""
 
-    def __init__(self, text: str, field: str | None, schema: Mapping[str, str] | None = None) -> None:
+    def __init__(self, text: str, field: str | None, schema: Mapping[str, str] | None = None, dtypes: Mapping[str, Any] | None = None) -> None:
         self.text = text
         self.field = field
         self.schema = schema or {}
+        self.dtypes = dtypes or {}
+
+    def integer(self, node: ir.Node) -> bool:
+        """Whether ``node`` yields signed integers, from the frame's column types (unknown ones: no)."""
+        if isinstance(node, ir.Col):
+            dtype = self.dtypes.get(node.name)
+            return dtype is not None and dtype.is_integer() and dtype.is_signed_integer()
+        if isinstance(node, ir.Lit):
+            return isinstance(node.value, int) and not isinstance(node.value, bool)
+        if isinstance(node, ir.Unary):
+            return self.integer(node.operand)
+        if isinstance(node, ir.Binary):
+            return node.op in ("+", "-", "*", "//", "%") and self.integer(node.left) and self.integer(node.right)
+        if isinstance(node, ir.Call) and node.name == "cast" and isinstance(node.args[1], ir.Lit):
+            return node.args[1].value in ("int64", "int32")
+        return False
 
     def error(self, node: ir.Node, message: str) -> ExpressionError:
         return ExpressionError(f"'{self.text[node.start:node.end]}' at col {node.start}: {message}", field=self.field)
@@ -156,6 +172,8 @@ class PolarsLowering:
             return pl.col(node.name)
         if isinstance(node, ir.Unary):
             operand = self.lower(node.operand)
+            if node.op == "-" and self.integer(node.operand):
+                return _to_int64(pl.lit(0, dtype=pl.Int128) - operand.cast(pl.Int128))  # Polars has no neg on Int128
             return -operand if node.op == "-" else operand
         if isinstance(node, ir.Not):
             return ~self.condition(node.operand)
@@ -185,6 +203,10 @@ class PolarsLowering:
         if node.op in ("+", "-") and isinstance(right, ir.Lit) and isinstance(right.value, pd.DateOffset):
             months = _months(right.value) * (1 if node.op == "+" else -1)
             return self.lower(left).dt.offset_by(f"{months}mo")
+        if node.op in ("+", "-", "*") and self.integer(left) and self.integer(right):
+            # Exact in 128 bits, then back to int64 strictly: a result outside int64 fails the query
+            # (jobs.errors.IntegerOverflow, from the manager) instead of wrapping around.
+            return _to_int64(_BINARY[node.op](self.lower(left).cast(pl.Int128), self.lower(right).cast(pl.Int128)))
         return _BINARY[node.op](self.lower(left), self.lower(right))
 
     def call(self, node: ir.Call) -> pl.Expr:
@@ -210,6 +232,17 @@ class PolarsLowering:
         return _CALLS[name](*(self.lower(arg) for arg in args))
 
 
-def to_polars(node: ir.Node, text: str, field: str | None, schema: Mapping[str, str] | None = None) -> pl.Expr:
-    """The Polars expression of an IR tree over columns of ``schema``'s kinds."""
-    return PolarsLowering(text, field, schema).lower(node)
+def _to_int64(expr: pl.Expr) -> pl.Expr:
+    return expr.cast(pl.Int64, strict=True)
+
+
+#: What Polars says when a checked integer result (see PolarsLowering.binary) is outside int64.
+INT64_OVERFLOW = "conversion from `i128` to `i64` failed"
+
+
+def to_polars(
+    node: ir.Node, text: str, field: str | None, schema: Mapping[str, str] | None = None, dtypes: Mapping[str, Any] | None = None
+) -> pl.Expr:
+    """The Polars expression of an IR tree over columns of ``schema``'s kinds (and ``dtypes``' Polars types, when known:
+    integer ``+``, ``-``, ``*`` are then checked for overflow)."""
+    return PolarsLowering(text, field, schema, dtypes).lower(node)

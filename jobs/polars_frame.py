@@ -69,6 +69,9 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
             raise ValueError("the Polars engine needs a checked plan (jobs.validate.plan_spec)")
         super().__init__(plan.spec)
         self.plan = plan
+        self._step_input: pl.LazyFrame | None = None
+        self._step_field = ""
+        self._step_dtypes: pl.Schema | None = None
 
     def read(self, source: SourceSpec, field: str) -> pl.LazyFrame:
         return scan_source(source, field=field)
@@ -88,10 +91,16 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
 
     def expr(self, field: str, text: str, schema: dict[str, str]) -> pl.Expr:
         expression = self.plan.expression(field, text)
-        return to_polars(expression.node, expression.text, field, schema)
+        # The types of the step's input, unless another source's steps were built since (a join's right side).
+        current = self._step_input is not None and field.startswith(f"{self._step_field}.")
+        if current and self._step_dtypes is None:
+            self._step_dtypes = self._step_input.collect_schema()  # type: ignore[union-attr]
+        return to_polars(expression.node, expression.text, field, schema, self._step_dtypes if current else None)
 
     def apply_step(self, frame: pl.LazyFrame, step: Step, field: str, *, ordered: bool = False) -> pl.LazyFrame:
         """One step, found at ``field``, over a LazyFrame."""
+        # Its column types tell integer arithmetic, which is checked for overflow; read once, when an expression needs them.
+        self._step_input, self._step_field, self._step_dtypes = frame, field, None
         schema = self.plan.inputs.get(field, {})
         if isinstance(step, FilterStep):
             return frame.filter(self.expr(f"{field}.expr", step.expr, schema))

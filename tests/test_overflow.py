@@ -1,0 +1,64 @@
+"""Integer overflow is an error on both engines, never a wrapped-around answer (issue 16 item 12).
+
+Integer ``+``, ``-``, ``*`` and unary ``-`` over int64 columns: a result outside int64 fails the
+job as ``integer_overflow`` naming the expression; a constant outside int64 is a 422 at submit.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pandas as pd
+import pytest
+
+from service.client import SpillwayClient
+from tests.conftest import ServiceProcess, wait_terminal
+
+
+def assign(sample_data: dict[str, Path], tmp_path: Path, expr: str) -> dict[str, Any]:
+    return {"source": {"format": "parquet", "path": str(sample_data["sales"])},
+            "steps": [{"op": "assign", "column": "x", "expr": expr}, {"op": "select", "columns": ["order_id", "quantity", "x"]}],
+            "sink": {"path": str(tmp_path / "out")}}
+
+
+@pytest.mark.parametrize("expr", ["quantity + 9223372036854775807", "quantity * 4611686018427387904", "-(quantity - 9223372036854775807 - 2)"])
+def test_an_overflowing_integer_result_fails_the_job_naming_the_expression(
+    api: SpillwayClient, sample_data: dict[str, Path], tmp_path: Path, expr: str
+) -> None:
+    job = wait_terminal(api, api.submit(assign(sample_data, tmp_path, expr)).id)
+    assert job.state.value == "FAILED" and job.error is not None
+    assert job.error.code == "integer_overflow", job.error
+    assert job.error.field == "steps[0].expr"
+    assert "integer overflow in" in job.error.message and "outside int64" in job.error.message
+    assert not list((tmp_path / "out").glob("*.parquet")), "nothing is committed"
+
+
+def test_integer_arithmetic_within_int64_is_exact(api: SpillwayClient, sample_data: dict[str, Path], tmp_path: Path, sales_frame: pd.DataFrame) -> None:
+    # Close to the bounds, and through them and back: only results are checked, each within int64 here.
+    expr = "quantity * 3 - 1 + (9223372036854775780 - quantity) - 9223372036854775780"
+    job = wait_terminal(api, api.submit(assign(sample_data, tmp_path, expr)).id)
+    assert job.state.value == "SUCCEEDED", job.error
+    out = pd.read_parquet(tmp_path / "out").sort_values("order_id")
+    expected = sales_frame.sort_values("order_id")["quantity"] * 2 - 1
+    assert out["x"].tolist() == expected.tolist()
+    assert str(out["x"].dtype) == "int64"
+
+
+def test_float_arithmetic_is_not_checked(api: SpillwayClient, sample_data: dict[str, Path], tmp_path: Path) -> None:
+    job = wait_terminal(api, api.submit(assign(sample_data, tmp_path, "quantity * 1e300 * 1e300")).id)
+    assert job.state.value == "SUCCEEDED", job.error
+    assert (pd.read_parquet(tmp_path / "out")["x"] == float("inf")).all()
+
+
+@pytest.mark.parametrize(
+    ("expr", "value"),
+    [("quantity + 9223372036854775808", "9223372036854775808"), ("quantity - (9223372036854775807 + 1)", "9223372036854775808"),
+     ("quantity * -9223372036854775809", "9223372036854775809")],
+)
+def test_a_constant_outside_int64_is_a_422(service: ServiceProcess, sample_data: dict[str, Path], tmp_path: Path, expr: str, value: str) -> None:
+    response = httpx.post(f"{service.url}/jobs", json=assign(sample_data, tmp_path, expr), timeout=60)
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["field"] == "steps[0].expr" and f"{value} is outside int64" in error["message"]
