@@ -89,7 +89,7 @@ class StageLabels:
             dependencies = node.dependencies()
             found: str | None = None
             if origin is not None and not dependencies:
-                found = self._leaf_stage(origin)
+                found = self._leaf_stage(node, origin)
             elif origin is not None:
                 like = self._signatures(origin) if like is None else like
                 found = like.get(self._signature(node))
@@ -97,9 +97,15 @@ class StageLabels:
                 self.of[node._name] = found or stage
             stack.extend(dependencies)
 
-    def _leaf_stage(self, origin: Expr) -> str | None:
-        stages = {self.of.get(leaf._name) for leaf in _walk(origin) if not leaf.dependencies()}
-        return stages.pop() if len(stages) == 1 else None
+    def _leaf_stage(self, leaf: Expr, origin: Expr) -> str | None:
+        """The read a new leaf (a read with other columns) stands for: the one ``origin`` reads, or
+        of those, the one of the same kind over the same files."""
+        leaves = [node for node in _walk(origin) if not node.dependencies() and node._name in self.of]
+        for candidates in (leaves, [n for n in leaves if _read_signature(n) == _read_signature(leaf)]):
+            stages = {self.of[node._name] for node in candidates}
+            if len(stages) == 1:
+                return stages.pop()
+        return None
 
     def _signatures(self, origin: Expr) -> dict[str, str]:
         found: dict[str, str] = {}
@@ -120,13 +126,15 @@ class StageLabels:
         if isinstance(new, Expr) and new is not old and old._name in self.of:
             self._spread(new, self.of[old._name], origin=old)
 
-    def fusing(self, new: Any) -> None:
-        """``new`` may be a fusion of expressions: it does the work of all their stages."""
-        if isinstance(new, Fused) and new._name not in self.fused:
-            self.fused[new._name] = frozenset().union(*(self._stages_in(expr) for expr in new.exprs))
+    def fusing(self, expr: Any) -> None:
+        """``expr`` may be a fusion of expressions (new, or rebuilt over another): it does the work of all their stages."""
+        if isinstance(expr, Fused):
+            self._stages_in(expr)
 
     def _stages_in(self, expr: Expr) -> frozenset[str]:
-        if expr._name in self.fused:  # fused in an earlier pass
+        if isinstance(expr, Fused):
+            if expr._name not in self.fused:  # a fusion may hold one of an earlier pass
+                self.fused[expr._name] = frozenset().union(*(self._stages_in(inner) for inner in expr.exprs))
             return self.fused[expr._name]
         return frozenset({self.of[expr._name]}) if expr._name in self.of else frozenset()
 
@@ -143,6 +151,16 @@ class StageLabels:
         by_token: dict[str, frozenset[str]] = {name.rsplit("-", 1)[-1]: frozenset({stage}) for name, stage in self.of.items()}
         by_token.update({name.rsplit("-", 1)[-1]: stages for name, stages in self.fused.items() if stages})
         return by_token
+
+
+# Parameters the optimizer changes in a read (the columns and filters pushed into it); the rest
+# (its files, its options) say which source it reads.
+_PUSHED_INTO_READS = frozenset({"columns", "filters", "_series", "_dataset_info_cache", "_partitions", "_expr", "operation"})
+
+
+def _read_signature(leaf: Expr) -> str:
+    kept = [operand for name, operand in zip(leaf._parameters, leaf.operands) if name not in _PUSHED_INTO_READS]
+    return f"{type(leaf).__name__}-{tokenize(*kept)}"
 
 
 def _walk(expr: Expr) -> Iterator[Expr]:
@@ -177,6 +195,7 @@ def _traced_substitute(method: Callable[..., Any]) -> Callable[..., Any]:
         labels: StageLabels | None = getattr(_recorder, "labels", None)
         if labels is not None:
             labels.fusing(new)
+            labels.fusing(out)
             labels.derived(self, out)
         return out
 
