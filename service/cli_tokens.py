@@ -22,7 +22,8 @@ from service.cli_common import console, err, fail
 if TYPE_CHECKING:
     from datetime import timedelta
 
-    from service.tokens import IssuedToken, TokenStore
+    from service.token_models import IssuedToken
+    from service.tokens import TokenStore
 
 token_app = typer.Typer(
     help="API tokens in the service's database (SPILLWAY_DATABASE_URL); run on the service's host. "
@@ -59,7 +60,7 @@ def _tokens() -> Iterator[TokenStore]:
 
 
 def _lifetime(text: str | None) -> timedelta | None:
-    from service.tokens import parse_duration
+    from service.token_models import parse_duration
 
     if text is None:
         return None
@@ -94,7 +95,7 @@ def create(
     expires_in: ExpiresOption = None,
 ) -> None:
     """Create a token; it is printed once (stdout) and stored hashed."""
-    from service.tokens import Scope
+    from service.token_models import Scope
 
     try:
         chosen = Scope(scope)

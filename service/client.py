@@ -18,6 +18,7 @@ from jobs.status import JobProgress, JobStatus, ResultManifest
 from service.defaults import DEFAULT_URL
 from service.schemas import ErrorDetail, Health, JobAccepted, JobDeleted, JobLogs, JobPage, JobView
 from service.spec_errors import error_detail
+from service.token_models import IssuedToken, Scope, TokenInfo
 from service.validation import ValidationReport
 
 if TYPE_CHECKING:
@@ -222,6 +223,23 @@ class SpillwayClient:
     def health(self) -> Health:
         response = self._http.get("/healthz")
         return Health.model_validate(response.json())
+
+    def tokens(self) -> list[TokenInfo]:
+        """Every API token (never a secret); needs an admin token."""
+        return [TokenInfo.model_validate(t) for t in self._request("GET", "/tokens")]
+
+    def create_token(self, name: str, scope: Scope | str = Scope.SUBMIT, *, expires_in: str | None = None) -> IssuedToken:
+        """A new API token (``expires_in`` such as ``30d``); its secret is in the answer only."""
+        body = {"name": name, "scope": Scope(scope).value, "expires_in": expires_in}
+        return IssuedToken.model_validate(self._request("POST", "/tokens", json=body))
+
+    def revoke_token(self, token_id: int) -> TokenInfo:
+        """Revoke an API token: its next request is a 401."""
+        return TokenInfo.model_validate(self._request("POST", f"/tokens/{token_id}/revoke"))
+
+    def rotate_token(self, token_id: int, *, expires_in: str | None = None) -> IssuedToken:
+        """A new secret for an API token, which keeps its id (and so its jobs); the old secret is refused."""
+        return IssuedToken.model_validate(self._request("POST", f"/tokens/{token_id}/rotate", json={"expires_in": expires_in}))
 
     def events(self, job_id: str) -> Iterator[JobEvent]:
         """Follow a job's server-sent events until it is terminal."""

@@ -14,6 +14,7 @@ import pytest
 from sqlalchemy import event
 
 from jobs.errors import InvalidTransition
+from service.client import ApiError, SpillwayClient
 from service.store import JobStore
 from service.tokens import LAST_USED_EVERY, Scope, TokenNotFound, TokenStore, Unauthenticated, parse_duration
 from tests.conftest import ROOT, ServiceProcess, start_service
@@ -265,3 +266,25 @@ def test_cli_list_revoke_rotate(live: Any) -> None:
         failed = _cli(service, *args)
         assert failed.returncode != 0 and says in failed.stderr, (args, failed.stderr)
     assert _call(service, "GET", "/tokens", admin).status_code == 200, "the admin token still works"
+
+
+def test_the_sdk_manages_tokens(live: Any) -> None:
+    service, admin = live
+    with SpillwayClient(service.url, token=admin) as client:
+        issued = client.create_token("sdk", "read", expires_in="2h")
+        assert issued.info.scope is Scope.READ and issued.info.expires_at is not None
+        assert issued.info.owner in {t.owner for t in client.tokens()}
+        with SpillwayClient(service.url, token=issued.token) as reader:
+            assert reader.list().total >= 0
+            with pytest.raises(ApiError) as denied:
+                reader.tokens()
+            assert denied.value.status == 403
+        rotated = client.rotate_token(issued.info.id)
+        assert rotated.info.owner == issued.info.owner and rotated.token != issued.token
+        assert client.revoke_token(issued.info.id).state == "revoked"
+        with pytest.raises(ApiError) as missing:
+            client.revoke_token(424242)
+        assert missing.value.status == 404 and missing.value.detail.code == "token_not_found"
+    with SpillwayClient(service.url, token=rotated.token) as revoked, pytest.raises(ApiError) as refused:
+        revoked.list()
+    assert refused.value.status == 401
