@@ -52,6 +52,9 @@ SQL_FUNCTIONS: dict[str, type[exp.Expression]] = {
 }
 _FUNCTION_NODES = frozenset(SQL_FUNCTIONS.values())
 _AGGREGATES = (exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max)
+#: How deep parentheses (subqueries included) may nest, and how deep the parsed tree may be.
+MAX_NESTING = 64
+MAX_DEPTH = 512
 #: Units of EXTRACT (and date_part) and of an INTERVAL literal.
 EXTRACT_UNITS = frozenset({"YEAR", "QUARTER", "MONTH", "WEEK", "DAY", "DOW", "DOY", "HOUR", "MINUTE", "SECOND"})
 INTERVAL_UNITS = frozenset({"YEAR", "MONTH", "WEEK", "DAY", "HOUR", "MINUTE", "SECOND"})
@@ -104,6 +107,12 @@ def _statements(text: str, field: str) -> list[Token]:
                          field=field)
     if not statement:
         raise SqlRefused(f"{field}: the SQL holds no statement", field=field)
+    depth = deepest = 0
+    for token in statement:  # the parser and rewrites recurse per level: bound it before they run
+        depth += {TokenType.L_PAREN: 1, TokenType.R_PAREN: -1}.get(token.token_type, 0)
+        deepest = max(deepest, depth)
+        if deepest > MAX_NESTING:
+            raise SqlRefused(f"{field}: the query nests parentheses more than {MAX_NESTING} deep{_token_at(token)}", field=field)
     first = statement[0]
     if first.token_type not in (TokenType.SELECT, TokenType.WITH, TokenType.L_PAREN):
         raise SqlRefused(f"{field}: only a SELECT query is allowed, not {first.text.upper()!r}{_token_at(first)}", field=field)
@@ -156,6 +165,7 @@ class _Checker:
         return SqlRefused(f"{self.field}: {part}{position(node)}{why}", field=self.field)
 
     def check(self, tree: exp.Query) -> None:
+        self.depth(tree)
         ctes = _cte_names(tree)
         for node in tree.walk():
             if isinstance(node, exp.Table):
@@ -169,6 +179,15 @@ class _Checker:
             elif not isinstance(node, _STRUCTURE) and type(node) not in _FUNCTION_NODES:
                 raise self.refuse(node, f"{_construct(node)} is not allowed in a SQL source")
             self.detail(node)
+
+    def depth(self, tree: exp.Query) -> None:
+        # The rewrites (sqlglot's qualify above all) take time quadratic in the tree's depth: bound it.
+        stack = [(tree, 1)]
+        while stack:
+            node, level = stack.pop()
+            if level > MAX_DEPTH:
+                raise self.refuse(node, f"the query nests expressions more than {MAX_DEPTH} deep", "; split it with CTEs")
+            stack.extend((child, level + 1) for child in node.iter_expressions())
 
     def table(self, node: exp.Table, ctes: set[str]) -> None:
         if not isinstance(node.this, exp.Identifier):
@@ -253,7 +272,10 @@ def check_sql(text: str, field: str, sources: Collection[str], own_name: str | N
     SqlRefused
         For anything outside the whitelist, naming the part and its position.
     """
-    tree = parse_query(text, field)
-    checker = _Checker(field, sources, own_name)
-    checker.check(tree)
+    try:
+        tree = parse_query(text, field)
+        checker = _Checker(field, sources, own_name)
+        checker.check(tree)
+    except RecursionError:  # a long chain of operators: the parser recurses once per level
+        raise SqlRefused(f"{field}: the query is nested too deeply to check; split it with CTEs", field=field) from None
     return tree, checker.tables

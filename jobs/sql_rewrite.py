@@ -34,6 +34,7 @@ from sqlglot.optimizer.unnest_subqueries import unnest_subqueries
 
 from jobs.sql_check import DIALECT, SqlRefused, position
 from jobs.sql_exists import and_all, conjuncts, decorrelate_exists
+from jobs.sql_groups import grouping_error
 
 #: The dialect the regenerated SQL is written in for Polars.
 OUTPUT_DIALECT = "postgres"
@@ -244,6 +245,8 @@ def polars_sql(tree: exp.Query, tables: Mapping[str, Mapping[str, str]], field: 
         tree = qualify(tree, dialect=DIALECT, schema={name: dict(columns) for name, columns in tables.items()}, identify=True)
     except OptimizeError as exc:
         raise _unknown_column(exc, tree, tables, field) from None
+    if (broken := grouping_error(tree)) is not None:
+        raise SqlRefused(f"{field}: {broken[0]}{position(broken[1])}", field=field)
     for select in list(tree.find_all(exp.Select)):
         decorrelate_exists(select)
     candidates = []

@@ -17,6 +17,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 
 import polars as pl
+from sqlglot import exp
 
 from jobs.sources import Schema
 from jobs.sql_check import SqlRefused, check_sql
@@ -66,6 +67,19 @@ def run_sql(sql: str, frames: Mapping[str, pl.LazyFrame]) -> pl.LazyFrame:
         return context.execute(sql, eager=False)
 
 
+def _rewritten(tree: exp.Query, types: dict[str, dict[str, str]], field: str) -> list[str]:
+    from sqlglot.errors import SqlglotError
+
+    from jobs.sql_rewrite import polars_sql
+
+    try:
+        return polars_sql(tree, types, field)
+    except RecursionError:  # a long chain of operators: the rewrites recurse once per level
+        raise SqlRefused(f"{field}: the query is nested too deeply to check; split it with CTEs", field=field) from None
+    except SqlglotError as exc:
+        raise SqlRefused(f"{field}: cannot rewrite the query: {str(exc).splitlines()[0][:300]}", field=field) from None
+
+
 def plan_sql(text: str, field: str, name: str, sources: list[str], schema_of: Callable[[str], Schema]) -> SqlPlan:
     """Check the SQL source ``name`` (its text at ``field``) against the spec's named ``sources``.
 
@@ -80,15 +94,14 @@ def plan_sql(text: str, field: str, name: str, sources: list[str], schema_of: Ca
         The query is outside the allowed SQL, reads an unknown table or column, or Polars
         cannot run it.
     """
-    from jobs.sql_rewrite import polars_sql
-
     tree, tables = check_sql(text, field, sources, own_name=name)
     schemas = {table: schema_of(table) for table in tables}
     types = {table: {c: _KIND_SQL.get(k, "VARCHAR") for c, k in s.items()} for table, s in schemas.items()}
     refusal = ""
-    for sql in polars_sql(tree, types, field):
+    for sql in _rewritten(tree, types, field):
         try:
-            planned = run_sql(sql, {table: _empty_frame(s) for table, s in schemas.items()}).collect_schema()
+            # Run on no rows, not only planned: Polars finds a mean of text or text compared with a number only then.
+            planned = run_sql(sql, {table: _empty_frame(s) for table, s in schemas.items()}).collect().schema
             break
         except _POLARS_ERRORS as exc:
             refusal = refusal or (str(exc).strip().splitlines() or [type(exc).__name__])[0]

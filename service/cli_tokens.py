@@ -95,12 +95,14 @@ def create(
     expires_in: ExpiresOption = None,
 ) -> None:
     """Create a token; it is printed once (stdout) and stored hashed."""
-    from service.token_models import Scope
+    from service.token_models import NAME_PATTERN, Scope
 
     try:
         chosen = Scope(scope)
     except ValueError as exc:
         raise fail(f"--scope must be read, submit or admin, not '{scope}'", 2) from exc
+    if re.fullmatch(NAME_PATTERN, name) is None:
+        raise fail("--name takes 1 to 100 characters, without control characters", 2)
     lifetime = _lifetime(expires_in)
     with _tokens() as tokens:
         _print_issued(tokens.create(name, chosen, expires_in=lifetime), "created")

@@ -12,6 +12,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+#: A token's name: 1 to 100 characters, no control characters (it is shown in lists and owners).
+NAME_PATTERN = r"^[^\x00-\x1f\x7f]{1,100}$"
 #: The longest lifetime ``--expires-in`` takes (ten years): beyond it, leave the expiry off.
 MAX_LIFETIME = timedelta(days=3650)
 

@@ -184,6 +184,17 @@ REFUSED = {
     "polars_cannot": ("SELECT s.order_id FROM sales s JOIN products p ON s.amount > p.unit_cost OR s.quantity = 1",
                       "Polars' SQL cannot run this query: unsupported join constraint operator 'Or'"),
     "not_sql": ("this is not sql", "only a SELECT query is allowed, not 'THIS'"),
+    "nested_aggregate": ("SELECT sum(sum(amount)) AS x FROM sales", "an aggregate inside an aggregate ('SUM(SUM("),
+    "bare_column_beside_aggregate": ("SELECT region, sum(amount) AS total FROM sales",
+                                     "column 'region' must appear in GROUP BY or be used in an aggregate function"),
+    "having_on_ungrouped_column": ("SELECT region FROM sales GROUP BY region HAVING amount > 0", "column 'amount' must appear in GROUP BY"),
+    "ungrouped_select_column": ("SELECT region, quantity FROM sales GROUP BY region", "column 'quantity' must appear in GROUP BY"),
+    "mean_of_text": ("SELECT avg(region) AS x FROM sales", "Polars' SQL cannot run this query: `mean` operation not supported for dtype `str`"),
+    "text_compared_with_number": ("SELECT * FROM sales WHERE region > 5", "Polars' SQL cannot run this query: cannot compare string with numeric"),
+    "bad_date_literal": ("SELECT * FROM sales WHERE ts > DATE '2024-13-45'", "Polars' SQL cannot run this query"),
+    "deep_parentheses": ("SELECT " + "(" * 100 + "1" + ")" * 100 + " AS x", "the query nests parentheses more than 64 deep at line 1, col 72"),
+    "long_operator_chain": ("SELECT " + " + ".join(["quantity"] * 600) + " AS x FROM sales", "the query nests expressions more than 512 deep"),
+    "chain_past_the_parser": ("SELECT " + "NOT " * 5000 + "TRUE AS x", "the query is nested too deeply to check"),
 }
 
 

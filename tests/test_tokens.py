@@ -209,6 +209,8 @@ def test_rest_token_admin(live: Any) -> None:
         ("POST", "/tokens", {"name": "x", "expires_in": "3x"}, 422, "expires_in"),
         ("POST", "/tokens", {"name": "x", "scope": "root"}, 422, "scope"),
         ("POST", "/tokens", {"name": ""}, 422, "name"),
+        ("POST", "/tokens", {"name": "a\u0000b"}, 422, "name"),
+        ("POST", "/tokens", {"name": "x" * 101}, 422, "name"),
         ("POST", "/tokens", {"name": "x", "owner": "y"}, 422, "owner"),
         ("POST", "/tokens/0/revoke", None, 422, "token_id"),
         ("POST", "/tokens/99999999999999999999/revoke", None, 422, "token_id"),
@@ -262,7 +264,7 @@ def test_cli_list_revoke_rotate(live: Any) -> None:
     assert revoked.returncode == 0 and f"revoked {owner}" in revoked.stdout
     assert _call(service, "GET", "/jobs", new).status_code == 401, "refused at once"
 
-    for args, says in ((["revoke", "nope"], "is not a token id"), (["revoke", "4242"], "no token with id 4242"), (["create", "--expires-in", "soon"], "--expires-in"), (["rotate", owner], "is revoked")):
+    for args, says in ((["revoke", "nope"], "is not a token id"), (["revoke", "4242"], "no token with id 4242"), (["create", "--expires-in", "soon"], "--expires-in"), (["create", "--name", "a\tb"], "--name"), (["rotate", owner], "is revoked")):
         failed = _cli(service, *args)
         assert failed.returncode != 0 and says in failed.stderr, (args, failed.stderr)
     assert _call(service, "GET", "/tokens", admin).status_code == 200, "the admin token still works"

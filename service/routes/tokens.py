@@ -16,7 +16,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from service.auth import Scope, require
 from service.routes.deps import MAX_OFFSET, ServicesDep
 from service.schemas import ErrorBody
-from service.tokens import IssuedToken, TokenInfo, parse_duration
+from service.token_models import NAME_PATTERN, IssuedToken, TokenInfo, parse_duration
 
 router = APIRouter(tags=["tokens"], dependencies=[require(Scope.ADMIN)])
 
@@ -41,7 +41,7 @@ class TokenCreate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1, max_length=100, description="Who or what the token is for.")
+    name: str = Field(pattern=NAME_PATTERN, description="Who or what the token is for: 1 to 100 characters, no control characters.")
     scope: Scope = Field(default=Scope.SUBMIT, description="read, submit (includes read) or admin (everything).")
     expires_in: ExpiresIn = None
 

@@ -1,0 +1,70 @@
+"""SQL's grouping rules, which Polars' SQL does not enforce, checked on a qualified query.
+
+PostgreSQL and DuckDB refuse a column that is neither grouped nor aggregated beside an
+aggregate, and an aggregate inside another. Polars' SQL answers some of these instead:
+``SELECT a, sum(a) FROM t`` repeats the total on every row, ``sum(sum(a))`` sums once, and a
+``HAVING`` on an ungrouped column fails only when the job runs. Each is refused at submit here,
+naming the column or the aggregate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from sqlglot import exp
+
+_SCOPES = (exp.Subquery, exp.Exists, exp.Select)  # a nested query has its own grouping
+
+
+def _sources(select: exp.Select) -> set[str]:
+    from_ = select.args.get("from_")
+    parts = [from_.this if from_ else None, *(join.this for join in select.args.get("joins") or [])]
+    return {part.alias_or_name for part in parts if part is not None}
+
+
+def _aggregates(node: exp.Expression) -> Iterator[exp.AggFunc]:
+    """The aggregates of ``node``'s own query level (not in subqueries, not windowed)."""
+    for child in node.iter_expressions():
+        if isinstance(child, _SCOPES):
+            continue
+        if isinstance(child, exp.AggFunc) and not isinstance(child.parent, exp.Window):
+            yield child
+        elif not isinstance(child, exp.Window):
+            yield from _aggregates(child)
+
+
+def _bare_columns(node: exp.Expression, keys: set[str], own: set[str]) -> Iterator[exp.Column]:
+    """Columns of this level's tables in ``node`` outside aggregates, windows and grouped expressions."""
+    if isinstance(node, exp.Column):
+        if node.table in own and node.sql() not in keys:
+            yield node
+        return
+    if node.sql() in keys or isinstance(node, (*_SCOPES, exp.AggFunc, exp.Window)):
+        return
+    for child in node.iter_expressions():
+        yield from _bare_columns(child, keys, own)
+
+
+def grouping_error(tree: exp.Expression) -> tuple[str, exp.Expression] | None:
+    """(what is wrong, where) for the first SELECT of ``tree`` that breaks SQL's grouping rules, else None."""
+    for select in tree.find_all(exp.Select):
+        for aggregate in _aggregates(select):
+            inner = next(iter(_aggregates(aggregate)), None)
+            if inner is not None:
+                return f"an aggregate inside an aggregate ('{aggregate.sql()[:80]}') is not SQL; aggregate in a subquery or CTE first", inner
+        group = select.args.get("group")
+        having = select.args.get("having")
+        grouped = group is not None or having is not None or any(
+            next(iter(_aggregates(projection)), None) is not None for projection in select.expressions)
+        if not grouped:
+            continue
+        keys = {key.sql() for key in (group.expressions if group is not None else [])}
+        own = _sources(select)
+        parts = [projection.this if isinstance(projection, exp.Alias) else projection for projection in select.expressions]
+        for part in [*parts, *([having.this] if having is not None else [])]:
+            column = next(_bare_columns(part, keys, own), None)
+            if column is not None:
+                return (f"column '{column.name}' must appear in GROUP BY or be used in an aggregate function "
+                        "(as PostgreSQL and DuckDB require)"), column
+    return None
+
