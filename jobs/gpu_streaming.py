@@ -47,11 +47,18 @@ def take_spilled_bytes() -> int | None:
     from cudf_polars.engine.default_singleton_engine import DefaultSingletonEngine
 
     stats = DefaultSingletonEngine.get_or_create().global_statistics(clear=True)
-    if not stats.enabled:
+    entries = stats.to_dict()
+    # Seen on 26.10: after a query that recorded nothing, the merged statistics say "disabled"
+    # with no entries; they were on all along if this worker asked for them before the engine existed.
+    if not entries and not stats.enabled and os.environ.get(STATISTICS_ENV) != "true":
         return None
-    return spilled_device_to_host(stats.to_dict())
+    return spilled_device_to_host(entries)
 
 
 def spilled_device_to_host(stats: dict[str, dict[str, int | float]]) -> int:
-    """The device → host bytes in rapidsmpf's statistics (``spill-bytes-device-to-host`` and kin)."""
-    return int(sum(entry.get("value", 0) for name, entry in stats.items() if "spill" in name and "bytes" in name and "device-to-host" in name))
+    """The bytes rapidsmpf copied out of device memory: ``copy-device-to-pinned_host-bytes`` and ``copy-device-to-host-bytes``.
+
+    Names as rapidsmpf 26.10 reports them (seen on an H200: a sort of 10 GiB under a 4 GB
+    limit copied 10.08 GiB device → pinned host and back).
+    """
+    return int(sum(entry.get("value", 0) for name, entry in stats.items() if name.startswith("copy-device-to-") and name.endswith("-bytes")))

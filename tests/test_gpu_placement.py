@@ -86,13 +86,15 @@ def test_a_source_in_an_object_store_has_no_size_up_front_so_the_job_streams() -
 
 
 def test_spilled_bytes_are_the_device_to_host_ones_of_rapidsmpf_statistics() -> None:
+    # The shape rapidsmpf 26.10 gave on an H200 (bench/results/gpu_stats_probe_2026-12-01c.log).
     stats = {
-        "spill-bytes-device-to-host": {"count": 3, "value": 3_000},
-        "spill-time-device-to-host": {"count": 3, "value": 0.5},
-        "spill-bytes-host-to-device": {"count": 2, "value": 2_000},
-        "shuffle-payload-send": {"count": 1, "value": 9},
+        "copy-device-to-pinned_host-bytes": {"count": 14, "value": 3_000.0, "max": 1_000.0},
+        "copy-device-to-host-bytes": {"count": 1, "value": 500, "max": 500},
+        "copy-device-to-pinned_host-time": {"count": 14, "value": 1.16, "max": 0.34},
+        "copy-pinned_host-to-device-bytes": {"count": 14, "value": 3_000.0, "max": 1_000.0},
+        "alloc-device-bytes": {"count": 14, "value": 9_000.0, "max": 1_000.0},
     }
-    assert spilled_device_to_host(stats) == 3_000
+    assert spilled_device_to_host(stats) == 3_500
 
 
 # --- on the GPU -------------------------------------------------------------------------------
