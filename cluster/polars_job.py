@@ -50,12 +50,13 @@ def task_key(job_id: str) -> str:
 
 
 def stage_names(spec: JobSpec) -> list[str]:
-    """The stages a Polars job shows, named after the spec: its sources, its derived sources, its steps, its sink."""
+    """The stages a Polars job shows, named after the spec: its sources, its derived and SQL sources, its steps, its sink."""
     def ops(steps: list[Step]) -> str:
         return " → ".join(step.op for step in steps) or "as is"
 
     names = [read_stage_name(field) for field, _ in spec.source_fields()]
     names += [f"derive {name}: {ops(source.steps)}" for name, source in spec.sources.items() if isinstance(source, DerivedSource)]
+    names += [f"sql {name}" for name in spec.sql_sources()]
     if spec.steps:
         names.append(f"steps: {ops(spec.steps)}")
     names.append(f"write {spec.sink.format}")
