@@ -330,6 +330,15 @@ def test_engine_auto_runs_sql_on_polars_through_rest(api: SpillwayClient, data: 
     assert job.state == JobStatus.SUCCEEDED, job.error
     assert job.progress.engine is not None and job.progress.engine.engine == "polars"
     assert "source 'q' is SQL" in job.progress.engine.reason
+    assert [stage.name for stage in job.progress.stages] == ["read sales", "read products", "sql q", "write parquet"]
+
+
+@pytest.mark.engines("polars")
+def test_validate_shows_a_sql_jobs_columns_and_engine(api: SpillwayClient, data: dict[str, Path], tmp_path: Path) -> None:
+    report = api.validate(sql_spec(data, "SELECT region, count(*) AS n, max(ts) AS last FROM sales GROUP BY region",
+                                   sink=str(tmp_path / "never")))
+    assert report.columns == {"region": "string", "n": "numeric", "last": "datetime"}
+    assert report.engine.engine == "polars" and not (tmp_path / "never").exists()
 
 
 @pytest.mark.engines("polars")
