@@ -290,3 +290,11 @@ def test_the_sdk_manages_tokens(live: Any) -> None:
     with SpillwayClient(service.url, token=rotated.token) as revoked, pytest.raises(ApiError) as refused:
         revoked.list()
     assert refused.value.status == 401
+
+
+def test_with_auth_off_tokens_are_not_managed_over_rest(service: ServiceProcess) -> None:
+    """Else anyone reaching a loopback service could mint an admin token that stays good once auth is on."""
+    for method, path, body in (("GET", "/tokens", None), ("POST", "/tokens", {"name": "sneaky", "scope": "admin"}), ("POST", "/tokens/1/revoke", None)):
+        response = _call(service, method, path, None, json=body)
+        assert response.status_code == 403, response.text
+        assert response.json()["error"]["code"] == "forbidden" and "spillway token" in response.json()["error"]["message"]

@@ -1,7 +1,7 @@
-"""``/tokens``: list, create, revoke and rotate API tokens over REST (admin scope).
+"""``/tokens``: list, create, revoke and rotate API tokens over REST (admin scope, auth on).
 
 The same as ``spillway token ...`` on the service's host; a secret is in a response only
-once, in the one that made it.
+once, in the one that made it. With auth off these routes answer 403.
 """
 
 from __future__ import annotations
@@ -10,15 +10,22 @@ import asyncio
 from datetime import timedelta
 from typing import Annotated
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Depends, Path
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from service.auth import Scope, require
+from service.auth import Forbidden, Scope, require
 from service.routes.deps import MAX_OFFSET, ServicesDep
 from service.schemas import ErrorBody
 from service.token_models import NAME_PATTERN, IssuedToken, TokenInfo, parse_duration
 
-router = APIRouter(tags=["tokens"], dependencies=[require(Scope.ADMIN)])
+
+def _auth_on(services: ServicesDep) -> None:
+    # With auth off anyone who reaches the port could mint an admin token that stays good once auth is on.
+    if not services.settings.auth_required:
+        raise Forbidden("auth is off on this service, so tokens are not managed over REST: use `spillway token ...` on its host")
+
+
+router = APIRouter(tags=["tokens"], dependencies=[Depends(_auth_on), require(Scope.ADMIN)])
 
 
 def _checked(text: str | None) -> str | None:
