@@ -124,6 +124,11 @@ def _check(spec: JobSpec, read: SchemaReader) -> Schema:
             named[ref] = schema
         return schema
 
+    if sql_sources := spec.sql_sources():  # SQL's text is checked before any source is read
+        from jobs.sql_check import check_sql
+
+        for name, source in sql_sources.items():
+            check_sql(source.sql, f"sources.{name}.sql", list(spec.sources), own_name=name)
     for name in spec.sources:
         schema_of(name, f"sources.{name}")
     schema = _check_steps(schema_of(spec.source, "source"), spec.steps, "steps", "", schema_of)
