@@ -207,13 +207,16 @@ def test_refused_at_submit_naming_the_part(data: dict[str, Path], name: str) -> 
     assert info.value.message.startswith("sources.q.sql: ") and message in info.value.message, info.value.message
 
 
-def test_refused_before_any_source_is_read(data: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_refused_before_any_source_is_read(data: dict[str, Path]) -> None:
+    """Sources defined before the SQL one, even missing files, are not read before the SQL is refused."""
     read: list[str] = []
-    monkeypatch.setattr("jobs.validate.read_schema", lambda source, field: read.append(field) or {})
-    spec = JobSpec.model_validate({"sources": {"q": {"sql": "DROP TABLE sales"}}, "source": "q", "sink": {"path": "/tmp/x"}})
-    with pytest.raises(SqlRefused):
+    spec = JobSpec.model_validate({"sources": {"gone": {"format": "parquet", "path": "/tmp/no/such/file.parquet"},
+                                               "sales": {"format": "parquet", "path": str(data["sales"])},
+                                               "q": {"sql": "SELECT * FROM sales; DROP TABLE sales"}},
+                                   "source": "q", "sink": {"path": "/tmp/x"}})
+    with pytest.raises(SqlRefused) as info:
         plan_spec(spec, read=lambda source, field: read.append(field) or {})
-    assert read == []
+    assert read == [] and "a second statement begins with 'DROP'" in info.value.message
 
 
 def test_sql_sources_in_a_cycle_are_refused(data: dict[str, Path]) -> None:
