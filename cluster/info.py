@@ -32,6 +32,18 @@ class WorkerInfo(BaseModel):
     gpu: GpuInfo | None = None
 
 
+class RunningJob(BaseModel):
+    """A job running now, and the workers its tasks are running on."""
+
+    id: str
+    engine: str | None = Field(default=None, description="polars or dask, once chosen.")
+    device: str | None = Field(default=None, description="cpu or gpu, once chosen.")
+    reason: str | None = Field(default=None, description="Why this engine (and, on the GPU, which executor).")
+    workers: dict[str, int] = Field(
+        default_factory=dict, description="Worker address → the job's tasks running there now (a Polars job: its one task)."
+    )
+
+
 class ClusterInfo(BaseModel):
     """The cluster the service runs jobs on."""
 
@@ -43,6 +55,9 @@ class ClusterInfo(BaseModel):
     workers: list[WorkerInfo]
     total_threads: int
     total_memory_limit: int | None
+    running: list[RunningJob] = Field(
+        default_factory=list, description="The caller's running jobs (every running job for an admin) and where their tasks run."
+    )
 
 
 def worker_info(address: str, raw: dict[str, Any], gpu_stats: dict[str, Any] | None = None, device_limit: int | float | None = None) -> WorkerInfo:

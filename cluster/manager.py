@@ -18,6 +18,7 @@ from distributed.client import FutureCancelledError, FuturesCancelledError
 
 from cluster.factory import ClusterHandle
 from cluster.gpu_sampler import GpuSampler
+from cluster.info import RunningJob
 from cluster.job_logs import JobLog
 from cluster import polars_job
 from cluster.plan import plan_job
@@ -85,6 +86,11 @@ class _JobTimedOut(Exception):
     pass
 
 
+def key_text(key: Any) -> str:
+    """A task key as text, the same whether it arrives as a tuple or, through msgpack, as a list."""
+    return str(tuple(key)) if isinstance(key, (list, tuple)) else str(key)
+
+
 @dataclass
 class _ActiveJob:
     job_id: str
@@ -104,6 +110,8 @@ class _ActiveJob:
     engine: EngineChoice | None = None
     #: Bytes cudf-polars' streaming executor spilled device → host (a GPU job placed on it).
     streaming_spilled_bytes: int | None = None
+    #: The job's task keys (as :func:`key_text` writes them), to find the workers running them.
+    task_keys: frozenset[str] = frozenset()
     log: JobLog = field(default_factory=JobLog)
     plugin_ended: asyncio.Event = field(default_factory=asyncio.Event)
     finished: asyncio.Event = field(default_factory=asyncio.Event)
@@ -479,6 +487,7 @@ class JobManager:
             active.log.add(f"{self._now()} placement: {placement.reason}")
         active.log.add(f"{self._now()} Polars query built in {planned_s:.3f} s; running as one task")
         phase = time.perf_counter()
+        active.task_keys = frozenset({key_text(polars_job.task_key(job.id))})
         future = polars_job.submit(self.cluster.client, job.id, frame, target, active.progress, reads, device, placement)
         active.futures = [future]
         try:
@@ -499,6 +508,21 @@ class JobManager:
         active.log.add(f"{self._now()} Polars ran on {result.worker} ({result.threads} threads, {result.engine}{executor}): "
                        f"{result.rows} rows in {result.seconds:.3f} s{spilled}")
         await self._commit(job, active, f"plan {planned_s:.3f} s, compute {computed_s:.3f} s")
+
+    async def running(self) -> list[RunningJob]:
+        """Every running job, with the workers the scheduler has its tasks processing on now."""
+        if not self._active:
+            return []
+        processing = await self.cluster.client.processing()
+        jobs = []
+        for job_id, active in list(self._active.items()):
+            workers = {worker: count for worker, keys in processing.items() if (count := sum(key_text(k) in active.task_keys for k in keys))}
+            engine = active.engine
+            jobs.append(RunningJob(
+                id=job_id, engine=engine.engine if engine else None, device=engine.device if engine else None,
+                reason=engine.reason if engine else None, workers=workers,
+            ))
+        return jobs
 
     async def _gpu_device_limit(self) -> int | None:
         """One GPU worker's device limit in bytes (the smallest, if they differ), read once per cluster."""
@@ -537,6 +561,7 @@ class JobManager:
             raise _JobCancelled()
         active.log.add(f"{self._now()} graph: {len(plan.graph)} tasks in {len(plan.stage_totals)} stages, planned in {planned_s:.3f} s")
         phase = time.perf_counter()
+        active.task_keys = frozenset(key_text(key) for key in plan.stage_of_key)
         active.futures = client.get(plan.graph, plan.result_keys, sync=False)
         await client.gather(active.futures)
         computed_s = time.perf_counter() - phase

@@ -1,17 +1,37 @@
-"""``GET /cluster``: workers, threads, memory, backend and the dashboard link."""
+"""``GET /cluster``: workers, threads, memory, backend, the dashboard link, and what runs where."""
 
 from __future__ import annotations
 
+import asyncio
+
 from fastapi import APIRouter
 
-from cluster.info import ClusterInfo
-from service.auth import Scope, require
+from cluster.info import ClusterInfo, RunningJob
+from jobs.errors import JobNotFound
+from service.auth import CallerDep, Scope, require
 from service.routes.deps import ServicesDep
 
 router = APIRouter(tags=["cluster"], dependencies=[require(Scope.READ)])
 
 
 @router.get("/cluster", response_model=ClusterInfo)
-async def get_cluster(services: ServicesDep) -> ClusterInfo:
-    """The cluster jobs run on, as its scheduler sees it now."""
-    return await services.cluster.info()
+async def get_cluster(services: ServicesDep, caller: CallerDep) -> ClusterInfo:
+    """The cluster jobs run on, as its scheduler sees it now, and the caller's running jobs on it."""
+    info = await services.cluster.info()
+    running = await services.manager.running()
+    visible = await asyncio.to_thread(_visible_to, services, caller.sees, running)
+    return info.model_copy(update={"running": visible})
+
+
+def _visible_to(services: ServicesDep, owner: str | None, running: list[RunningJob]) -> list[RunningJob]:
+    """The jobs of ``running`` that ``owner`` may see (None: an admin, or auth off: all)."""
+    if owner is None:
+        return running
+    visible = []
+    for job in running:
+        try:
+            services.store.get(job.id, owner=owner)
+        except JobNotFound:
+            continue
+        visible.append(job)
+    return visible
