@@ -17,6 +17,7 @@ for ``read source``, ``steps[0] filter`` and ``steps[1] groupby``. Tasks nothing
 from __future__ import annotations
 
 import functools
+import itertools
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -42,6 +43,8 @@ DASK_NOTE = (
     "of that one. The estimate of the time left assumes the tasks left take as long as those done."
 )
 
+_NEAR = 200  # expressions searched for one of the same kind as a rebuilt one
+
 _recorder = threading.local()  # the labels of the graph this thread is planning, if any
 
 
@@ -53,6 +56,8 @@ class StageLabels:
         self.fused: dict[str, frozenset[str]] = {}
         self.order: list[str] = []
         self._signature_of: dict[str, str] = {}
+        self._leaves_of: dict[str, tuple[Expr, ...]] = {}
+        self._near_of: dict[str, dict[str, str]] = {}
 
     def mark(self, expr: Expr, stage: str) -> None:
         """Label ``stage`` on every expression under ``expr`` that has no label yet."""
@@ -100,19 +105,31 @@ class StageLabels:
     def _leaf_stage(self, leaf: Expr, origin: Expr) -> str | None:
         """The read a new leaf (a read with other columns) stands for: the one ``origin`` reads, or
         of those, the one of the same kind over the same files."""
-        leaves = [node for node in _walk(origin) if not node.dependencies() and node._name in self.of]
+        leaves = [node for node in self._leaves_under(origin) if node._name in self.of]
         for candidates in (leaves, [n for n in leaves if _read_signature(n) == _read_signature(leaf)]):
             stages = {self.of[node._name] for node in candidates}
             if len(stages) == 1:
                 return stages.pop()
         return None
 
+    def _leaves_under(self, expr: Expr) -> tuple[Expr, ...]:
+        # Memoised per expression: a job has few reads, and subtrees are shared.
+        if expr._name not in self._leaves_of:
+            dependencies = expr.dependencies()
+            found = {leaf._name: leaf for dependency in dependencies for leaf in self._leaves_under(dependency)}
+            self._leaves_of[expr._name] = tuple(found.values()) if dependencies else (expr,)
+        return self._leaves_of[expr._name]
+
     def _signatures(self, origin: Expr) -> dict[str, str]:
-        found: dict[str, str] = {}
-        for node in _walk(origin):  # breadth first: the nearest of a kind wins
-            if node._name in self.of:
-                found.setdefault(self._signature(node), self.of[node._name])
-        return found
+        if origin._name not in self._near_of:
+            found: dict[str, str] = {}
+            # Breadth first, the nearest of a kind winning; a rebuilt expression mirrors one close
+            # below, so the search stops after a bounded number (a rewrite at the root would walk all).
+            for node in itertools.islice(_walk(origin), _NEAR):
+                if node._name in self.of:
+                    found.setdefault(self._signature(node), self.of[node._name])
+            self._near_of[origin._name] = found
+        return self._near_of[origin._name]
 
     def _signature(self, node: Expr) -> str:
         if node._name not in self._signature_of:
@@ -125,6 +142,14 @@ class StageLabels:
         """``new`` was made from ``old`` by the optimizer: what it adds does ``old``'s work."""
         if isinstance(new, Expr) and new is not old and old._name in self.of:
             self._spread(new, self.of[old._name], origin=old)
+
+    def substituted(self, old: Expr, new: Any, *, replaced: bool) -> None:
+        """``new`` took ``old``'s place: as a replacement (its new parts do ``old``'s work), or as
+        ``old`` rebuilt over replaced inputs (the same work: one label, nothing below to walk)."""
+        if replaced:
+            self.derived(old, new)
+        elif isinstance(new, Expr) and not isinstance(new, Fused) and old._name in self.of:
+            self.of.setdefault(new._name, self.of[old._name])
 
     def fusing(self, expr: Any) -> None:
         """``expr`` may be a fusion of expressions (new, or rebuilt over another): it does the work of all their stages."""
@@ -194,9 +219,8 @@ def _traced_substitute(method: Callable[..., Any]) -> Callable[..., Any]:
         out = method(self, old, new, _seen)
         labels: StageLabels | None = getattr(_recorder, "labels", None)
         if labels is not None:
-            labels.fusing(new)
-            labels.fusing(out)
-            labels.derived(self, out)
+            labels.fusing(out)  # the fusion itself, or one rebuilt over another
+            labels.substituted(self, out, replaced=out is new)
         return out
 
     return substitute
