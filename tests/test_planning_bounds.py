@@ -158,3 +158,56 @@ def test_sigint_during_planning_stops_the_service(sample_data: dict[str, Path], 
     finally:
         restarted.stop()
     assert finished["state"] == "FAILED" and finished["error"]["code"] == "interrupted"
+
+
+def test_graphs_build_in_several_threads_at_once(sample_data: dict[str, Path], tmp_path: Path) -> None:
+    """Graphs of every shape built in four threads at once give the graphs built one at a time, and
+    leave dask's config as it was (each build sets the backend and the shuffle method)."""
+    import threading
+
+    import dask
+
+    from cluster.plan import plan_job
+    from jobs.sink import SinkWriter
+    from jobs.validate import plan_spec
+
+    sales = {"format": "parquet", "path": str(sample_data["sales"])}
+    products = {"format": "csv", "path": str(sample_data["products"])}
+    steps: dict[str, list[dict[str, Any]]] = {
+        "sorted_groups": [{"op": "groupby", "by": ["region"], "aggs": {"n": {"func": "size"}, "q": {"func": "median", "column": "quantity"}}},
+                          {"op": "sort", "by": ["n"]}],
+        "joined": [{"op": "join", "right": products, "on": ["product_id"]}, {"op": "filter", "expr": "unit_cost > 10"}],
+        "windowed": [{"op": "window", "partition_by": ["region"], "order_by": [{"column": "amount"}], "columns": {"r": {"func": "row_number"}}}],
+        "top": [{"op": "top_k", "by": ["region"], "order": [{"column": "amount", "descending": True}], "k": 3}, {"op": "drop_duplicates"}],
+        "sorted": [{"op": "assign", "column": "x", "expr": "amount * quantity"}, {"op": "sort", "by": ["x"]}],
+    }
+    specs = {name: JobSpec.model_validate({"source": sales, "steps": s, "sink": {"path": str(tmp_path / name)}, "engine": "dask"})
+             for name, s in steps.items()}
+    plans = {name: plan_spec(spec) for name, spec in specs.items()}
+    before = dask.config.get("dataframe.shuffle.method", None), dask.config.get("dataframe.backend", None)
+
+    def build(name: str, run: str) -> int:
+        return len(plan_job(specs[name], "pandas", SinkWriter(specs[name].sink, run), None, plans[name]).graph)
+
+    with dask.config.set(scheduler="sync"):  # a sort's boundaries are computed while planning
+        alone = {name: build(name, f"alone-{name}") for name in specs}
+        together: list[tuple[str, int]] = []
+        errors: list[BaseException] = []
+
+        def worker(offset: int) -> None:
+            names = list(specs)
+            try:
+                for name in names[offset:] + names[:offset]:
+                    together.append((name, build(name, f"t{offset}-{name}")))
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=300)
+    assert not any(thread.is_alive() for thread in threads), "graph building deadlocked"
+    assert errors == []
+    assert len(together) == 4 * len(specs) and all(size == alone[name] for name, size in together)
+    assert (dask.config.get("dataframe.shuffle.method", None), dask.config.get("dataframe.backend", None)) == before
