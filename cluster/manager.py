@@ -18,6 +18,7 @@ from distributed.client import FutureCancelledError, FuturesCancelledError
 
 from cluster.factory import ClusterHandle
 from cluster.gpu_sampler import GpuSampler
+from cluster.hung_workers import restart_silent_workers, silent_workers
 from cluster.info import RunningJob
 from cluster.job_logs import JobLog
 from cluster import polars_job
@@ -147,6 +148,9 @@ class JobManager:
         The engine for specs that name none: ``auto``, ``polars`` or ``dask``.
     default_timeout_s
         Seconds a job whose spec sets no ``timeout_s`` may run before it fails as timed out.
+    hung_worker_s
+        A worker that sends no heartbeat for this long while jobs run is taken to be hung and
+        restarted (cluster/hung_workers.py); its tasks run again elsewhere. 0: never.
     allowed_roots
         The data roots. A job's paths are checked against them again when it starts, its
         sources' files as they are listed, and its sink's parent at the commit (a link may have
@@ -167,6 +171,7 @@ class JobManager:
         metrics: JobMetrics | None = None,
         default_engine: EngineName = "auto",
         default_timeout_s: float = 86_400.0,
+        hung_worker_s: float = 60.0,
         allowed_roots: list[str] | None = None,
     ) -> None:
         self.store = store
@@ -179,6 +184,7 @@ class JobManager:
         self.metrics = metrics or _NoMetrics()
         self.default_engine: EngineName = default_engine
         self.default_timeout_s = default_timeout_s
+        self.hung_worker_s = hung_worker_s
         self.allowed_roots = allowed_roots
         # Waiting jobs in submission order, with their owner (the token that submitted them).
         self._waiting: list[tuple[str, str | None]] = []
@@ -187,6 +193,7 @@ class JobManager:
         self._active: dict[str, _ActiveJob] = {}
         self._device_limit_of: tuple[ClusterHandle, int | None] | None = None
         self._runners: list[asyncio.Task[None]] = []
+        self._watch: asyncio.Task[None] | None = None
         self._sweeps: set[asyncio.Task[None]] = set()
 
     @property
@@ -201,6 +208,8 @@ class JobManager:
             self._waiting.append((job_id, (await asyncio.to_thread(self.store.get, job_id)).owner))
         self.cluster.client.subscribe_topic(PROGRESS_TOPIC, self._on_progress)
         self._runners = [asyncio.create_task(self._runner(), name=f"spillway-runner-{i}") for i in range(self.max_concurrent)]
+        if self.hung_worker_s > 0:
+            self._watch = asyncio.create_task(self._watch_hung_workers(), name="spillway-hung-workers")
 
     async def _recover(self, job: JobView) -> None:
         """Settle a job the previous run left RUNNING: SUCCEEDED if its commit had landed, else FAILED interrupted.
@@ -233,10 +242,29 @@ class JobManager:
 
     async def stop(self) -> None:
         """Stop the runners; jobs still running are failed as interrupted."""
-        for task in [*self._runners, *self._sweeps]:
+        watch = [self._watch] if self._watch is not None else []
+        for task in [*self._runners, *self._sweeps, *watch]:
             task.cancel()
-        await asyncio.gather(*self._runners, *self._sweeps, return_exceptions=True)
-        self._runners = []
+        await asyncio.gather(*self._runners, *self._sweeps, *watch, return_exceptions=True)
+        self._runners, self._watch = [], None
+
+    async def _watch_hung_workers(self) -> None:
+        """While jobs run, restart workers silent for ``hung_worker_s`` and say so in every running job's log."""
+        while True:
+            await asyncio.sleep(min(5.0, self.hung_worker_s / 2))
+            if not self._active:
+                continue
+            try:
+                restarted = await restart_silent_workers(self.cluster.client, self.hung_worker_s)
+            except Exception as exc:  # noqa: BLE001 - a cluster being replaced: the supervisor's business, try again next round
+                log.debug("hung-worker check failed: %s: %s", type(exc).__name__, exc)
+                continue
+            if restarted:
+                message = (f"worker(s) {', '.join(restarted)} sent no heartbeat for {self.hung_worker_s:g} s "
+                           "(SPILLWAY_HUNG_WORKER_S): restarted; their tasks run again on the other workers")
+                log.warning(message)
+                for active in list(self._active.values()):
+                    active.log.add(f"{self._now()} {message}")
 
     def enqueue(self, job_id: str, owner: str | None = None) -> None:
         """Queue a PENDING job behind those already waiting."""
@@ -479,7 +507,7 @@ class JobManager:
             self.store.save_progress(job.id, active.progress)
             return target, reads, placement
 
-        target, reads, placement = await self._planning(active, prepare)
+        target, reads, placement = await asyncio.to_thread(prepare)  # it writes to the store: not a thread to interrupt
         planned_s = time.perf_counter() - phase
         if active.cancel_requested:
             raise _JobCancelled()
@@ -508,6 +536,11 @@ class JobManager:
         active.log.add(f"{self._now()} Polars ran on {result.worker} ({result.threads} threads, {result.engine}{executor}): "
                        f"{result.rows} rows in {result.seconds:.3f} s{spilled}")
         await self._commit(job, active, f"plan {planned_s:.3f} s, compute {computed_s:.3f} s")
+
+    def live_log(self, job_id: str) -> list[str] | None:
+        """The log lines so far of a job this manager is running (None: it runs none such)."""
+        active = self._active.get(job_id)
+        return active.log.to_list() if active is not None else None
 
     async def running(self) -> list[RunningJob]:
         """Every running job, with the workers the scheduler has its tasks processing on now."""
@@ -692,8 +725,6 @@ SILENT_WORKER_S = 10.0
 
 def _workers_to_restart(dask_scheduler: Any, keys: list[Any], silent_s: float | None) -> list[str]:
     """The workers running a task that ``keys`` need (not yet in memory), and any worker silent for ``silent_s``."""
-    from distributed.metrics import time as scheduler_time  # the clock of last_seen
-
     workers: set[str] = set()
     seen: set[Any] = set()
     stack = list(keys)
@@ -707,6 +738,5 @@ def _workers_to_restart(dask_scheduler: Any, keys: list[Any], silent_s: float | 
             workers.add(task.processing_on.address)
         stack.extend(dependency.key for dependency in task.dependencies)
     if silent_s is not None:
-        now = scheduler_time()
-        workers.update(address for address, state in dask_scheduler.workers.items() if now - state.last_seen > silent_s)
+        workers.update(silent_workers(dask_scheduler, silent_s))
     return sorted(workers)

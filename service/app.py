@@ -85,6 +85,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             max_running_per_owner=settings.max_running_per_token,
             default_engine=settings.default_engine,
             default_timeout_s=settings.default_job_timeout_s,
+            hung_worker_s=settings.hung_worker_s,
             allowed_roots=settings.allowed_roots,
             metrics=metrics,
         )

@@ -42,6 +42,11 @@ class Settings(BaseSettings):
     max_concurrent_jobs: int = Field(default=2, ge=1, le=1024, description="Jobs running at once; the rest queue in submission order.")
     progress_interval_s: float = Field(default=0.5, gt=0, le=1.0, description="Seconds between progress writes to the store while a job runs.")
     cancel_timeout_s: float = Field(default=30.0, gt=0, description="How long POST /jobs/{id}/cancel waits for the job to stop.")
+    hung_worker_s: float = Field(
+        default=60.0, ge=0,
+        description="A worker that sends no heartbeat for this many seconds while jobs run is taken to be hung and restarted; "
+        "its tasks run again on the other workers (0: never). Heartbeats come every 0.5-5 s.",
+    )
     default_job_timeout_s: float = Field(
         default=86_400.0,
         gt=0,

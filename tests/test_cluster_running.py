@@ -1,4 +1,5 @@
-"""``GET /cluster`` says what runs where: each running job and the workers its tasks run on, owner-filtered.
+"""``GET /cluster`` says what runs where: each running job and the workers its tasks run on, owner-filtered;
+and a running job's log can be read while it runs.
 
 A real service on a 2-worker LocalCluster runs a job long enough to be seen mid-run (the fault
 tests' slow jobs), on each engine; with auth on, another token does not see it and an admin does.
@@ -56,6 +57,8 @@ def test_a_running_job_is_listed_with_the_workers_running_its_tasks(
     assert (seen["engine"], seen["device"]) == (engine, "cpu") and seen["reason"]
     if engine == "polars":
         assert sum(seen["workers"].values()) == 1  # one task on one worker
+    # While it runs, its log already holds the service's events so far.
+    assert any("RUNNING on LocalCluster" in line for line in _get(service, tokens["alice"], f"/jobs/{job_id}/logs")["lines"])
     assert job_id not in _running(service, tokens["bob"])  # another owner's job is not there
     assert job_id in _running(service, tokens["admin"])  # an admin sees every job
     httpx.post(service.url + f"/jobs/{job_id}/cancel", headers={"Authorization": f"Bearer {tokens['alice']}"}, timeout=60)

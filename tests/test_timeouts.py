@@ -15,7 +15,7 @@ from distributed import Client
 from jobs.sink import TMP_PREFIX
 from jobs.status import JobStatus
 from tests.conftest import ServiceProcess, start_service, wait_for, wait_terminal
-from tests.fault_jobs import busy_workers, slow_spec, worker_addresses
+from tests.fault_jobs import busy_workers, check_slow_output, slow_spec, worker_addresses
 
 DEFAULT_TIMEOUT_S = 30
 MAX_TIMEOUT_S = 600
@@ -92,3 +92,35 @@ def test_a_hung_worker_times_the_job_out_and_the_cluster_recovers(
             os.kill(stopped, signal.SIGKILL)
     assert not out.exists()
     wait_for(lambda: not [p for p in tmp_path.iterdir() if p.name.startswith(TMP_PREFIX)], timeout=40, what="staging swept")
+
+
+@pytest.fixture(scope="module")
+def watched_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
+    """A service that restarts a worker silent for 5 s (SPILLWAY_HUNG_WORKER_S), long before any job's timeout."""
+    service = start_service(tmp_path_factory.mktemp("hung_watch"), extra_env={"SPILLWAY_HUNG_WORKER_S": "5"})
+    yield service
+    service.stop()
+
+
+def test_a_hung_worker_is_restarted_and_the_job_runs_on_to_the_right_answer(
+    watched_service: ServiceProcess, big_data: dict[str, Path], tmp_path: Path, engine: str
+) -> None:
+    out = tmp_path / "rescued"
+    stopped: int | None = None
+    try:
+        with watched_service.client() as api, Client(api.cluster().scheduler_address, timeout=30) as dask_client:
+            pids = dask_client.run(os.getpid)  # before any worker stops answering
+            job_id = api.submit(slow_spec(engine, big_data, out)).id
+            victim = wait_for(lambda: next(iter(busy_workers(dask_client)), None), timeout=90, interval=0.05, what="the job's tasks to run")
+            stopped = pids[victim]
+            os.kill(stopped, signal.SIGSTOP)  # alive, connected, silent: a hung worker
+            job = wait_terminal(api, job_id, timeout=240)
+            assert job.state == JobStatus.SUCCEEDED, job.error  # not its one-day timeout: the watch restarted the worker
+            lines = api.logs(job_id)
+            assert any(f"{victim}" in line and "sent no heartbeat for 5 s" in line for line in lines), lines
+            wait_for(lambda: not psutil.pid_exists(stopped) or psutil.Process(stopped).status() == psutil.STATUS_ZOMBIE, timeout=60, what="the hung worker to go")
+            wait_for(lambda: len(worker_addresses(dask_client)) == 2, timeout=60, what="two workers")
+    finally:
+        if stopped is not None and psutil.pid_exists(stopped):
+            os.kill(stopped, signal.SIGKILL)
+    check_slow_output(engine, big_data, out)

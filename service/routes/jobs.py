@@ -134,9 +134,14 @@ async def get_job(job_id: str, services: ServicesDep, request: Request, caller: 
 
 @router.get("/{job_id}/logs", response_model=JobLogs, responses=_ERRORS)
 async def job_logs(job_id: str, services: ServicesDep, caller: CallerDep) -> JobLogs:
-    """The job's log once it has finished: service events, the worker exception with its
-    traceback, and workers' warnings and errors from while it ran (capped at 64 KiB)."""
-    return JobLogs(id=job_id, lines=await asyncio.to_thread(services.store.logs, job_id, owner=caller.sees))
+    """The job's log: the service's events so far while it runs; once it has finished, also the
+    worker exception with its traceback, and workers' warnings and errors from while it ran
+    (capped at 64 KiB)."""
+    stored = await asyncio.to_thread(services.store.logs, job_id, owner=caller.sees)  # 404 for another owner's job
+    # A job this service runs keeps its lines in memory until they are stored, which is just
+    # after its terminal state is: read them there, so a finished job never shows an empty log.
+    live = services.manager.live_log(job_id)
+    return JobLogs(id=job_id, lines=live if live is not None else stored)
 
 
 @router.post("/{job_id}/cancel", response_model=JobView, status_code=202, responses=_ERRORS, dependencies=[require(Scope.SUBMIT)])

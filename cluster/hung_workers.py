@@ -1,0 +1,34 @@
+"""Workers that stop answering while jobs run: found by their silent heartbeats, and restarted.
+
+A worker stopped by SIGSTOP, or stuck in a driver call, keeps its connection open and sends
+nothing. Dask removes such a worker only after ``distributed.scheduler.worker-ttl`` (5 minutes
+by default, and only if the comm notices), and the task it holds never ends: a Polars job would
+wait for its run timeout (a day by default). Restarting the worker through its nanny kills the
+process; Dask then runs its tasks again on the workers left (a Polars task from an emptied
+staging, :func:`cluster.polars_job.run_attempt`), as after any worker's death.
+
+Workers send a heartbeat every 0.5-5 s from their event loop, which keeps running while tasks
+compute in threads, so a worker silent for a minute is not busy: it is hung.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from distributed import Client
+
+
+async def restart_silent_workers(client: Client, silent_s: float) -> list[str]:
+    """Restart every worker that has sent no heartbeat for ``silent_s`` seconds; their addresses."""
+    silent: list[str] = await client.run_on_scheduler(silent_workers, silent_s=silent_s)
+    if silent:
+        await client.restart_workers(silent, raise_for_error=False)
+    return silent
+
+
+def silent_workers(dask_scheduler: Any, silent_s: float) -> list[str]:
+    """The scheduler's workers whose last heartbeat is more than ``silent_s`` seconds old."""
+    from distributed.metrics import time as scheduler_time  # the clock of last_seen
+
+    now = scheduler_time()
+    return sorted(address for address, state in dask_scheduler.workers.items() if now - state.last_seen > silent_s)
