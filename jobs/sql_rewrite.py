@@ -14,7 +14,10 @@ each on the checked tree, bring a query within what it takes without changing it
 - a ``LEFT JOIN``'s conditions on the right table alone move into a derived table over it,
   an ``INNER JOIN``'s non-key conditions into ``WHERE`` (Polars' ``ON`` takes key equalities);
 - ``%`` truncates toward zero, as SQL's does (Polars' floors): ``sign(a) * (abs(a) % abs(b))``;
-- ``DATE '...'`` and ``TIMESTAMP '...'`` literals become Polars' parsing functions, format spelled out;
+- ``DATE '...' ± INTERVAL ...`` of literals is computed now, and date literals are written as typed
+  literals Polars reads as constants (:mod:`jobs.sql_dates`; cudf-polars runs neither strptime nor offset_by);
+- ``LIKE`` with a literal pattern becomes ``=``, ``starts_with``, ``ends_with`` or a regex without
+  Polars' ``(?s)`` flag, which cudf-polars refuses (:mod:`jobs.sql_like`);
 - an output column with no name gets its SQL text as one (``sum(l_quantity)``, as DuckDB).
 
 Only the tree is read; the user's text is never handed on.
@@ -23,7 +26,6 @@ Only the tree is read; the user's text is never handed on.
 from __future__ import annotations
 
 import difflib
-import re
 from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
 
@@ -33,7 +35,9 @@ from sqlglot.optimizer.qualify import qualify
 from sqlglot.optimizer.unnest_subqueries import unnest_subqueries
 
 from jobs.sql_check import DIALECT, SqlRefused, position
+from jobs.sql_dates import fold_date_literals
 from jobs.sql_exists import and_all, conjuncts, decorrelate_exists
+from jobs.sql_like import like_as_string_functions
 from jobs.sql_groups import grouping_error
 
 #: The dialect the regenerated SQL is written in for Polars.
@@ -147,27 +151,6 @@ def _sql_remainders(tree: exp.Expression) -> None:
         mod.replace(exp.Paren(this=exp.Mul(this=exp.Sign(this=a.copy()), expression=magnitude)))
 
 
-_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
-_TIMESTAMP = re.compile(r"(\d{4}-\d{2}-\d{2})(?:[ T](\d{2}:\d{2}:\d{2})(\.\d{1,9})?)?")
-
-
-def _date_literals(tree: exp.Expression) -> None:
-    """``DATE 'y-m-d'`` and ``TIMESTAMP 'y-m-d h:m:s'`` as Polars' parsing functions with the format
-    spelled out (its string casts are deprecated, and a timestamp cast takes no space)."""
-    for cast in list(tree.find_all(exp.Cast)):
-        target = cast.args.get("to")
-        if not (isinstance(cast.this, exp.Literal) and cast.this.is_string and isinstance(target, exp.DataType)):
-            continue
-        text = cast.this.this.strip()
-        if target.this == exp.DataType.Type.DATE and _DATE.fullmatch(text):
-            cast.replace(exp.Anonymous(this="DATE", expressions=[exp.Literal.string(text), exp.Literal.string("%Y-%m-%d")]))
-        elif target.this == exp.DataType.Type.TIMESTAMP and (found := _TIMESTAMP.fullmatch(text)):
-            day, clock, fraction = found.groups()
-            value = f"{day} {clock or '00:00:00'}{fraction or ''}"
-            form = "%Y-%m-%d %H:%M:%S" + ("%.f" if fraction else "")
-            cast.replace(exp.Anonymous(this="STRPTIME", expressions=[exp.Literal.string(value), exp.Literal.string(form)]))
-
-
 def _polars_function_names(tree: exp.Expression) -> None:
     # PostgreSQL writes MEDIAN as PERCENTILE_CONT(0.5) WITHIN GROUP (...), which Polars lacks.
     for median in list(tree.find_all(exp.Median)):
@@ -224,7 +207,8 @@ def _finish(tree: exp.Query) -> str:
         _polars_join_conditions(select)
     _fold_literals(tree)
     _sql_remainders(tree)
-    _date_literals(tree)
+    fold_date_literals(tree)
+    like_as_string_functions(tree)
     _polars_function_names(tree)
     return tree.sql(dialect=OUTPUT_DIALECT, comments=False)
 

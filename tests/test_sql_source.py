@@ -120,6 +120,11 @@ ACCEPTED = {
                                       "AND s.amount > 0", False),
     "dates_and_intervals": ("SELECT count(*) AS n FROM sales WHERE ts >= date '2026-03-01' AND ts < date '2026-03-01' + interval '1' month "
                             "AND ts < timestamp '2026-12-01 00:00:00'", False),
+    "like_patterns": ("WITH s AS (SELECT order_id, CASE WHEN order_id % 7 = 0 THEN NULL ELSE region || '.x' END AS r FROM sales) "
+                      "SELECT order_id, r LIKE 'no%' AS a, r LIKE '%h.x' AS b, r LIKE '%o%t%' AS c, r NOT LIKE '%es%' AS d, "
+                      "r LIKE 'east.x' AS e, r LIKE 'n_rth%' AS f, r LIKE '%.%' AS g, r LIKE '%' AS h FROM s WHERE order_id < 60", False),
+    "date_arithmetic": ("SELECT count(*) AS n FROM sales WHERE ts >= DATE '2026-01-31' + INTERVAL '1' MONTH "
+                        "AND ts < TIMESTAMP '2026-03-01 12:30:00' + INTERVAL '2' HOUR - INTERVAL '1' DAY", False),
     "unnamed_output_column": ("SELECT region, sum(quantity) FROM sales GROUP BY region ORDER BY region", True),
 }
 
@@ -300,6 +305,16 @@ def test_exists_with_an_unequal_correlation_becomes_a_join(data: dict[str, Path]
     sql = ACCEPTED["exists_with_unequal_correlation"][0]
     query = plan_spec(JobSpec.model_validate(sql_spec(data, sql))).queries["sources.q"].sql
     assert "EXISTS" not in query and 'MIN("t"."discount") AS "lo"' in query and "LEFT JOIN" in query
+
+
+def test_literals_and_like_are_written_as_cudf_polars_runs_them(data: dict[str, Path]) -> None:
+    """Date arithmetic of literals is computed at submit (Jan 31 + 1 month is Feb 28, as PostgreSQL), and
+    LIKE becomes starts_with or a regex without Polars' (?s): cudf-polars runs neither strptime, offset_by nor (?s)."""
+    sql = ("SELECT order_id FROM sales WHERE ts >= DATE '2026-01-31' + INTERVAL '1' MONTH AND region LIKE 'no%' "
+           "AND region NOT LIKE '%e%s%'")
+    query = plan_spec(JobSpec.model_validate(sql_spec(data, sql))).queries["sources.q"].sql
+    assert "DATE '2026-02-28'" in query and "INTERVAL" not in query and "LIKE" not in query
+    assert 'STARTS_WITH("sales"."region", \'no\')' in query and "NOT (\"sales\".\"region\" ~ 'e[\\s\\S]*s')" in query
 
 
 def test_the_regenerated_sql_is_what_runs(data: dict[str, Path]) -> None:

@@ -44,3 +44,20 @@ def test_tpch_sql_matches_duckdb(api: SpillwayClient, tpch_data: Path, referee: 
     expected = referee.execute(QUERIES[name]).df()
     assert len(expected) > 0
     assert_same_answer(committed_output(api, accepted.id, out), expected)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", sorted(QUERIES))
+def test_tpch_sql_on_the_gpu_matches_the_cpu(tpch_data: Path, tmp_path: Path, name: str) -> None:  # noqa: F811
+    """Each query's LazyFrame, as the service builds it, on cudf-polars gives the CPU's answer; where
+    cudf-polars cannot translate it, it says so (a SQL job is then a 422 at submit on a GPU cluster)."""
+    pytest.importorskip("cudf_polars")
+    from jobs.gpu_support import gpu_engine, gpu_refusal
+    from jobs.polars_frame import build_lazyframe
+    from jobs.spec import JobSpec
+    from jobs.validate import plan_spec
+
+    frame = build_lazyframe(plan_spec(JobSpec.model_validate(sql_spec(name, tpch_data, tmp_path / "out"))))
+    refusal = gpu_refusal(frame)
+    assert refusal is None, f"cudf-polars refuses {name}: {refusal}"
+    assert_same_answer(frame.collect(engine=gpu_engine()).to_pandas(), frame.collect().to_pandas())
