@@ -77,22 +77,25 @@ class _SharedConfig:
 
     @contextmanager
     def use(self, backend: Backend) -> Iterator[None]:
-        with self._changed:
-            while self._users and self._backend != backend:
-                self._changed.wait(0.1)  # a timeout, so an interrupt of a planning thread is seen here too
-            if not self._users:
-                self._config = dask.config.set({"dataframe.backend": backend, "dataframe.shuffle.method": "tasks"})
-                self._backend = backend
-            self._users += 1
-        try:
+        entered = False
+        try:  # entered and left under one try: a planning thread may be interrupted anywhere (cluster.planning)
+            with self._changed:
+                while self._users and self._backend != backend:
+                    self._changed.wait(0.1)  # a timeout, so that such an interrupt is seen here too
+                if not self._users:
+                    self._config = dask.config.set({"dataframe.backend": backend, "dataframe.shuffle.method": "tasks"})
+                    self._backend = backend
+                self._users += 1
+                entered = True
             yield
         finally:
-            with self._changed:
-                self._users -= 1
-                if not self._users:
-                    self._config.__exit__(None, None, None)
-                    self._backend = self._config = None
-                    self._changed.notify_all()
+            if entered:
+                with self._changed:
+                    self._users -= 1
+                    if not self._users:
+                        self._config.__exit__(None, None, None)
+                        self._backend = self._config = None
+                        self._changed.notify_all()
 
 
 _SHARED_CONFIG = _SharedConfig()
