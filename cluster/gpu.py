@@ -23,9 +23,17 @@ def _device_list(settings: ClusterSettings, visible: int) -> list[str]:
     devices = [d.strip() for d in settings.cuda_visible_devices.split(",") if d.strip()]
     if not devices:
         raise ClusterConfigError("cuda_visible_devices is empty; list GPU indices like '0,1'", field="cluster.cuda_visible_devices")
-    if len(devices) > visible:
+    distinct = set(devices)
+    if len(distinct) > visible:
         raise ClusterConfigError(
-            f"cuda_visible_devices asks for {len(devices)} GPUs ({settings.cuda_visible_devices}) but {visible} are visible",
+            f"cuda_visible_devices asks for {len(distinct)} GPUs ({settings.cuda_visible_devices}) but {visible} are visible",
+            field="cluster.cuda_visible_devices",
+        )
+    if len(distinct) < len(devices) and not settings.allow_gpu_sharing:
+        shared = sorted(d for d in distinct if devices.count(d) > 1)
+        raise ClusterConfigError(
+            f"cuda_visible_devices lists GPU {', '.join(shared)} more than once ({settings.cuda_visible_devices}): its workers would "
+            "share one GPU's memory; set cluster.allow_gpu_sharing=true if that is meant (tests of several workers on one GPU)",
             field="cluster.cuda_visible_devices",
         )
     return devices

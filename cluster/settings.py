@@ -40,6 +40,10 @@ class ClusterSettings(BaseModel):
     cuda_visible_devices: str | None = Field(
         default=None, description="GPUs to use, as CUDA_VISIBLE_DEVICES ('0,1'); one worker per GPU. All visible when unset."
     )
+    allow_gpu_sharing: bool = Field(
+        default=False,
+        description="Let cuda_visible_devices list a GPU more than once ('0,0': two workers on GPU 0, sharing its memory).",
+    )
     device_memory_limit: str = Field(
         default="auto", description="Per-worker device memory limit: bytes ('40GB'), a fraction in (0, 1] or 'auto'."
     )

@@ -81,3 +81,11 @@ def test_backend_auto_without_gpu_is_pandas_and_says_why() -> None:
 def test_forcing_cudf_without_the_extra_names_it() -> None:
     with pytest.raises(ClusterConfigError, match=r"pip install '\.\[gpu\]'"):
         resolve_backend(ClusterSettings(backend="cudf"))
+
+
+def test_a_gpu_listed_twice_needs_allow_gpu_sharing() -> None:
+    with pytest.raises(ClusterConfigError) as refused:
+        cuda_cluster_kwargs(ClusterSettings(cuda_visible_devices="0,0"), visible_gpus=1)
+    assert refused.value.field == "cluster.cuda_visible_devices" and "allow_gpu_sharing" in refused.value.message
+    shared = cuda_cluster_kwargs(ClusterSettings(cuda_visible_devices="0,0", allow_gpu_sharing=True), visible_gpus=1)
+    assert (shared["CUDA_VISIBLE_DEVICES"], shared["n_workers"]) == ("0,0", 2)
