@@ -29,11 +29,10 @@ from jobs.dask_read import check_partitions
 from jobs.engine_choice import EngineName, choose_engine
 from jobs.gpu_placement import GpuPlacement, device_limit_bytes, place_on_gpu
 from jobs.gpu_support import gpu_refusal, settle_on_gpu
-from jobs import ir
 from jobs.errors import IntegerOverflow, InvalidTransition, SpillwayError, TooManyPartitions
 from jobs.expr import shorten
 from jobs.lower_pandas import INT64_MAX, INT64_MIN
-from jobs.lower_polars import INT64_OVERFLOW
+from jobs.lower_polars import INT64_OVERFLOW, has_integer_arithmetic
 from jobs.logical import LogicalPlan
 from jobs.polars_frame import build_lazyframe
 from jobs.read_progress import SourceRead, source_reads
@@ -698,19 +697,13 @@ class JobManager:
 
 def _integer_overflow(logical: LogicalPlan) -> IntegerOverflow:
     """The Polars engine's overflow, named as the Dask engine names it: the expressions whose integer arithmetic is checked."""
-    fields = [(at, expression) for at, expression in logical.expressions.items() if _has_arithmetic(expression.node)]
+    fields = [(at, expression) for at, expression in logical.expressions.items() if has_integer_arithmetic(expression.node)]
     named = "; ".join(f"{at} '{shorten(expression.text)}'" for at, expression in fields) or "an expression"
     return IntegerOverflow(
         f"integer overflow in {named}: a result is outside int64 ({INT64_MIN} to {INT64_MAX}); compute in float64 instead, "
         "e.g. cast(x, 'float64')",
         field=fields[0][0] if len(fields) == 1 else None,
     )
-
-
-def _has_arithmetic(node: ir.Node) -> bool:
-    if (isinstance(node, ir.Binary) and node.op in ("+", "-", "*")) or (isinstance(node, ir.Unary) and node.op == "-"):
-        return True
-    return any(_has_arithmetic(child) for child in ir.children(node))
 
 
 def _drop_plugin(dask_scheduler: Any, name: str) -> None:

@@ -232,6 +232,13 @@ class PolarsLowering:
         return _CALLS[name](*(self.lower(arg) for arg in args))
 
 
+def has_integer_arithmetic(node: ir.Node) -> bool:
+    """Whether ``node`` has a ``+``, ``-``, ``*`` or unary ``-``: the operations checked for integer overflow."""
+    if (isinstance(node, ir.Binary) and node.op in ("+", "-", "*")) or (isinstance(node, ir.Unary) and node.op == "-"):
+        return True
+    return any(has_integer_arithmetic(child) for child in ir.children(node))
+
+
 def _to_int64(expr: pl.Expr) -> pl.Expr:
     return expr.cast(pl.Int64, strict=True)
 

@@ -15,7 +15,7 @@ import polars as pl
 
 from jobs.logical import LogicalPlan
 from jobs.named_sources import NamedSources
-from jobs.lower_polars import to_polars
+from jobs.lower_polars import has_integer_arithmetic, to_polars
 from jobs.polars_io import scan_source
 from jobs.spec import (
     Aggregation,
@@ -92,7 +92,7 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
     def expr(self, field: str, text: str, schema: dict[str, str]) -> pl.Expr:
         expression = self.plan.expression(field, text)
         # The types of the step's input, unless another source's steps were built since (a join's right side).
-        current = self._step_input is not None and field.startswith(f"{self._step_field}.")
+        current = self._step_input is not None and field.startswith(f"{self._step_field}.") and has_integer_arithmetic(expression.node)
         if current and self._step_dtypes is None:
             self._step_dtypes = self._step_input.collect_schema()  # type: ignore[union-attr]
         return to_polars(expression.node, expression.text, field, schema, self._step_dtypes if current else None)
