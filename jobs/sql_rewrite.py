@@ -17,7 +17,8 @@ each on the checked tree, bring a query within what it takes without changing it
 - ``DATE '...' ± INTERVAL ...`` of literals is computed now, and date literals are written as typed
   literals Polars reads as constants (:mod:`jobs.sql_dates`; cudf-polars runs neither strptime nor offset_by);
 - ``LIKE`` with a literal pattern becomes ``=``, ``starts_with``, ``ends_with`` or a regex without
-  Polars' ``(?s)`` flag, which cudf-polars refuses (:mod:`jobs.sql_like`);
+  Polars' ``(?s)`` flag, which cudf-polars refuses, and a short ``IN`` list of literals ``OR``-ed
+  equalities, which cudf-polars fails on (:mod:`jobs.sql_gpu_forms`);
 - an output column with no name gets its SQL text as one (``sum(l_quantity)``, as DuckDB).
 
 Only the tree is read; the user's text is never handed on.
@@ -37,7 +38,7 @@ from sqlglot.optimizer.unnest_subqueries import unnest_subqueries
 from jobs.sql_check import DIALECT, SqlRefused, position
 from jobs.sql_dates import fold_date_literals
 from jobs.sql_exists import and_all, conjuncts, decorrelate_exists
-from jobs.sql_like import like_as_string_functions
+from jobs.sql_gpu_forms import in_list_as_equalities, like_as_string_functions
 from jobs.sql_groups import grouping_error
 
 #: The dialect the regenerated SQL is written in for Polars.
@@ -209,6 +210,7 @@ def _finish(tree: exp.Query) -> str:
     _sql_remainders(tree)
     fold_date_literals(tree)
     like_as_string_functions(tree)
+    in_list_as_equalities(tree)
     _polars_function_names(tree)
     return tree.sql(dialect=OUTPUT_DIALECT, comments=False)
 

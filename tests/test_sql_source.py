@@ -123,6 +123,9 @@ ACCEPTED = {
     "like_patterns": ("WITH s AS (SELECT order_id, CASE WHEN order_id % 7 = 0 THEN NULL ELSE region || '.x' END AS r FROM sales) "
                       "SELECT order_id, r LIKE 'no%' AS a, r LIKE '%h.x' AS b, r LIKE '%o%t%' AS c, r NOT LIKE '%es%' AS d, "
                       "r LIKE 'east.x' AS e, r LIKE 'n_rth%' AS f, r LIKE '%.%' AS g, r LIKE '%' AS h FROM s WHERE order_id < 60", False),
+    "in_lists_with_nulls": ("WITH s AS (SELECT order_id, CASE WHEN order_id % 5 = 0 THEN NULL ELSE quantity END AS q, region FROM sales) "
+                            "SELECT order_id, q IN (1, 2, NULL) AS a, q NOT IN (1, 2) AS b, q NOT IN (3, NULL) AS c, "
+                            "region IN ('north', 'east') AS d FROM s WHERE order_id < 80", False),
     "date_arithmetic": ("SELECT count(*) AS n FROM sales WHERE ts >= DATE '2026-01-31' + INTERVAL '1' MONTH "
                         "AND ts < TIMESTAMP '2026-03-01 12:30:00' + INTERVAL '2' HOUR - INTERVAL '1' DAY", False),
     "unnamed_output_column": ("SELECT region, sum(quantity) FROM sales GROUP BY region ORDER BY region", True),
@@ -308,12 +311,13 @@ def test_exists_with_an_unequal_correlation_becomes_a_join(data: dict[str, Path]
 
 
 def test_literals_and_like_are_written_as_cudf_polars_runs_them(data: dict[str, Path]) -> None:
-    """Date arithmetic of literals is computed at submit (Jan 31 + 1 month is Feb 28, as PostgreSQL), and
-    LIKE becomes starts_with or a regex without Polars' (?s): cudf-polars runs neither strptime, offset_by nor (?s)."""
+    """Date arithmetic of literals is computed at submit (Jan 31 + 1 month is Feb 28, as PostgreSQL), LIKE becomes
+    starts_with or a regex without Polars' (?s), a short IN list equalities: cudf-polars runs none of strptime,
+    offset_by, (?s) or a list literal (tests/test_sql_tpch.py's -m gpu test runs the 22 TPC-H queries there)."""
     sql = ("SELECT order_id FROM sales WHERE ts >= DATE '2026-01-31' + INTERVAL '1' MONTH AND region LIKE 'no%' "
-           "AND region NOT LIKE '%e%s%'")
+           "AND region NOT LIKE '%e%s%' AND quantity IN (1, 2)")
     query = plan_spec(JobSpec.model_validate(sql_spec(data, sql))).queries["sources.q"].sql
-    assert "DATE '2026-02-28'" in query and "INTERVAL" not in query and "LIKE" not in query
+    assert "DATE '2026-02-28'" in query and "INTERVAL" not in query and "LIKE" not in query and " IN (" not in query
     assert 'STARTS_WITH("sales"."region", \'no\')' in query and "NOT (\"sales\".\"region\" ~ 'e[\\s\\S]*s')" in query
 
 
