@@ -69,6 +69,8 @@ def _shift(value: date | datetime, count: int, unit: str) -> date | datetime:
 
 def _literal(value: date | datetime) -> exp.Expression:
     # A typed literal Polars reads as a constant; the text is a formatted date, nothing of the user's.
+    # (Compared with a column, Polars 1.x still warns that its string-to-date cast goes away in 2.0;
+    # the spec pins polars below 1.45, and this form ran on cudf-polars where strptime did not.)
     if isinstance(value, datetime):
         text = value.isoformat(sep=" ", timespec="microseconds" if value.microsecond else "seconds")
         return exp.Var(this=f"TIMESTAMP '{text}'")
