@@ -235,6 +235,18 @@ class _Checker:
                 raise self.refuse(node, "a join with USING or NATURAL is not allowed", ": write ON with the key columns")
         elif isinstance(node, exp.Select) and (node.args.get("laterals") or node.args.get("qualify")):
             raise self.refuse(node, "LATERAL and QUALIFY are not allowed")
+        elif isinstance(node, exp.Select):
+            self.comma_then_outer(node)
+
+    def comma_then_outer(self, select: exp.Select) -> None:
+        # SQL binds `FROM a, b RIGHT JOIN c` as a × (b RIGHT JOIN c); the rewrites read joins left to right.
+        comma = False
+        for join in select.args.get("joins") or []:
+            side = (join.args.get("side") or "").upper()
+            comma = comma or not (join.args.get("kind") or side or join.args.get("on") or join.args.get("using"))
+            if comma and side in ("RIGHT", "FULL"):
+                raise self.refuse(join, f"a {side} JOIN after a FROM list with commas is not run",
+                                  ": write the tables before it as explicit JOINs (SQL binds it to the last table only)")
 
     def window(self, node: exp.Window) -> None:
         # Polars' SQL windows order nulls first and rank them as null, unlike PostgreSQL and DuckDB;

@@ -123,8 +123,11 @@ def _polars_join_conditions(select: exp.Select) -> None:
         return
     seen = {_source_name(from_.this)}
     extra_where: list[exp.Expression] = []
-    for join in select.args.get("joins") or []:
+    joins = list(select.args.get("joins") or [])
+    for index, join in enumerate(joins):
         name = _source_name(join.this)
+        # A WHERE is applied after a later RIGHT or FULL join, which would drop the rows it adds.
+        outer_later = any((later.args.get("side") or "").upper() in ("RIGHT", "FULL") for later in joins[index + 1:])
         on = join.args.get("on")
         side = (join.args.get("side") or "").upper()
         kind = (join.args.get("kind") or "").upper()
@@ -132,7 +135,7 @@ def _polars_join_conditions(select: exp.Select) -> None:
             parts = conjuncts(on)
             keys = [c for c in parts if _key_equality(c, seen, name)]
             others = [c for c in parts if not any(c is k for k in keys)]
-            if others and side == "" and keys:
+            if others and side == "" and keys and not outer_later:
                 extra_where.extend(others)
                 join.set("on", and_all(keys))
             elif others and side == "LEFT" and keys and all(_tables_of(c) == {name} for c in others):

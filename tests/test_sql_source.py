@@ -126,6 +126,13 @@ ACCEPTED = {
     "in_lists_with_nulls": ("WITH s AS (SELECT order_id, CASE WHEN order_id % 5 = 0 THEN NULL ELSE quantity END AS q, region FROM sales) "
                             "SELECT order_id, q IN (1, 2, NULL) AS a, q NOT IN (1, 2) AS b, q NOT IN (3, NULL) AS c, "
                             "region IN ('north', 'east') AS d FROM s WHERE order_id < 80", False),
+    "count_of_none_is_zero": ("SELECT count(*) AS n FROM products p WHERE 0 = (SELECT count(*) FROM sales s "
+                              "WHERE s.product_id = p.product_id AND s.quantity > 7 AND s.region = 'test')", False),
+    "scalar_count_per_row": ("SELECT product_id, (SELECT count(*) FROM sales s WHERE s.product_id = p.product_id AND s.quantity > 8) AS c "
+                             "FROM products p ORDER BY product_id", True),
+    "inner_join_condition_before_right_join": ("SELECT count(*) AS n, count(a.order_id) AS m FROM sales a JOIN sales b "
+                                               "ON a.order_id = b.order_id AND a.amount > 140 "
+                                               "RIGHT JOIN products c ON b.product_id = c.product_id", False),
     "date_arithmetic": ("SELECT count(*) AS n FROM sales WHERE ts >= DATE '2026-01-31' + INTERVAL '1' MONTH "
                         "AND ts < TIMESTAMP '2026-03-01 12:30:00' + INTERVAL '2' HOUR - INTERVAL '1' DAY", False),
     "unnamed_output_column": ("SELECT region, sum(quantity) FROM sales GROUP BY region ORDER BY region", True),
@@ -191,6 +198,8 @@ REFUSED = {
     "cast_to_unlisted_type": ("SELECT CAST(amount AS INTERVAL) FROM sales", "CAST to INTERVAL is not allowed"),
     "polars_cannot": ("SELECT s.order_id FROM sales s JOIN products p ON s.amount > p.unit_cost OR s.quantity = 1",
                       "Polars' SQL cannot run this query: unsupported join constraint operator 'Or'"),
+    "right_join_after_commas": ("SELECT * FROM sales a, products b RIGHT JOIN products c ON b.product_id = c.product_id",
+                                "a RIGHT JOIN after a FROM list with commas is not run"),
     "not_sql": ("this is not sql", "only a SELECT query is allowed, not 'THIS'"),
     "nested_aggregate": ("SELECT sum(sum(amount)) AS x FROM sales", "an aggregate inside an aggregate ('SUM(SUM("),
     "bare_column_beside_aggregate": ("SELECT region, sum(amount) AS total FROM sales",
