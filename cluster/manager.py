@@ -23,7 +23,7 @@ from cluster.info import RunningJob
 from cluster.job_logs import JobLog
 from cluster import polars_job
 from cluster.plan import plan_job
-from cluster.planning import PlanningCancelled, PlanningTimedOut, run_planning
+from cluster.planning import PlanningCancelled, PlanningTimedOut, run_planning, stop_planning
 from cluster.progress import JobProgressPlugin, plugin_name
 from jobs.dask_read import check_partitions
 from jobs.engine_choice import EngineName, choose_engine
@@ -246,6 +246,9 @@ class JobManager:
             task.cancel()
         await asyncio.gather(*self._runners, *self._sweeps, *watch, return_exceptions=True)
         self._runners, self._watch = [], None
+        # The runners gave up on their jobs' planning; those threads must end before the interpreter does.
+        if still := await asyncio.to_thread(stop_planning, 10.0):
+            log.warning("%d planning thread(s) still running at stop", still)
 
     async def _watch_hung_workers(self) -> None:
         """While jobs run, restart workers silent for ``hung_worker_s`` and say so in every running job's log."""

@@ -17,6 +17,7 @@ import functools
 import logging
 import sys
 import threading
+import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any, TypeVar
@@ -51,6 +52,38 @@ def _interrupt(thread: threading.Thread) -> None:
     if thread.ident is None or not thread.is_alive():
         return
     ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(PlanningInterrupted))
+
+
+#: Planning threads still running, each with the event its planning step sets when it has returned.
+_LIVE: dict[threading.Thread, threading.Event] = {}
+_LIVE_LOCK = threading.Lock()
+
+
+def _stop(thread: threading.Thread, returned: threading.Event, seconds: float) -> None:
+    """Interrupt ``thread`` until its planning step has returned, for up to ``seconds``.
+
+    Once is not enough: an interrupt that lands in a weakref callback or a ``__del__`` is
+    printed and dropped there ("Exception ignored in"), and the planning goes on.
+    """
+    deadline = time.monotonic() + seconds
+    while thread.is_alive() and not returned.is_set() and time.monotonic() < deadline:
+        _interrupt(thread)
+        thread.join(0.05)
+
+
+def stop_planning(timeout: float) -> int:
+    """Interrupt every planning thread and wait up to ``timeout`` seconds for them to end; how many still run.
+
+    For a service stopping: a daemon thread still running Python while the interpreter shuts
+    down can abort it (a write to stderr then is a fatal error).
+    """
+    with _LIVE_LOCK:
+        live = list(_LIVE.items())
+    deadline = time.monotonic() + timeout
+    for thread, returned in live:
+        _stop(thread, returned, max(0.0, deadline - time.monotonic()))
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return sum(thread.is_alive() for thread, _ in live)
 
 
 async def run_planning(fn: Callable[..., T], *args: Any, name: str, deadline: float | None, cancelled: asyncio.Event) -> T:
@@ -90,31 +123,45 @@ async def run_planning(fn: Callable[..., T], *args: Any, name: str, deadline: fl
             except PlanningInterrupted:
                 raise
             except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
+                returned.set()
                 _call_soon(loop, settle, functools.partial(done.set_exception, exc))
                 return
+            returned.set()
             _call_soon(loop, settle, functools.partial(done.set_result, result))
         except PlanningInterrupted:
-            pass  # the caller has gone: nobody waits for a result
+            returned.set()  # the caller has gone: nobody waits for a result
+        finally:
+            with _LIVE_LOCK:
+                _LIVE.pop(thread, None)
 
     context = contextvars.copy_context()
+    returned = threading.Event()
     thread = threading.Thread(target=target, name=name, daemon=True)
     stop = asyncio.ensure_future(cancelled.wait())
+    with _LIVE_LOCK:
+        _LIVE[thread] = returned
     thread.start()
     timeout = None if deadline is None else max(0.0, deadline - loop.time())
     try:
         finished, _ = await asyncio.wait({done, stop}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
     except asyncio.CancelledError:
-        _interrupt(thread)
+        _stop_soon(thread, returned)
         raise
     finally:
         stop.cancel()
     if done in finished:
         return done.result()
-    _interrupt(thread)
+    _stop_soon(thread, returned)
     done.cancel()
     if stop in finished:
         raise PlanningCancelled()
     raise PlanningTimedOut(f"{name}: past the planning deadline")
+
+
+def _stop_soon(thread: threading.Thread, returned: threading.Event) -> None:
+    """Interrupt ``thread`` now and again, from a thread of its own, without waiting for it here."""
+    _interrupt(thread)
+    threading.Thread(target=_stop, args=(thread, returned, 60.0), name=f"{thread.name}-stop", daemon=True).start()
 
 
 def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[..., None], *args: Any) -> None:
