@@ -205,7 +205,37 @@ def _unknown_column(exc: OptimizeError, tree: exp.Expression, tables: Mapping[st
     return SqlRefused(f"{field}: {message.rstrip('.')}{hint}{where}", field=field)
 
 
-def _finish(tree: exp.Query) -> str:
+_INTEGER_TYPES = (exp.DataType.Type.BIGINT, exp.DataType.Type.INT, exp.DataType.Type.SMALLINT)
+_NOT_NUMBERS = (exp.Boolean, exp.Predicate, exp.Connector, exp.Not, exp.Like, exp.ILike, exp.In, exp.Between, exp.Exists, exp.DPipe)
+
+
+def _number_operand(node: exp.Expression, text_columns: set[str]) -> bool:
+    """Whether ``node`` is not known to be text, a date or a bool (so ``floor`` of it plans)."""
+    if isinstance(node, exp.Literal):
+        return not node.is_string
+    if isinstance(node, exp.Column):
+        return node.name not in text_columns
+    return not isinstance(node, _NOT_NUMBERS)
+
+
+def _rounding_integer_casts(tree: exp.Expression, text_columns: set[str]) -> None:
+    """``CAST(x AS INT)`` of a float rounds to the nearest integer, ties to even, as PostgreSQL and DuckDB cast a
+    double (Polars truncates): ``CASE WHEN x = floor(x) THEN CAST(x AS INT) ELSE CAST(round(x) AS INT) END``, so an
+    integer goes through exactly. Where ``x`` turns out to be text after all, ``floor`` fails on the empty
+    frames and the candidate without this rewrite runs."""
+    for cast in reversed(list(tree.find_all(exp.Cast))):
+        target = cast.args.get("to")
+        if not (isinstance(target, exp.DataType) and target.this in _INTEGER_TYPES) or not _number_operand(cast.this, text_columns):
+            continue
+        x = cast.this
+        rounded = exp.Cast(this=exp.Round(this=x.copy()), to=target.copy())
+        whole = exp.EQ(this=x.copy(), expression=exp.Floor(this=x.copy()))
+        cast.replace(exp.Paren(this=exp.Case(ifs=[exp.If(this=whole, true=exp.Cast(this=x.copy(), to=target.copy()))], default=rounded)))
+
+
+def _finish(tree: exp.Query, round_casts: set[str] | None) -> str:
+    if round_casts is not None:
+        _rounding_integer_casts(tree, round_casts)
     for select in list(tree.find_all(exp.Select)):
         _explicit_comma_joins(select)
         _polars_join_conditions(select)
@@ -221,7 +251,7 @@ def _finish(tree: exp.Query) -> str:
 def polars_sql(tree: exp.Query, tables: Mapping[str, Mapping[str, str]], field: str) -> list[str]:
     """The SQL texts Polars may run for a checked query over ``tables`` (name → column → SQL type),
     best first: decorrelated, then as written (where decorrelating needs arrays, which Polars lacks,
-    its own planner takes correlated EXISTS).
+    its own planner takes correlated EXISTS); each with integer casts that round, then as Polars casts.
 
     Raises
     ------
@@ -238,10 +268,16 @@ def polars_sql(tree: exp.Query, tables: Mapping[str, Mapping[str, str]], field: 
         raise SqlRefused(f"{field}: {broken[0]}{position(broken[1])}", field=field)
     for select in list(tree.find_all(exp.Select)):
         decorrelate_exists(select)
-    candidates = []
+    bases = []
     if any(tree.find_all(exp.Subquery, exp.Exists, exp.In)):
         unnested = unnest_subqueries(tree.copy())
         if not any(unnested.find_all(exp.ArrayAgg, exp.Unnest, exp.Array)):
-            candidates.append(_finish(unnested))
-    candidates.append(_finish(tree))
+            bases.append(unnested)
+    bases.append(tree)
+    text_columns = {column for columns in tables.values() for column, kind in columns.items() if kind != "BIGINT"}
+    candidates: list[str] = []
+    for base in bases:
+        for round_casts in (text_columns, None):
+            if (sql := _finish(base.copy(), round_casts)) not in candidates:
+                candidates.append(sql)
     return candidates

@@ -133,6 +133,9 @@ ACCEPTED = {
     "inner_join_condition_before_right_join": ("SELECT count(*) AS n, count(a.order_id) AS m FROM sales a JOIN sales b "
                                                "ON a.order_id = b.order_id AND a.amount > 140 "
                                                "RIGHT JOIN products c ON b.product_id = c.product_id", False),
+    "integer_casts_round": ("SELECT order_id, CAST(amount AS INT) AS a, CAST(-amount / 3 AS BIGINT) AS b, CAST(quantity AS SMALLINT) AS q, "
+                            "CAST(region = 'north' AS INT) AS r, CAST('42' AS INT) AS s, CAST(coalesce(discount, 0) * 10 AS INT) AS d "
+                            "FROM sales WHERE order_id < 50", False),
     "date_arithmetic": ("SELECT count(*) AS n FROM sales WHERE ts >= DATE '2026-01-31' + INTERVAL '1' MONTH "
                         "AND ts < TIMESTAMP '2026-03-01 12:30:00' + INTERVAL '2' HOUR - INTERVAL '1' DAY", False),
     "unnamed_output_column": ("SELECT region, sum(quantity) FROM sales GROUP BY region ORDER BY region", True),
