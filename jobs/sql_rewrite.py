@@ -14,6 +14,7 @@ each on the checked tree, bring a query within what it takes without changing it
 - a ``LEFT JOIN``'s conditions on the right table alone move into a derived table over it,
   an ``INNER JOIN``'s non-key conditions into ``WHERE`` (Polars' ``ON`` takes key equalities);
 - ``%`` truncates toward zero, as SQL's does (Polars' floors): ``sign(a) * (abs(a) % abs(b))``;
+  ``x IS [NOT] TRUE/FALSE`` is never null (:mod:`jobs.sql_truth`); ``CAST(float AS INT)`` rounds;
 - ``DATE '...' ± INTERVAL ...`` of literals is computed now, and date literals are written as typed
   literals Polars reads as constants (:mod:`jobs.sql_dates`; cudf-polars runs neither strptime nor offset_by);
 - ``LIKE`` with a literal pattern becomes ``=``, ``starts_with``, ``ends_with`` or a regex without
@@ -40,6 +41,7 @@ from jobs.sql_dates import fold_date_literals
 from jobs.sql_exists import and_all, conjuncts, decorrelate_exists
 from jobs.sql_gpu_forms import in_list_as_equalities, like_as_string_functions
 from jobs.sql_groups import grouping_error
+from jobs.sql_truth import truth_tests
 
 #: The dialect the regenerated SQL is written in for Polars.
 OUTPUT_DIALECT = "postgres"
@@ -244,6 +246,7 @@ def _finish(tree: exp.Query, round_casts: set[str] | None) -> str:
     fold_date_literals(tree)
     like_as_string_functions(tree)
     in_list_as_equalities(tree)
+    truth_tests(tree)
     _polars_function_names(tree)
     return tree.sql(dialect=OUTPUT_DIALECT, comments=False)
 

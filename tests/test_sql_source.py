@@ -136,6 +136,10 @@ ACCEPTED = {
     "integer_casts_round": ("SELECT order_id, CAST(amount AS INT) AS a, CAST(-amount / 3 AS BIGINT) AS b, CAST(quantity AS SMALLINT) AS q, "
                             "CAST(region = 'north' AS INT) AS r, CAST('42' AS INT) AS s, CAST(coalesce(discount, 0) * 10 AS INT) AS d "
                             "FROM sales WHERE order_id < 50", False),
+    "truth_tests_are_never_null": ("SELECT count(*) AS n, sum(CASE WHEN (discount > 0.1) IS TRUE THEN 1 ELSE 0 END) AS t, "
+                                   "sum(CASE WHEN (discount > 0.1) IS FALSE THEN 1 ELSE 0 END) AS f, "
+                                   "sum(CASE WHEN (discount > 0.1) IS NOT FALSE THEN 1 ELSE 0 END) AS nf "
+                                   "FROM sales WHERE (discount > 0.1) IS NOT TRUE OR order_id < 100", False),
     "date_arithmetic": ("SELECT count(*) AS n FROM sales WHERE ts >= DATE '2026-01-31' + INTERVAL '1' MONTH "
                         "AND ts < TIMESTAMP '2026-03-01 12:30:00' + INTERVAL '2' HOUR - INTERVAL '1' DAY", False),
     "unnamed_output_column": ("SELECT region, sum(quantity) FROM sales GROUP BY region ORDER BY region", True),
