@@ -4,7 +4,8 @@ PostgreSQL and DuckDB refuse a column that is neither grouped nor aggregated bes
 aggregate, and an aggregate inside another. Polars' SQL answers some of these instead:
 ``SELECT a, sum(a) FROM t`` repeats the total on every row, ``sum(sum(a))`` sums once, and a
 ``HAVING`` on an ungrouped column fails only when the job runs. Each is refused at submit here,
-naming the column or the aggregate.
+naming the column or the aggregate. A ``HAVING`` condition on grouped columns alone moves to
+``WHERE`` (:func:`key_conditions_to_where`), where Polars runs it.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from sqlglot import exp
+
+from jobs.sql_exists import and_all, conjuncts
 
 _SCOPES = (exp.Subquery, exp.Exists, exp.Select)  # a nested query has its own grouping
 
@@ -68,3 +71,23 @@ def grouping_error(tree: exp.Expression) -> tuple[str, exp.Expression] | None:
                         "(as PostgreSQL and DuckDB require)"), column
     return None
 
+
+
+def key_conditions_to_where(select: exp.Select) -> None:
+    """Move the ``HAVING`` conditions that read only grouped columns, and no aggregate, to ``WHERE``:
+    the same groups in SQL, and Polars' SQL fails at run time on a group key in ``HAVING``."""
+    group, having = select.args.get("group"), select.args.get("having")
+    if group is None or having is None:
+        return
+    keys = {key.sql() for key in group.expressions}
+    own = _sources(select)
+    stay, move = [], []
+    for part in conjuncts(having.this):
+        plain = next(iter(_aggregates(part)), None) is None and not part.find(*_SCOPES, exp.Window)
+        columns = [column for column in part.find_all(exp.Column) if column.table in own]
+        (move if plain and columns and all(column.sql() in keys for column in columns) else stay).append(part)
+    if not move:
+        return
+    where = select.args.get("where")
+    select.set("where", exp.Where(this=and_all([*(conjuncts(where.this) if where else []), *move])))
+    select.set("having", exp.Having(this=and_all(stay)) if stay else None)

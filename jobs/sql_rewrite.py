@@ -40,7 +40,7 @@ from jobs.sql_check import DIALECT, SqlRefused, position
 from jobs.sql_dates import fold_date_literals
 from jobs.sql_exists import and_all, conjuncts, decorrelate_exists
 from jobs.sql_gpu_forms import in_list_as_equalities, like_as_string_functions
-from jobs.sql_groups import grouping_error
+from jobs.sql_groups import grouping_error, key_conditions_to_where
 from jobs.sql_truth import truth_tests
 
 #: The dialect the regenerated SQL is written in for Polars.
@@ -239,6 +239,7 @@ def _finish(tree: exp.Query, round_casts: set[str] | None) -> str:
     if round_casts is not None:
         _rounding_integer_casts(tree, round_casts)
     for select in list(tree.find_all(exp.Select)):
+        key_conditions_to_where(select)
         _explicit_comma_joins(select)
         _polars_join_conditions(select)
     _fold_literals(tree)

@@ -140,6 +140,8 @@ ACCEPTED = {
                                    "sum(CASE WHEN (discount > 0.1) IS FALSE THEN 1 ELSE 0 END) AS f, "
                                    "sum(CASE WHEN (discount > 0.1) IS NOT FALSE THEN 1 ELSE 0 END) AS nf "
                                    "FROM sales WHERE (discount > 0.1) IS NOT TRUE OR order_id < 100", False),
+    "having_on_a_group_key": ("SELECT region, count(*) AS n FROM sales GROUP BY region HAVING count(*) > 500 AND region <> 'test'",
+                              False),
     "date_arithmetic": ("SELECT count(*) AS n FROM sales WHERE ts >= DATE '2026-01-31' + INTERVAL '1' MONTH "
                         "AND ts < TIMESTAMP '2026-03-01 12:30:00' + INTERVAL '2' HOUR - INTERVAL '1' DAY", False),
     "unnamed_output_column": ("SELECT region, sum(quantity) FROM sales GROUP BY region ORDER BY region", True),
