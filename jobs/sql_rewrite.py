@@ -6,7 +6,8 @@ each on the checked tree, bring a query within what it takes without changing it
 - every column is qualified with its table and every ``*`` expanded (sqlglot's ``qualify``),
   which also finds unknown columns, named here with the nearest name;
 - an ``EXISTS`` correlated by keys and one ``<>`` becomes a join with each key's smallest and
-  largest value (:mod:`jobs.sql_exists`); other correlated and uncorrelated subqueries in
+  largest value (:mod:`jobs.sql_exists`), an uncorrelated ``NOT IN (subquery)`` two joins with SQL's
+  nulls (:mod:`jobs.sql_not_in`); other correlated and uncorrelated subqueries in
   ``WHERE``/``HAVING`` (``EXISTS``, ``IN``, scalar comparisons) become joins with grouped
   derived tables (sqlglot's ``unnest_subqueries``);
 - a ``FROM a, b, c`` list followed by explicit joins becomes inner joins on the ``WHERE``'s
@@ -41,6 +42,7 @@ from jobs.sql_dates import fold_date_literals
 from jobs.sql_exists import and_all, conjuncts, decorrelate_exists
 from jobs.sql_gpu_forms import in_list_as_equalities, like_as_string_functions
 from jobs.sql_groups import grouping_error, key_conditions_to_where
+from jobs.sql_not_in import not_in_as_joins
 from jobs.sql_truth import truth_tests
 
 #: The dialect the regenerated SQL is written in for Polars.
@@ -272,6 +274,7 @@ def polars_sql(tree: exp.Query, tables: Mapping[str, Mapping[str, str]], field: 
         raise SqlRefused(f"{field}: {broken[0]}{position(broken[1])}", field=field)
     for select in list(tree.find_all(exp.Select)):
         decorrelate_exists(select)
+        not_in_as_joins(select)
     bases = []
     if any(tree.find_all(exp.Subquery, exp.Exists, exp.In)):
         unnested = unnest_subqueries(tree.copy())

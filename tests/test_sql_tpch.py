@@ -46,13 +46,8 @@ def test_tpch_sql_matches_duckdb(api: SpillwayClient, tpch_data: Path, referee: 
     assert_same_answer(committed_output(api, accepted.id, out), expected)
 
 
-#: Queries cudf-polars 26.10 refuses as Polars plans them, and why (measured on an H200, docs/tpch.md).
-GPU_REFUSED = {"q16": "NOT IN (subquery): Polars plans list functions (contains, length, has_nulls) that cudf-polars lacks"}
-
-
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=GPU_REFUSED[n], strict=True)) if n in GPU_REFUSED else n
-                                  for n in sorted(QUERIES)])
+@pytest.mark.parametrize("name", sorted(QUERIES))
 def test_tpch_sql_on_the_gpu_matches_the_cpu(tpch_data: Path, tmp_path: Path, name: str) -> None:  # noqa: F811
     """Each query's LazyFrame, as the service builds it, on cudf-polars gives the CPU's answer; where
     cudf-polars cannot translate it, it says so (a SQL job is then a 422 at submit on a GPU cluster)."""
