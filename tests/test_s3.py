@@ -37,6 +37,8 @@ def endpoint() -> Iterator[str]:
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
+    # moto keeps its buckets per process, not per server: start from none, whichever module ran before.
+    httpx.post(f"http://{host}:{port}/moto-api/reset", timeout=30).raise_for_status()
     yield f"http://{host}:{port}"
     server.stop()
 
