@@ -17,7 +17,7 @@ import gzip
 import os
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import polars as pl
 
@@ -67,7 +67,7 @@ def scan_source(source: SourceSpec, *, field: str = "source") -> pl.LazyFrame:
     frame: pl.LazyFrame
     if source.format == "parquet":
         hive = any("=" in part for part in os.path.dirname(files[0]).replace("\\", "/").split("/")[-8:])
-        frame = _plain_columns(pl.scan_parquet(files, hive_partitioning=hive, storage_options=options))
+        frame = _plain_columns(_scan_hive(files, options) if hive else pl.scan_parquet(files, storage_options=options))
     elif source.format == "csv":
         if files[0].endswith(".gz"):  # Polars' CSV scan does not decompress; read those whole
             frame = pl.concat([pl.read_csv(f, infer_schema_length=None, storage_options=options).lazy() for f in files], how="vertical_relaxed")
@@ -76,6 +76,39 @@ def scan_source(source: SourceSpec, *, field: str = "source") -> pl.LazyFrame:
     else:
         frame = pl.scan_ndjson(files, infer_schema_length=None, storage_options=options)
     return frame.select(list(source.columns)) if source.columns else frame
+
+
+def _scan_hive(files: list[str], options: dict[str, str] | None) -> pl.LazyFrame:
+    """Hive ``key=value/`` folders as columns: one scan per folder, its values as typed literals.
+
+    The frame Polars' own hive scan gives, with the types Polars infers for the partition
+    columns; but cudf-polars 26.10 refuses hive-partitioned scans, and written this way a job
+    over a partitioned dataset can run on the GPU instead of moving to dask-cudf.
+    """
+    inferred = pl.scan_parquet(files, hive_partitioning=True, storage_options=options).collect_schema()
+    in_files = set(pl.scan_parquet(files[0], storage_options=options).collect_schema().names())
+    keys = [name for name in inferred.names() if name not in in_files]
+    by_folder: dict[str, list[str]] = {}
+    for path in files:
+        by_folder.setdefault(path.replace("\\", "/").rsplit("/", 1)[0], []).append(path)
+    frames = []
+    for folder, group in by_folder.items():
+        texts = dict(part.split("=", 1) for part in folder.split("/") if "=" in part)
+        literals = [pl.lit(_hive_value(texts.get(key), inferred[key]), dtype=inferred[key]).alias(key) for key in keys]
+        frames.append(pl.scan_parquet(group, storage_options=options).with_columns(literals))
+    return frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical")
+
+
+def _hive_value(text: str | None, dtype: pl.DataType) -> Any:
+    """A folder's ``value`` as Polars reads it for a column of ``dtype``: %-unescaped, Hive's null marker a null."""
+    if text is None or text == "__HIVE_DEFAULT_PARTITION__":
+        return None
+    value = pl.Series([unquote(text)], dtype=pl.String)
+    if dtype == pl.Date:
+        return value.str.to_date()[0]
+    if isinstance(dtype, pl.Datetime):
+        return value.str.to_datetime(time_unit=dtype.time_unit, time_zone=dtype.time_zone)[0]
+    return value.cast(dtype)[0]
 
 
 def partition_directory(names: list[str], values: tuple[Any, ...]) -> str:

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import polars as pl
 import pytest
@@ -114,3 +115,21 @@ def test_engine_auto_with_a_query_cudf_polars_refuses_runs_on_dask_cudf_from_the
     assert not any("Polars query built" in line for line in lines)  # no Polars task was ever sent
     shifted = pl.read_parquet(tmp_path / "out" / "*.parquet")
     assert shifted.height > 0 and (shifted["due"] > shifted["ts"]).all()
+
+
+@pytest.mark.gpu
+def test_a_hive_partitioned_source_runs_on_cudf_polars_not_dask_cudf(gpu_service: ServiceProcess, sample_data: dict[str, Path], tmp_path: Path) -> None:
+    # cudf-polars refuses Polars' hive scan; Spillway scans each folder itself (jobs/polars_io.py), so the job stays on Polars.
+    sales = pd.read_parquet(sample_data["sales"])
+    sales.to_parquet(tmp_path / "hive", partition_cols=["region"], index=False)
+    spec = {
+        "name": "hive_on_gpu", "engine": "auto", "source": {"format": "parquet", "path": str(tmp_path / "hive")},
+        "steps": [{"op": "groupby", "by": ["region"], "aggs": {"total": {"func": "sum", "column": "amount"}}}], "sink": {"path": str(tmp_path / "out")},
+    }
+    with gpu_service.client() as client:
+        job = wait_terminal(client, client.submit(spec).id, timeout=300)
+    assert job.state == JobStatus.SUCCEEDED, job.error
+    assert job.progress.engine is not None and (job.progress.engine.engine, job.progress.engine.device) == ("polars", "gpu"), job.progress.engine
+    got = pl.read_parquet(tmp_path / "out" / "*.parquet").sort("region")
+    want = sales.groupby("region")["amount"].sum()
+    assert got["region"].to_list() == list(want.index) and np.allclose(got["total"].to_numpy(), want.to_numpy())
