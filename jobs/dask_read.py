@@ -10,6 +10,7 @@ import dask.dataframe as dd
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from dask.dataframe.io.parquet.arrow import ArrowDatasetEngine
 
 from jobs.errors import TooManyPartitions
@@ -57,10 +58,11 @@ def read_source(source: SourceSpec, *, field: str = "source") -> dd.DataFrame:
 def estimated_partitions(source: SourceSpec, *, field: str = "source") -> int:
     """How many partitions :func:`read_source` would make of ``source``, from its files' sizes alone.
 
-    Nothing is read: CSV and JSON lines split each file at ``blocksize`` (a gzipped file
-    is one partition); parquet makes at least one partition per file, and with a
-    ``blocksize`` about one per ``blocksize`` of each file. An estimate of the reads only:
-    the graph has more tasks than that, and :class:`cluster.plan.JobPlan` counts them.
+    Nothing is read but parquet footers: CSV and JSON lines split each file into
+    ``size // blocksize`` blocks (at least one; a gzipped file is one partition); parquet makes at least one partition per file, and with
+    a ``blocksize`` about one per ``blocksize`` of each file, but no more than its row groups.
+    An estimate of the reads only: the graph has more tasks, and :class:`cluster.plan.JobPlan`
+    counts them.
     """
     files = resolve_files(source, field=field)
     fs, _ = filesystem(files[0])
@@ -73,7 +75,12 @@ def estimated_partitions(source: SourceSpec, *, field: str = "source") -> int:
             total += 1
             continue
         size = fs.size(path) or 0
-        total += max(1, -(-size // block))
+        # dask's read_bytes widens the blocks to make size // blocksize of them; parquet is split at row groups, never inside one.
+        parts = max(1, size // block if source.format != "parquet" else -(-size // block))
+        if source.format == "parquet" and parts > 1:
+            with fs.open(path, "rb") as handle:
+                parts = min(parts, max(1, pq.ParquetFile(handle).metadata.num_row_groups))
+        total += parts
     return total
 
 

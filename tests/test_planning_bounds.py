@@ -211,3 +211,27 @@ def test_graphs_build_in_several_threads_at_once(sample_data: dict[str, Path], t
     assert errors == []
     assert len(together) == 4 * len(specs) and all(size == alone[name] for name, size in together)
     assert (dask.config.get("dataframe.shuffle.method", None), dask.config.get("dataframe.backend", None)) == before
+
+
+@pytest.mark.parametrize(
+    ("format", "blocksize"),
+    [("csv", None), ("csv", "4KiB"), ("csv", "64KiB"), ("jsonl", "4KiB"), ("parquet", None), ("parquet", "1KiB"), ("parquet", "64MiB")],
+)
+def test_the_estimate_is_the_partitions_dask_reads(tmp_path: Path, format: str, blocksize: str | None) -> None:
+    """The estimate, from sizes (and parquet row groups) alone, against the partitions dask makes of the same files."""
+    import dask
+
+    from jobs.dask_read import estimated_partitions, read_source
+    from jobs.spec import SourceSpec
+
+    for index in range(3):
+        frame = pd.DataFrame({"a": np.arange(30_000) + index, "s": ["x" * 8] * 30_000})
+        if format == "csv":
+            frame.to_csv(tmp_path / f"{index}.csv", index=False)
+        elif format == "jsonl":
+            frame.to_json(tmp_path / f"{index}.jsonl", orient="records", lines=True)
+        else:
+            frame.to_parquet(tmp_path / f"{index}.parquet", row_group_size=10_000)
+    source = SourceSpec(format=format, path=str(tmp_path / f"*.{format}"), blocksize=blocksize)  # type: ignore[arg-type]
+    with dask.config.set({"dataframe.backend": "pandas"}):
+        assert estimated_partitions(source) == read_source(source).npartitions
