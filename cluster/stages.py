@@ -12,7 +12,10 @@ process and record only in the thread planning a job; dask's own logic is untouc
 
 A task then counts towards every stage whose work it does: a task that reads a file, filters
 it and starts a groupby counts for ``read source``, ``steps[0] filter`` and ``steps[1]
-groupby``. Tasks nothing labelled (the CSV writer's delayed writes) are the sink's.
+groupby``. A step the optimizer folds away lives on in what replaced it: a sort under a limit
+becomes a top-k, whose tasks count for both; a select pushed into the read counts the read's
+tasks (only where the step has no task of its own). Tasks nothing labelled (the CSV writer's
+delayed writes) are the sink's.
 tests/test_progress_names.py checks this on the 22 TPC-H graphs, so a dask upgrade that
 changes the optimizer's entry points shows there.
 """
@@ -42,11 +45,14 @@ from jobs.spec import JobSpec, SourceSpec, Step
 DASK_NOTE = (
     "Each stage counts the partitions (tasks) doing that source's, step's or sink's work. Dask fuses "
     "consecutive steps into one task, which then counts in each of their stages, and once in the overall "
-    "count; a step Dask folds into another (a select into a read, a sort into the limit after it) shows as part "
-    "of that one. The estimate of the time left assumes the tasks left take as long as those done."
+    "count; a step Dask folds into another (a sort into the limit after it, a select into the read) counts "
+    "the tasks of the one it was folded into. The estimate of the time left assumes the tasks left take as "
+    "long as those done."
 )
 
 _NEAR = 200  # expressions searched for one of the same kind as a rebuilt one
+_FOLD_NEAR = 8  # expressions just below a rewritten one where a folded step's would sit
+_MERGED = "\0"  # marks a stage that vanished into an expression, rather than one folded into new work
 
 _recorder = threading.local()  # the labels of the graph this thread is planning, if any
 
@@ -61,6 +67,8 @@ class StageLabels:
         self._signature_of: dict[str, str] = {}
         self._leaves_of: dict[str, tuple[Expr, ...]] = {}
         self._near_of: dict[str, dict[str, str]] = {}
+        #: Stages an expression also does: those of steps the optimizer folded into it (a sort into a top-k).
+        self.also: dict[str, frozenset[str]] = {}
 
     def mark(self, expr: Expr, stage: str) -> None:
         """Label ``stage`` on every expression under ``expr`` that has no label yet."""
@@ -76,7 +84,7 @@ class StageLabels:
             self._spread(write.expr, stage)
         return write
 
-    def _spread(self, expr: Expr, stage: str, origin: Expr | None = None) -> None:
+    def _spread(self, expr: Expr, stage: str, origin: Expr | None = None, folded: frozenset[str] = frozenset()) -> list[str]:
         """Label the unlabelled expressions under ``expr``, which the optimizer made from ``origin``.
 
         Rewriting one expression rebuilds others below it (a projection pushed through a join
@@ -86,6 +94,7 @@ class StageLabels:
         """
         like: dict[str, str] | None = None
         seen: set[str] = set()
+        new_work: list[str] = []  # labelled as ``origin``'s own: what the rewrite added
         stack = [expr]
         while stack:
             node = stack.pop()
@@ -94,14 +103,22 @@ class StageLabels:
             seen.add(node._name)
             dependencies = node.dependencies()
             found: str | None = None
+            also = folded
             if origin is not None and not dependencies:
                 found = self._leaf_stage(node, origin)
             elif origin is not None:
                 like = self._signatures(origin) if like is None else like
-                found = like.get(self._signature(node))
+                twin = like.get(self._signature(node))  # what this rebuilt expression was
+                if twin is not None:
+                    found, also = self.of[twin], self.also.get(twin, frozenset())
             if not isinstance(node, Fused):  # a fusion's stages are those of what it fuses
                 self.of[node._name] = found or stage
+                if also:
+                    self.also[node._name] = also
+                if found is None:
+                    new_work.append(node._name)
             stack.extend(dependencies)
+        return new_work
 
     def _leaf_stage(self, leaf: Expr, origin: Expr) -> str | None:
         """The read a new leaf (a read with other columns) stands for: the one ``origin`` reads, or
@@ -122,13 +139,14 @@ class StageLabels:
         return self._leaves_of[expr._name]
 
     def _signatures(self, origin: Expr) -> dict[str, str]:
+        """Labelled expressions near below ``origin``, by signature: the name of the nearest of each."""
         if origin._name not in self._near_of:
             found: dict[str, str] = {}
             # Breadth first, the nearest of a kind winning; a rebuilt expression mirrors one close
             # below, so the search stops after a bounded number (a rewrite at the root would walk all).
             for node in itertools.islice(_walk(origin), _NEAR):
                 if node._name in self.of:
-                    found.setdefault(self._signature(node), self.of[node._name])
+                    found.setdefault(self._signature(node), node._name)
             self._near_of[origin._name] = found
         return self._near_of[origin._name]
 
@@ -140,17 +158,40 @@ class StageLabels:
         return self._signature_of[node._name]
 
     def derived(self, old: Expr, new: Any) -> None:
-        """``new`` was made from ``old`` by the optimizer: what it adds does ``old``'s work."""
+        """``new`` was made from ``old`` by the optimizer: what it adds does ``old``'s work, and that
+        of any stage whose expressions just below ``old`` are gone from just below ``new``."""
         if isinstance(new, Expr) and new is not old and old._name in self.of:
-            self._spread(new, self.of[old._name], origin=old)
+            stage, carried = self.of[old._name], self.also.get(old._name, frozenset())
+            added = self._spread(new, stage, origin=old, folded=carried)
+            gone = self._folded(old, new)
+            if added and gone:
+                for name in added:
+                    self.also[name] = self.also.get(name, frozenset()) | gone
+            elif not added and not isinstance(new, Fused) and stage not in self._near_stages(new):
+                # ``old`` (and what it had folded) vanished into what was below it (a select pushed into
+                # the read), which does that work now; counted there only if the stage has no task of
+                # its own (see stages_of_keys).
+                merged = {_MERGED + s for s in {stage, *gone}}
+                self.also[new._name] = self.also.get(new._name, frozenset()) | carried | merged
+
+    def _near_stages(self, expr: Expr) -> set[str | None]:
+        return {self.of.get(node._name) for node in itertools.islice(_walk(expr), _FOLD_NEAR)}
+
+    def _folded(self, old: Expr, new: Expr) -> frozenset[str]:
+        # Head(Sort(x)) becoming NFirst(x): the stage of an input of ``old`` that is gone from just
+        # below ``new`` (not rebuilt there) lives on only in what the rewrite added.
+        gone = {self.of.get(dependency._name) for dependency in old.dependencies()} - self._near_stages(new) - {None, self.of[old._name]}
+        return frozenset(stage for stage in gone if stage is not None and not stage.startswith("read "))
 
     def substituted(self, old: Expr, new: Any, *, replaced: bool) -> None:
         """``new`` took ``old``'s place: as a replacement (its new parts do ``old``'s work), or as
         ``old`` rebuilt over replaced inputs (the same work: one label, nothing below to walk)."""
         if replaced:
             self.derived(old, new)
-        elif isinstance(new, Expr) and not isinstance(new, Fused) and old._name in self.of:
-            self.of.setdefault(new._name, self.of[old._name])
+        elif isinstance(new, Expr) and not isinstance(new, Fused) and old._name in self.of and new._name not in self.of:
+            self.of[new._name] = self.of[old._name]
+            if old._name in self.also:
+                self.also[new._name] = self.also[old._name]
 
     def fusing(self, expr: Any) -> None:
         """``expr`` may be a fusion of expressions (new, or rebuilt over another): it does the work of all their stages."""
@@ -162,19 +203,21 @@ class StageLabels:
             if expr._name not in self.fused:  # a fusion may hold one of an earlier pass
                 self.fused[expr._name] = frozenset().union(*(self._stages_in(inner) for inner in expr.exprs))
             return self.fused[expr._name]
-        return frozenset({self.of[expr._name]}) if expr._name in self.of else frozenset()
+        if expr._name not in self.of:
+            return frozenset()
+        return frozenset({self.of[expr._name]}) | self.also.get(expr._name, frozenset())
 
-    def stages_of(self, key: Key, sink: str) -> tuple[str, ...]:
-        """The stages whose work the task ``key`` does, in stage order; the sink's if none."""
+    def traced(self, key: Key) -> frozenset[str]:
+        """The stages traced to the task ``key`` (merged ones marked), from its expression's name."""
         name = key[0] if isinstance(key, tuple) else key
-        token = str(name).rsplit("-", 1)[-1]
-        found = self._by_token.get(token, frozenset())
-        return tuple(stage for stage in self.order if stage in found) or (sink,)
+        return self._by_token.get(str(name).rsplit("-", 1)[-1], frozenset())
 
     @functools.cached_property
     def _by_token(self) -> dict[str, frozenset[str]]:
         # Keys derived from an expression (a shuffle's split- and group- keys) share its token.
-        by_token: dict[str, frozenset[str]] = {name.rsplit("-", 1)[-1]: frozenset({stage}) for name, stage in self.of.items()}
+        by_token: dict[str, frozenset[str]] = {
+            name.rsplit("-", 1)[-1]: frozenset({stage}) | self.also.get(name, frozenset()) for name, stage in self.of.items()
+        }
         by_token.update({name.rsplit("-", 1)[-1]: stages for name, stages in self.fused.items() if stages})
         return by_token
 
@@ -290,5 +333,16 @@ def stage_order(labels: StageLabels, sink: str) -> list[str]:
 
 
 def stages_of_keys(keys: Iterable[Key], labels: StageLabels, sink: str) -> dict[Key, tuple[str, ...]]:
-    """Each task key of a job's graph mapped to the stages it does work for."""
-    return {key: labels.stages_of(key, sink) for key in keys}
+    """Each task key of a job's graph mapped to the stages it does work for, in stage order; the sink's if none.
+
+    A step that vanished into the expression below it (a select pushed into a read) counts with that
+    expression's tasks only if none of its own is left, so that it shows without taking on tasks
+    that are mostly another stage's.
+    """
+    traced = {key: labels.traced(key) for key in keys}
+    own = {stage for stages in traced.values() for stage in stages if not stage.startswith(_MERGED)}
+    merged_in = {stage for stage in labels.order if stage not in own}
+    return {
+        key: tuple(s for s in labels.order if s in stages or (s in merged_in and _MERGED + s in stages)) or (sink,)
+        for key, stages in traced.items()
+    }

@@ -148,6 +148,8 @@ def check_stage_names(spec: JobSpec) -> None:
     assert set(reads) <= set(shown) and shown[-1] == f"write {spec.sink.format}"
     assert shown[: len(reads)] == [name for name in plan.stages if name in reads]
     assert plan.stage_totals[shown[-1]] >= 2, "the sink counts the tasks that write partitions, not only the final one"
+    # Every step shows, also one the optimizer folded into another (a sort into a top-k, a select into the read).
+    assert allowed - set(shown) == set(), allowed - set(shown)
     progress = plan.empty_progress()
     assert progress.tasks_total == len(plan.graph) and progress.tasks_done == 0 and progress.note
     assert {s.name: s.total for s in progress.stages} == {name: n for name, n in plan.stage_totals.items()}
@@ -161,6 +163,23 @@ def test_fused_reads_and_steps_count_in_each_stage(sample_data: dict[str, Path],
     readers = [stages for stages in plan.stage_of_key.values() if "read source" in stages]
     assert readers and all({"steps[0] filter", "steps[1] join"} <= set(stages) for stages in readers)
     assert "steps[2] groupby" in plan.stages and plan.stage_totals["steps[2] groupby"] > len(readers)  # its tree and shuffle too
+
+
+def test_a_step_folded_into_another_counts_its_tasks(sample_data: dict[str, Path], tmp_path: Path) -> None:
+    def plan(steps: list[dict[str, Any]]) -> Any:
+        spec = JobSpec.model_validate(sales_spec(sample_data, tmp_path / "out", sources={}, steps=steps))
+        with dask.config.set(scheduler="sync"):
+            return plan_job(spec, "pandas", SinkWriter(spec.sink, "folded"))
+
+    def keys_of(planned: Any, stage: str) -> set[Any]:
+        return {key for key, stages in planned.stage_of_key.items() if stage in stages}
+
+    # A sort under a limit becomes a top-k: the top-k's tasks do the sort's work.
+    top = plan([{"op": "sort", "by": ["amount"], "descending": True}, {"op": "limit", "n": 5}])
+    assert keys_of(top, "steps[0] sort") and keys_of(top, "steps[0] sort") <= keys_of(top, "steps[1] limit")
+    # A select becomes the read's column list: the read's tasks do it.
+    picked = plan([{"op": "select", "columns": ["region", "amount"]}, {"op": "rename", "columns": {"amount": "a"}}])
+    assert keys_of(picked, "steps[0] select") == keys_of(picked, "read source") != set()
 
 
 def test_the_plugin_counts_a_fused_task_in_each_stage_and_once_overall() -> None:
