@@ -28,6 +28,8 @@ MAX_LENGTH = 2000
 MAX_DEPTH = 32  # dask recurses per nested operation; this keeps deep graphs well inside its limit
 #: The type names ``cast(x, "...")`` takes.
 CAST_TYPES = ("int64", "int32", "float64", "float32", "bool", "datetime64[ns]", "string")
+#: What try_cast converts to: numbers, from text or other numbers, with a null where cast would fail.
+TRY_CAST_TYPES = ("int64", "int32", "float64", "float32")
 _CALENDAR_UNITS = ("month", "year")  # variable length, so pandas.DateOffset; the rest are Timedeltas
 _UNITS = tuple(u + s for u in ("second", "minute", "hour", "day", "week", *_CALENDAR_UNITS) for s in ("", "s"))
 
@@ -112,6 +114,7 @@ _LITERALS: dict[str, tuple[str, Any]] = {
     "int": ("an integer literal", lambda v: type(v) is int),  # not bool
     "count": ("a non-negative integer literal", lambda v: type(v) is int and v >= 0),
     "dtype": ("one of " + ", ".join(map(repr, CAST_TYPES)), lambda v: isinstance(v, str) and v in CAST_TYPES),
+    "number_type": ("one of " + ", ".join(map(repr, TRY_CAST_TYPES)), lambda v: isinstance(v, str) and v in TRY_CAST_TYPES),
     "unit": ("one of " + ", ".join(map(repr, _UNITS)), lambda v: isinstance(v, str) and v in _UNITS),
     "part": ("one of " + ", ".join(map(repr, DATE_PARTS)), lambda v: isinstance(v, str) and v in DATE_PARTS),
     "format": (f"a format literal of %-codes {', '.join('%' + c for c in FORMAT_CODES)} and plain characters",
@@ -132,6 +135,7 @@ _FUNCS: dict[str, _Func] = {
     "abs": _Func("abs(x)", 1, 1),
     "round": _Func("round(x[, ndigits])", 1, 2, {1: "int"}),
     "cast": _Func('cast(x, "dtype")', 2, 2, {1: "dtype"}),
+    "try_cast": _Func('try_cast(x, "int64" | "int32" | "float64" | "float32")', 2, 2, {1: "number_type"}),
     "between": _Func("between(x, low, high)", 3, 3),
     "lower": _Func("lower(s)", 1, 1),
     "upper": _Func("upper(s)", 1, 1),

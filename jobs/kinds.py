@@ -63,6 +63,8 @@ _SIGNATURES: dict[str, tuple[str | None, str]] = {
     "trim": ("string", "string"), "ltrim": ("string", "string"), "rtrim": ("string", "string"),
     "lpad": ("string", "string"), "rpad": ("string", "string"),
 }
+#: try_cast reads text, numbers and bools; its result is a number.
+_TRY_CAST_INPUTS = frozenset({"string", "numeric", "bool"})
 # Functions whose later arguments are checked too: the kind each argument needs (None: any;
 # the last one repeats), and the kind of the result.
 _ARGUMENTS: dict[str, tuple[tuple[str | None, ...], str]] = {
@@ -233,6 +235,11 @@ class _KindChecker:
         if name == "cast":  # any kind may be cast: a bad value fails on the workers, naming it
             target = args[1].value if isinstance(args[1], ir.Lit) else None
             return _CAST_KINDS.get(target, "unknown")
+        if name == "try_cast":
+            if kinds[0] not in _TRY_CAST_INPUTS and kinds[0] not in _LOOSE:
+                raise self.mismatch(f"argument 1 of try_cast() must be text, a number or a bool, got {self.show(args[0], kinds[0])} "
+                                    f"at col {args[0].start}")
+            return "numeric"
         if name == "abs" and kinds[0] in (_DURATION, "unknown", "other"):
             return _DURATION if kinds[0] == _DURATION else "unknown"  # durations stay durations
         if name in _ARGUMENTS:

@@ -21,14 +21,12 @@ from pandas.api.types import is_bool_dtype, is_object_dtype
 
 from jobs import ir
 from jobs.errors import ExpressionError, IntegerOverflow
-from jobs.pandas_functions import FUNCTIONS
+from jobs.pandas_functions import FUNCTIONS, cast_values
 
 MAX_INT_BITS = 10_000  # caps constant integer powers such as 9 ** 9 ** 9
 _EVAL_ERRORS = (ArithmeticError, AttributeError, NotImplementedError, TypeError, ValueError)
 _SCALARS = (str, int, float, np.generic, datetime, timedelta, pd.DateOffset, type(pd.NaT), type(pd.NA))
 # "string" -> str: the default string dtype on pandas, a plain string column on cudf.
-_DTYPES: dict[str, Any] = {name: name for name in ("int64", "int32", "float64", "float32", "bool", "datetime64[ns]")}
-_DTYPES["string"] = str
 
 Fn = Callable[[Any], Any]
 
@@ -225,16 +223,6 @@ def _between(value: Any, low: Any, high: Any) -> Any:
     return _COMPARE[">="](value, low) & _COMPARE["<="](value, high)
 
 
-def _astype(value: Any, name: str) -> Any:
-    if name == "string":  # pandas 2 would turn nulls into the text "nan"
-        return value.astype(str).where(value.notnull())
-    dtype = getattr(value, "dtype", None)
-    if name in ("int64", "int32") and isinstance(dtype, np.dtype) and dtype.kind == "f":
-        # numpy ints hold no null: pandas' nullable ints do, so a null stays null (cuDF's ints are nullable already)
-        return np.trunc(value).astype(name.capitalize())
-    return value.astype(_DTYPES[name])
-
-
 _REGEX_SPECIAL = frozenset(".^$*+?()[]{}|\\")
 
 
@@ -270,7 +258,7 @@ IMPLS: dict[str, Callable[..., Any]] = {
     "fillna": _coalesce,
     "abs": _elementwise(lambda s: s.abs(), abs),
     "round": _elementwise(lambda s, n=0: s.round(n), round),
-    "cast": _elementwise(_astype, lambda v, t: _astype(pd.Series([v]), t).iloc[0]),
+    "cast": _elementwise(cast_values, lambda v, t: cast_values(pd.Series([v]), t).iloc[0]),
     "between": _elementwise(_between),
     "lower": _elementwise(lambda s: s.str.lower(), str.lower),
     "upper": _elementwise(lambda s: s.str.upper(), str.upper),

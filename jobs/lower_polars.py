@@ -18,6 +18,7 @@ import polars as pl
 
 from jobs import ir
 from jobs.errors import ExpressionError
+from jobs.number_text import DECIMAL_TEXT, INTEGER_RANGES, INTEGER_TEXT
 from jobs.kinds import kind_of_node
 from jobs.lower_pandas import like_regex
 
@@ -25,6 +26,18 @@ _CASTS: dict[str, Any] = {
     "int64": pl.Int64, "int32": pl.Int32, "float64": pl.Float64, "float32": pl.Float32, "bool": pl.Boolean,
     "datetime64[ns]": pl.Datetime("ns"), "string": pl.String,
 }
+def _try_cast(x: pl.Expr, name: str, *, text: bool) -> pl.Expr:
+    """``cast``, with a null where it would fail: text that is not a number of the type, a value out of range, NaN.
+
+    Polars' non-strict cast already gives null for what it cannot convert; text is first held to
+    the shapes of jobs/expr.py (INTEGER_TEXT, DECIMAL_TEXT), which the Dask engine reads alike.
+    """
+    converted = x.cast(_CASTS[name], strict=False)
+    if not text:
+        return converted
+    return pl.when(x.str.contains(INTEGER_TEXT if name in INTEGER_RANGES else DECIMAL_TEXT)).then(converted)
+
+
 def _truncated_divide(a: pl.Expr, b: pl.Expr) -> pl.Expr:
     """SQL's ``//``: truncated toward zero (Polars floors); by zero, null."""
     floored = a // b
@@ -148,7 +161,7 @@ class PolarsLowering:
             return self.integer(node.operand)
         if isinstance(node, ir.Binary):
             return node.op in ("+", "-", "*", "//", "%") and self.integer(node.left) and self.integer(node.right)
-        if isinstance(node, ir.Call) and node.name == "cast" and isinstance(node.args[1], ir.Lit):
+        if isinstance(node, ir.Call) and node.name in ("cast", "try_cast") and isinstance(node.args[1], ir.Lit):
             return node.args[1].value in ("int64", "int32")
         return False
 
@@ -220,6 +233,8 @@ class PolarsLowering:
                 chain = chain.when(self.condition(cond)).then(self.lower(value))
             result: pl.Expr = chain.otherwise(self.lower(args[-1]))
             return result
+        if name == "try_cast":
+            return _try_cast(self.lower(args[0]), args[1].value, text=self.kind(args[0]) == "string")  # type: ignore[attr-defined]
         if name == "cast" and isinstance(args[1], ir.Lit) and args[1].value == _DATETIME_CAST and self.kind(args[0]) == "string":
             return self.lower(args[0]).str.to_datetime(time_unit="ns")  # parsed, as pandas' astype does
         if name == "date_trunc":  # the unit comes first, a literal

@@ -12,7 +12,10 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import pandas as pd
+
+from jobs.number_text import DECIMAL_TEXT, INTEGER_RANGES, INTEGER_TEXT
 
 _DAY = pd.Timedelta(days=1)
 _FLOORS = {"hour": "h", "minute": "min", "second": "s"}
@@ -118,7 +121,51 @@ def _concat(*values: Any) -> Any:
 
 
 #: Function name → implementation over the call's argument values.
+_DTYPES: dict[str, Any] = {name: name for name in ("int64", "int32", "float64", "float32", "bool", "datetime64[ns]")}
+_DTYPES["string"] = str
+
+
+def cast_values(value: Any, name: str) -> Any:
+    """``cast(value, name)`` over a column: pandas' ``astype``, with nulls kept null."""
+    if name == "string":  # pandas 2 would turn nulls into the text "nan"
+        return value.astype(str).where(value.notnull())
+    dtype = getattr(value, "dtype", None)
+    if name in ("int64", "int32") and isinstance(dtype, np.dtype) and dtype.kind == "f":
+        # numpy ints hold no null: pandas' nullable ints do, so a null stays null (cuDF's ints are nullable already)
+        return np.trunc(value).astype(name.capitalize())
+    return value.astype(_DTYPES[name])
+
+
+def _try_cast(value: Any, name: str) -> Any:
+    """``cast`` to a number, with a null where it would fail (docs/spec.md, "Casts"), as :mod:`jobs.lower_polars` does.
+
+    Text must have the shape of INTEGER_TEXT or DECIMAL_TEXT; a float's integer part must lie in
+    the integer type's range (the fraction is dropped, as cast drops it; NaN and infinities: null).
+    """
+    if _is_value(value):
+        if pd.isna(value):
+            return None
+        result = _try_cast(pd.Series([value]), name).iloc[0]
+        return None if pd.isna(result) else result.item() if hasattr(result, "item") else result
+    dtype = value.dtype
+    low, high = INTEGER_RANGES.get(name, (None, None))
+    if pd.api.types.is_string_dtype(dtype) or dtype == object:
+        pattern = INTEGER_TEXT if low is not None else DECIMAL_TEXT
+        shaped = value.where(value.str.contains(pattern, regex=True).fillna(False).astype(bool))
+        if low is None:
+            return shaped.astype(name)
+        parsed = shaped.str.replace(r"^\+", "", regex=True).astype("Int64")  # at most 18 digits: every one fits int64
+        return parsed.where((parsed >= low) & (parsed < high)).astype(name.capitalize())
+    if low is not None and pd.api.types.is_float_dtype(dtype):
+        whole = np.trunc(value)
+        value = value.where((whole >= low) & (whole < high))  # NaN and infinities compare false: null
+    elif name == "int32" and pd.api.types.is_integer_dtype(dtype):
+        return value.where((value >= low) & (value < high)).astype("Int32")
+    return cast_values(value, name)
+
+
 FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "try_cast": _try_cast,
     "date_trunc": _lift(_trunc, 1),
     "date_diff": _diff_values,
     "strftime": _lift(lambda d, fmt: d.dt.strftime(fmt)),
