@@ -21,6 +21,7 @@ from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import Token, TokenType
 
 from jobs.errors import SpecError
+from jobs.expr import MAX_PAD
 
 #: The dialect user text is read in: PostgreSQL's grammar with case-sensitive names.
 DIALECT = sqlglot.Dialect.get_or_raise("postgres, normalization_strategy=case_sensitive")
@@ -228,6 +229,11 @@ class _Checker:
             if node.this not in CAST_TYPES:
                 allowed = ", ".join(sorted(t.value for t in CAST_TYPES))
                 raise self.refuse(node, f"CAST to {node.sql(dialect=DIALECT)} is not allowed", f"; types: {allowed}")
+        elif isinstance(node, exp.Pad):
+            # As in the expression language: a width from data, or a huge one, would let one row take gigabytes.
+            width = node.args.get("expression")
+            if not (isinstance(width, exp.Literal) and width.is_int and 0 <= int(width.this) <= MAX_PAD):
+                raise self.refuse(node, f"the width of {node.sql(dialect=DIALECT)[:60]} must be an integer literal from 0 to {MAX_PAD}")
         elif isinstance(node, exp.Window):
             self.window(node)
         elif isinstance(node, exp.Join):

@@ -268,6 +268,9 @@ REFUSED = {
     "deep_parentheses": ("SELECT " + "(" * 100 + "1" + ")" * 100 + " AS x", "the query nests parentheses more than 64 deep at line 1, col 72"),
     "long_operator_chain": ("SELECT " + " + ".join(["quantity"] * 600) + " AS x FROM sales", "the query nests expressions more than 512 deep"),
     "chain_past_the_parser": ("SELECT " + "NOT " * 5000 + "TRUE AS x", "the query is nested too deeply to check"),
+    # One row padded to 2 GB would take a worker's memory: a literal width of at most MAX_PAD, as in expressions.
+    "huge_pad": ("SELECT lpad(region, 2000000000, 'x') AS x FROM sales", "must be an integer literal from 0 to 10000"),
+    "pad_width_from_data": ("SELECT rpad(region, quantity, 'x') AS x FROM sales", "must be an integer literal from 0 to 10000"),
 }
 
 
