@@ -50,7 +50,7 @@ DASK_NOTE = (
     "long as those done."
 )
 
-_NEAR = 200  # expressions searched for one of the same kind as a rebuilt one
+_NEAR = 64  # expressions searched for one of the same kind as a rebuilt one
 _FOLD_NEAR = 8  # expressions just below a rewritten one where a folded step's would sit
 _MERGED = "\0"  # marks a stage that vanished into an expression, rather than one folded into new work
 
