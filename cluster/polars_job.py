@@ -25,6 +25,7 @@ from jobs.read_progress import READ_UNIT, SourceRead, read_stage_name, to_mib
 from jobs.sink import SinkWriter
 from jobs.spec import DerivedSource, JobSpec, Step
 from jobs.status import ColumnSchema, JobProgress, StageProgress
+from jobs import storage
 from jobs.storage import is_url
 
 log = logging.getLogger(__name__)
@@ -102,6 +103,8 @@ def run_attempt(job_id: str, frame: pl.LazyFrame, target: OutputTarget, *args: A
     with KilledWorker). Whatever the dead attempt had written is removed first, so none of it
     can be committed with the new attempt's files.
     """
+    if target.storage is not None:  # the service's object-store settings, for this worker's reads and writes of the sink
+        storage.configure(target.storage)
     if is_url(target.location):
         SinkWriter(target.sink, job_id).abort()  # this job's part files that no manifest lists
     else:

@@ -1,9 +1,10 @@
 """Which engine runs a job: the spec's ``engine``, else the service's default; ``auto`` decides.
 
 ``auto`` picks Polars whenever its lowering covers the spec, which is the whole language
-today, and the Dask engine otherwise: for now, when a source is on an object store. A spec with a
-SQL source runs on Polars whatever the default (a spec asking for ``engine: dask`` with one is
-refused by JobSpec). On a GPU cluster the Polars job runs on cudf-polars;
+today, object-store sources included (Polars reads them with the service's endpoint and region,
+jobs/polars_io.py; the worker that writes takes on the same settings). A spec with a SQL source
+runs on Polars whatever the default (a spec asking for ``engine: dask`` with one is refused by
+JobSpec). On a GPU cluster the Polars job runs on cudf-polars;
 where cudf-polars cannot run a query, the worker says so before doing any work and the job
 moves to the Dask engine (dask-cudf), recorded with that reason (:mod:`cluster.polars_job`).
 """
@@ -14,7 +15,6 @@ from typing import Literal
 
 from jobs.spec import JobSpec
 from jobs.status import EngineChoice
-from jobs.storage import is_url
 
 EngineName = Literal["auto", "polars", "dask"]
 
@@ -31,8 +31,4 @@ def choose_engine(spec: JobSpec, default: EngineName, backend: str) -> EngineCho
     if sql := list(spec.sql_sources()):  # the spec cannot ask for dask then (JobSpec refuses it), so this is a default
         return EngineChoice(engine="polars", device=device, reason=f"engine: {asked} ({source}) — source '{sql[0]}' is SQL, "
                             "which only the Polars engine runs")
-    remote = [field for field, files in spec.source_fields() if is_url(files.path)]
-    if remote:  # Polars' object-store reader does not take Spillway's S3 settings (endpoint, region) yet
-        return EngineChoice(engine="dask", device=device, reason=f"engine: auto ({source}) — {remote[0]} is on an object store, "
-                            "which the Polars engine does not read yet")
     return EngineChoice(engine="polars", device=device, reason=f"engine: auto ({source}) — Polars runs every step of this spec")

@@ -23,7 +23,7 @@ import polars as pl
 
 from jobs.sources import resolve_files
 from jobs.spec import SinkSpec, SourceSpec
-from jobs.storage import is_url, storage_options
+from jobs.storage import StorageSettings, is_url, storage_options
 
 # Characters kept as they are in a hive directory name; everything else is %-escaped, as Hive
 # and Spark escape partition values, so a value or a column name never forms a path of its own.
@@ -133,6 +133,9 @@ class OutputTarget:
     location: str
     stem: str
     sink: SinkSpec
+    #: The service's object-store settings (endpoint, region; never credentials), which the worker
+    #: that writes takes on: it is another process and never saw them (jobs/storage.py).
+    storage: StorageSettings | None = None
 
     def path(self, directory: str = "") -> str:
         extension = ".parquet" if self.sink.format == "parquet" else ".csv.gz" if self.sink.codec == "gzip" else ".csv"

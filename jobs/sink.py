@@ -43,6 +43,7 @@ from jobs.polars_io import OutputTarget
 from jobs.sandbox import PathNotAllowed, check_sink_parent
 from jobs.spec import SinkSpec
 from jobs.status import ColumnSchema, ResultFile, ResultManifest
+from jobs import storage
 from jobs.storage import MANIFEST_NAME, SUCCESS_MARKER, commit_lock, filesystem, is_url, load_manifest, storage_options
 
 __all__ = ["MANIFEST_NAME", "SUCCESS_MARKER", "TMP_PREFIX", "SinkSchemaMismatch", "SinkWriter", "ensure_sink_free", "read_manifest"]
@@ -138,7 +139,7 @@ class SinkWriter:
         """Where a Polars job writes its part files; ``columns`` describe them for the manifest."""
         location = self.prepare([c.name for c in columns])
         self._planned_columns = columns
-        return OutputTarget(location=location, stem=self._stem, sink=self.sink)
+        return OutputTarget(location=location, stem=self._stem, sink=self.sink, storage=storage.current() if is_url(location) else None)
 
     def write_graph(self, frame: dd.DataFrame) -> Any:
         """The lazy write of ``frame``: into the staging directory, or under the sink prefix of an object store."""

@@ -126,14 +126,9 @@ def _check(spec: JobSpec, read: SchemaReader) -> Schema:
 
     if sql_sources := spec.sql_sources():  # SQL's text is checked before any source is read
         from jobs.sql_check import check_sql
-        from jobs.storage import is_url
 
         for name, source in sql_sources.items():
             check_sql(source.sql, f"sources.{name}.sql", list(spec.sources), own_name=name)
-        if remote := next((field for field, files in spec.source_fields() if is_url(files.path)), None):
-            raise SpecError(f"{remote}.path is on an object store, which the Polars engine does not read yet, and a job with a SQL "
-                            f"source ('{next(iter(sql_sources))}') runs only on Polars: copy the files to a local data root",
-                            field=f"{remote}.path")
     for name in spec.sources:
         schema_of(name, f"sources.{name}")
     schema = _check_steps(schema_of(spec.source, "source"), spec.steps, "steps", "", schema_of)

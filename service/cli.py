@@ -17,8 +17,8 @@ import typer
 from rich.markup import escape
 
 from service.cli_common import DEFAULT_URL, UrlOption, console, err, fail, plural
-from service.cli_delete import delete
 from service.cli_db import db_app
+from service.cli_delete import delete
 from service.cli_pipelines import pipeline_app
 from service.cli_tokens import token_app
 

@@ -60,10 +60,12 @@ def s3(endpoint: str, sample_data: dict[str, Path], tmp_path_factory: pytest.Tem
     return fs
 
 
-@pytest.fixture(scope="module")
-def s3_service(endpoint: str, s3: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
+@pytest.fixture(scope="module", params=["polars", "dask"])
+def s3_service(endpoint: str, s3: Any, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[ServiceProcess]:
+    """A service reading and writing the bucket, each test run once with each engine as the default."""
     env = {
         **CREDENTIALS,
+        "SPILLWAY_DEFAULT_ENGINE": request.param,
         "SPILLWAY_STORAGE__S3_ENDPOINT_URL": endpoint,
         "SPILLWAY_ALLOWED_ROOTS": json.dumps(["/tmp", f"{ROOT}/"]),
         "SPILLWAY_MAX_CONCURRENT_JOBS": "2",
@@ -136,9 +138,15 @@ def sorted_revenue(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.sort_values(["region", "category"]).reset_index(drop=True)
 
 
-def test_s3_parquet_and_csv_sources_to_s3_parquet(api: SpillwayClient, s3: Any, sample_data: dict[str, Path], sales_frame: pd.DataFrame, prefix: str) -> None:
+def test_s3_parquet_and_csv_sources_to_s3_parquet(
+    api: SpillwayClient, s3_service: ServiceProcess, s3: Any, sample_data: dict[str, Path], sales_frame: pd.DataFrame, prefix: str
+) -> None:
     spec = revenue_spec({"format": "parquet", "path": f"{ROOT}/in/sales"}, {"format": "csv", "path": f"{ROOT}/in/products.csv"}, {"path": prefix})
-    manifest = succeed(api, spec)
+    job = wait_terminal(api, api.submit(spec).id, timeout=180)
+    assert job.state == JobStatus.SUCCEEDED and job.result is not None, job.error
+    # The service's default engine ran it: object-store sources no longer send a job to the Dask engine.
+    assert job.progress.engine is not None and job.progress.engine.engine == s3_service.env["SPILLWAY_DEFAULT_ENGINE"]
+    manifest = job.result
     assert manifest.format == "parquet" and manifest.version == 1 and len(manifest.files) >= 1
     assert all(f.path.startswith("part.") and f.job_id for f in manifest.files)
     expected = revenue_reference(sales_frame, sample_data["products"])
