@@ -4,7 +4,7 @@ The single-GPU streaming executor runs on cudf-polars' process-wide ``DefaultSin
 (rapidsmpf on a single-rank communicator), which reads its settings from ``RAPIDSMPF_*``
 environment variables once, when it is first built in the worker process. The worker's device
 limit is the same for every job it runs, so it is set there before the first streaming job;
-a worker whose engine was built with another limit keeps that one (and says so in the result).
+a worker whose engine was already built with another limit keeps that one.
 
 Spilling is rapidsmpf's own: dask-cuda's ``device_memory_limit`` and cuDF's spill manager do not
 see its buffers, so the bytes it moved are read from its statistics after each query.
@@ -30,12 +30,6 @@ def streaming_gpu_engine(spill_device_limit: int) -> Any:
     os.environ.setdefault(SPILL_LIMIT_ENV, str(spill_device_limit))
     os.environ.setdefault(STATISTICS_ENV, "true")
     return pl.GPUEngine(executor="streaming", raise_on_fail=True)
-
-
-def spill_limit_in_effect() -> int | None:
-    """The device limit this worker's streaming engine was (or will be) built with."""
-    value = os.environ.get(SPILL_LIMIT_ENV, "")
-    return int(value) if value.isdigit() else None
 
 
 def take_spilled_bytes() -> int | None:
