@@ -93,14 +93,26 @@ class JobProgress(BaseModel):
     )
 
     @property
+    def counts_stages(self) -> bool:
+        """Whether :attr:`done` counts whole stages: they count in different units (a Polars read's MiB beside 1-of-1 stages)."""
+        return self.tasks_total is None and len({stage.unit for stage in self.stages}) > 1
+
+    @property
     def done(self) -> int:
-        """Work done overall: distinct tasks on the Dask engine, else the stages' counts summed."""
-        return self.tasks_done if self.tasks_done is not None else sum(s.done for s in self.stages)
+        """Work done overall: distinct tasks on the Dask engine; stages finished when they count in
+        different units (MiB and steps do not add up); else the stages' counts summed."""
+        if self.tasks_done is not None:
+            return self.tasks_done
+        if self.counts_stages:
+            return sum(1 for stage in self.stages if stage.total and stage.done >= stage.total)
+        return sum(stage.done for stage in self.stages)
 
     @property
     def total(self) -> int:
         """All the work, in the units of :attr:`done`."""
-        return self.tasks_total if self.tasks_total is not None else sum(s.total for s in self.stages)
+        if self.tasks_total is not None:
+            return self.tasks_total
+        return len(self.stages) if self.counts_stages else sum(stage.total for stage in self.stages)
 
     @model_validator(mode="after")
     def _estimate(self) -> JobProgress:

@@ -157,7 +157,7 @@ def _print_job(job: JobView) -> None:
     for stage in job.progress.stages:
         console.print(f"  {escape(stage.name):<48} {stage.done:>6}/{stage.total}" + (f" {stage.unit}" if stage.unit else ""))
     if job.progress.stages:
-        counted = " tasks" if job.progress.tasks_total is not None else ""
+        counted = " tasks" if job.progress.tasks_total is not None else " stages" if job.progress.counts_stages else ""
         eta = eta_text(job.progress.eta_s) if not job.state.is_terminal() else ""
         console.print(f"  {'overall':<48} {job.progress.done:>6}/{job.progress.total}{counted}" + (f"  {eta}" if eta else ""))
     if job.error:
@@ -186,7 +186,8 @@ def follow(client: SpillwayClient, job_id: str) -> JobView:
                 bar.complete_style = bar.finished_style = "red"
             progress = event.progress
             eta = "" if event.state.is_terminal() else eta_text(progress.eta_s)
-            counted = " (tasks)" if progress.tasks_total is not None else ""  # a fused task counts once here, in each of its stages below
+            # A fused task counts once here, in each of its stages below; MiB and steps do not add up, so whole stages do.
+            counted = " (tasks)" if progress.tasks_total is not None else " (stages)" if progress.counts_stages else ""
             bars.update(overall, description=f"overall{counted}", completed=progress.done, total=progress.total or None, eta=eta)
             for stage in event.progress.stages:
                 if stage.name not in tasks:

@@ -275,3 +275,13 @@ def test_cli_result_says_string_and_one_file(api: SpillwayClient, service: Servi
     assert shown.returncode == 0, shown.stderr
     assert "region: string" in shown.stdout and "large_string" not in shown.stdout
     assert "1 file " in shown.stdout and "1 files" not in shown.stdout
+
+
+def test_stages_in_different_units_add_up_as_whole_stages() -> None:
+    # A Polars job: a read counting MiB beside 1-of-1 steps; 150 MiB and one step do not add up.
+    progress = JobProgress(stages=[StageProgress(name="read source", done=150, total=150, unit="MiB"),
+                                   StageProgress(name="steps: filter", done=0, total=1), StageProgress(name="write parquet", done=0, total=1)],
+                           elapsed_s=2.0)
+    assert progress.counts_stages and (progress.done, progress.total) == (1, 3) and progress.eta_s == 4.0
+    same_unit = JobProgress(stages=[StageProgress(name="steps: filter", done=1, total=1), StageProgress(name="write parquet", done=0, total=1)])
+    assert not same_unit.counts_stages and (same_unit.done, same_unit.total) == (1, 2)

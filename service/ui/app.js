@@ -109,12 +109,16 @@ const fmtTime = (text) => (parseTime(text) ? parseTime(text).toLocaleString() : 
 const stateBadge = (state) => h("span", { class: `state state-${state.toLowerCase()}`, "data-state": state }, state);
 
 // Overall: the Dask engine's distinct tasks (a fused task counts in each of its stages, once here);
-// otherwise the stages' counts summed.
+// whole stages finished when the stages count in different units (a Polars read's MiB beside
+// 1-of-1 steps); otherwise the stages' counts summed. As JobProgress.done/total in jobs/status.py.
 function progressTotals(progress) {
   if (progress && progress.tasks_total !== null && progress.tasks_total !== undefined) {
     return { done: progress.tasks_done || 0, total: progress.tasks_total };
   }
   const stages = (progress && progress.stages) || [];
+  if (new Set(stages.map((s) => s.unit || null)).size > 1) {
+    return { done: stages.filter((s) => s.total && s.done >= s.total).length, total: stages.length };
+  }
   return { done: stages.reduce((a, s) => a + s.done, 0), total: stages.reduce((a, s) => a + s.total, 0) };
 }
 
