@@ -18,6 +18,8 @@ names its table).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from sqlglot import exp
 
 
@@ -29,6 +31,30 @@ def conjuncts(condition: exp.Expression | None) -> list[exp.Expression]:
 def and_all(parts: list[exp.Expression]) -> exp.Expression | None:
     """``parts`` joined by ``AND`` (None for none)."""
     return exp.and_(*parts, copy=False) if parts else None
+
+
+def rewrite_where_conjuncts(
+    select: exp.Select, rewrite: Callable[[exp.Expression, list[exp.Join]], exp.Expression | None]
+) -> None:
+    """Replace each conjunct of ``select``'s WHERE that ``rewrite`` returns a new part for.
+
+    ``rewrite`` may append joins to the list it is given (the select's own); they and the new
+    WHERE are written back only when a part changed.
+    """
+    where = select.args.get("where")
+    if where is None or select.args.get("from_") is None:
+        return
+    parts = conjuncts(where.this)
+    joins = list(select.args.get("joins") or [])
+    changed = False
+    for index, part in enumerate(parts):
+        new = rewrite(part, joins)
+        if new is not None:
+            parts[index] = new
+            changed = True
+    if changed:
+        select.set("joins", joins)
+        select.set("where", exp.Where(this=and_all(parts)))
 
 
 def _columns(node: exp.Expression) -> list[exp.Column]:
@@ -80,23 +106,18 @@ def _sources(select: exp.Select) -> set[str]:
 
 def decorrelate_exists(select: exp.Select) -> None:
     """Rewrite each ``[NOT] EXISTS`` of that shape among the conjuncts of ``select``'s WHERE."""
-    where = select.args.get("where")
-    if where is None or select.args.get("from_") is None:
-        return
-    parts = conjuncts(where.this)
-    joins = list(select.args.get("joins") or [])
-    changed = False
-    for index, part in enumerate(parts):
+
+    def rewrite(part: exp.Expression, joins: list[exp.Join]) -> exp.Expression | None:
         negated = isinstance(part, exp.Not)
         exists = part.this if negated else part
         if not isinstance(exists, exp.Exists) or not isinstance(exists.this, exp.Select):
-            continue
+            return None
         shape = _plan(exists.this)
         if shape is None:
-            continue
+            return None
         inner, keys, (value, outer_value), local = shape
         if not {outer.table for _, outer in [*keys, (value, outer_value)]} <= _sources(select):
-            continue  # correlated with a query further out: the join would have nothing to join to here
+            return None  # correlated with a query further out: the join would have nothing to join to here
         alias = f"_spillway_e{len(joins)}"
         columns = [exp.alias_(key.copy(), f"k{n}", quoted=True) for n, (key, _) in enumerate(keys)]
         grouped = exp.select(*columns, exp.alias_(exp.Min(this=value.copy()), "lo", quoted=True),
@@ -111,8 +132,6 @@ def decorrelate_exists(select: exp.Select) -> None:
         bounds = (exp.column(bound, table=alias, quoted=True) for bound in ("lo", "hi"))
         differs = exp.or_(*(exp.NEQ(this=bound, expression=outer_value.copy()) for bound in bounds))
         found = exp.Coalesce(this=exp.Paren(this=differs), expressions=[exp.false()])
-        parts[index] = exp.Not(this=found) if negated else found
-        changed = True
-    if changed:
-        select.set("joins", joins)
-        select.set("where", exp.Where(this=and_all(parts)))
+        return exp.Not(this=found) if negated else found
+
+    rewrite_where_conjuncts(select, rewrite)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from jobs.sql_exists import and_all, conjuncts
+from jobs.sql_exists import and_all, rewrite_where_conjuncts
 
 
 def _uncorrelated(query: exp.Select) -> bool:
@@ -46,16 +46,11 @@ def _shape(part: exp.Expression) -> tuple[exp.Expression, exp.Select] | None:
 
 def not_in_as_joins(select: exp.Select) -> None:
     """Rewrite each uncorrelated ``NOT x IN (subquery)`` among the conjuncts of ``select``'s WHERE."""
-    where = select.args.get("where")
-    if where is None or select.args.get("from_") is None:
-        return
-    parts = conjuncts(where.this)
-    joins = list(select.args.get("joins") or [])
-    changed = False
-    for index, part in enumerate(parts):
+
+    def rewrite(part: exp.Expression, joins: list[exp.Join]) -> exp.Expression | None:
         found = _shape(part)
         if found is None:
-            continue
+            return None
         x, query = found
         value = query.expressions[0]
         value = value.this if isinstance(value, exp.Alias) else value
@@ -75,8 +70,6 @@ def not_in_as_joins(select: exp.Select) -> None:
         absent = and_all([exp.Not(this=exp.Is(this=x.copy(), expression=exp.Null())),
                           exp.Is(this=exp.column("k", table=matches, quoted=True), expression=exp.Null()),
                           exp.EQ(this=exp.column("nulls", table=counts, quoted=True), expression=exp.Literal.number(0))])
-        parts[index] = exp.Paren(this=exp.or_(no_rows, exp.Paren(this=absent)))
-        changed = True
-    if changed:
-        select.set("joins", joins)
-        select.set("where", exp.Where(this=and_all(parts)))
+        return exp.Paren(this=exp.or_(no_rows, exp.Paren(this=absent)))
+
+    rewrite_where_conjuncts(select, rewrite)
