@@ -174,7 +174,9 @@ def checked_integers(symbol: str, message: str, field: str | None) -> Callable[.
         if not _integers(result) or any(getattr(getattr(o, "dtype", None), "kind", "i") not in "if" for o in operands):
             return result  # floats, scalars (Python's ints do not wrap), bools and unsigned ints
         exact = op(*(_as_float(o) for o in operands))
-        overflowed = (exact - result.astype("float64")).abs() > 2.0 ** (8 * result.dtype.itemsize - 2)
+        missed = exact - result.astype("float64")
+        # A folded constant (cast('41', 'int64') + 1) is a numpy scalar, which has no .abs().
+        overflowed = (missed.abs() if hasattr(missed, "abs") else np.abs(missed)) > 2.0 ** (8 * result.dtype.itemsize - 2)
         if hasattr(result, "map_partitions"):  # dask: checked as each partition is computed
             return result.map_partitions(_raise_if, overflowed, message, field, meta=result._meta, align_dataframes=False)
         return _raise_if(result, overflowed, message, field)

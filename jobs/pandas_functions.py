@@ -146,7 +146,7 @@ def _try_cast(value: Any, name: str) -> Any:
         if pd.isna(value):
             return None
         result = _try_cast(pd.Series([value]), name).iloc[0]
-        return None if pd.isna(result) else result.item() if hasattr(result, "item") else result
+        return None if pd.isna(result) else result
     dtype = value.dtype
     low, high = INTEGER_RANGES.get(name, (None, None))
     if pd.api.types.is_string_dtype(dtype) or dtype == object:
