@@ -62,3 +62,11 @@ def busy_workers(dask_client: Client) -> list[str]:
 def worker_addresses(dask_client: Client) -> list[str]:
     """The workers the scheduler knows now (not the client's cached view)."""
     return dask_client.run_on_scheduler(lambda dask_scheduler: sorted(dask_scheduler.workers))
+
+
+def polars_task_worker(dask_client: Client, job_id: str) -> str | None:
+    """The worker the scheduler has the Polars job's one task processing on, if any."""
+    from cluster.polars_job import task_key
+
+    key = task_key(job_id)
+    return dask_client.run_on_scheduler(lambda dask_scheduler: getattr(getattr(dask_scheduler.tasks.get(key), "processing_on", None), "address", None))

@@ -16,21 +16,17 @@ import pandas as pd
 import pytest
 from distributed import Client
 
-from cluster.polars_job import task_key
 from jobs.sink import TMP_PREFIX, SinkWriter
 from jobs.spec import SinkSpec
 from jobs.status import JobStatus
 from tests.conftest import start_service, wait_for, wait_terminal
-from tests.fault_jobs import busy_workers, check_slow_output, slow_spec
+from tests.fault_jobs import busy_workers, check_slow_output, polars_task_worker, slow_spec
 
 
 def _running_on(dask_client: Client, engine: str, job_id: str) -> str | None:
     """The worker running the job's work now: the Polars task's worker, or one with Dask-engine tasks."""
     if engine == "polars":
-        key = task_key(job_id)
-        return dask_client.run_on_scheduler(
-            lambda dask_scheduler: getattr(getattr(dask_scheduler.tasks.get(key), "processing_on", None), "address", None)
-        )
+        return polars_task_worker(dask_client, job_id)
     return next(iter(busy_workers(dask_client)), None)
 
 

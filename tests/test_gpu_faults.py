@@ -16,11 +16,10 @@ from pathlib import Path
 import pytest
 from distributed import Client
 
-from cluster.polars_job import task_key
 from jobs.status import JobStatus
 from service.launcher import ServiceProcess, launch_service
 from tests.conftest import wait_for, wait_terminal
-from tests.fault_jobs import check_slow_output, slow_spec, worker_addresses
+from tests.fault_jobs import check_slow_output, polars_task_worker, slow_spec, worker_addresses
 
 pytestmark = pytest.mark.gpu
 
@@ -37,11 +36,6 @@ def shared_gpu_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ser
     service.stop()
 
 
-def _worker_of(dask_client: Client, job_id: str) -> str | None:
-    key = task_key(job_id)
-    return dask_client.run_on_scheduler(lambda dask_scheduler: getattr(getattr(dask_scheduler.tasks.get(key), "processing_on", None), "address", None))
-
-
 def test_two_workers_share_the_gpu(shared_gpu_service: ServiceProcess) -> None:
     with shared_gpu_service.client() as api:
         info = api.cluster()
@@ -55,7 +49,7 @@ def test_a_worker_killed_mid_query_has_the_query_run_again_on_the_other(
     with shared_gpu_service.client() as api, Client(api.cluster().scheduler_address, timeout=30) as dask_client:
         pids = dask_client.run(os.getpid)
         job_id = api.submit(slow_spec("polars", big_data, out)).id
-        victim = wait_for(lambda: _worker_of(dask_client, job_id), timeout=120, interval=0.02, what="the job's task to run")
+        victim = wait_for(lambda: polars_task_worker(dask_client, job_id), timeout=120, interval=0.02, what="the job's task to run")
         os.kill(pids[victim], signal.SIGKILL)
         job = wait_terminal(api, job_id, timeout=300)
         assert job.state == JobStatus.SUCCEEDED, job.error
@@ -70,7 +64,7 @@ def test_a_cancel_mid_query_returns_in_bounded_time_and_the_next_job_runs(
     out = tmp_path / "cancelled"
     with shared_gpu_service.client() as api, Client(api.cluster().scheduler_address, timeout=30) as dask_client:
         job_id = api.submit(slow_spec("polars", big_data, out)).id
-        wait_for(lambda: _worker_of(dask_client, job_id), timeout=120, interval=0.02, what="the job's task to run")
+        wait_for(lambda: polars_task_worker(dask_client, job_id), timeout=120, interval=0.02, what="the job's task to run")
         start = time.monotonic()
         cancelled = api.cancel(job_id)
         seconds = time.monotonic() - start
