@@ -19,6 +19,9 @@ def read_head(manifest: ResultManifest, n: int) -> pa.Table:
     import fsspec
     import pyarrow as pa
 
+    from jobs.storage import storage_options  # the service's S3 endpoint and region; none for a local path
+
+    options = storage_options(manifest.location)
     tables: list[pa.Table] = []
     wanted = n
     for file in manifest.files:
@@ -26,7 +29,7 @@ def read_head(manifest: ResultManifest, n: int) -> pa.Table:
             break
         if file.rows == 0:
             continue
-        with fsspec.open(f"{manifest.location.rstrip('/')}/{file.path}", "rb") as handle:
+        with fsspec.open(f"{manifest.location.rstrip('/')}/{file.path}", "rb", **options) as handle:
             table = _read_rows(handle, manifest.format, wanted)
         for part in file.path.split("/")[:-1]:
             key, sep, value = part.partition("=")
