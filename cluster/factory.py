@@ -17,13 +17,14 @@ import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from distributed import Client
 
 from cluster.gpu_stats import worker_gpu_stats
 from cluster.info import ClusterInfo, worker_info
 from cluster.local_process import HANDSHAKE
-from cluster.settings import ClusterSettings, parse_memory
+from cluster.settings import DASHBOARD_PREFIX, ClusterSettings, parse_memory
 from jobs.errors import ClusterConfigError
 from jobs.pipeline import Backend
 
@@ -98,15 +99,29 @@ class ClusterHandle:
     dashboard_public_url: str | None = None
     backend_reason: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    dashboard_proxy: bool = False
 
     @property
     def dashboard_link(self) -> str | None:
-        if self.dashboard_public_url:
+        """The dashboard's status page at its own address (the service links its proxy instead, when on)."""
+        if self.dashboard_public_url and not self.dashboard_proxy:
             return self.dashboard_public_url.rstrip("/") + "/status"
+        upstream = self.dashboard_upstream
+        if upstream is None:
+            return None
+        return upstream + (DASHBOARD_PREFIX if self.dashboard_proxy else "") + "/status"
+
+    @property
+    def dashboard_upstream(self) -> str | None:
+        """``scheme://host:port`` of the dashboard's HTTP server, as the service reaches it; None when it is off."""
         if self.cluster is not None:  # started here: its handshake says whether the dashboard is on
-            return self.cluster.dashboard_link or None
-        link = self.client.dashboard_link
-        return link or None
+            link = self.cluster.dashboard_link
+        else:
+            link = self.client.dashboard_link
+        if not link:
+            return None
+        parts = urlsplit(link)
+        return f"{parts.scheme}://{parts.netloc}"
 
     async def gpu_stats(self) -> dict[str, dict[str, Any]]:
         """Each GPU worker's reading (empty on the pandas backend or when workers cannot run it)."""
@@ -226,7 +241,9 @@ async def start_cluster(settings: ClusterSettings) -> ClusterHandle:
     if settings.scheduler_address:
         client, planner = await _connect(settings.scheduler_address)
         protocol = settings.scheduler_address.split("://", 1)[0] if "://" in settings.scheduler_address else "tcp"
-        return ClusterHandle(client, planner, backend, "external", protocol, None, settings.dashboard_public_url, reason)
+        return ClusterHandle(
+            client, planner, backend, "external", protocol, None, settings.dashboard_public_url, reason, dashboard_proxy=settings.dashboard_proxy
+        )
     if backend == "cudf":
         from cluster.gpu import cuda_cluster_kwargs
 
@@ -239,7 +256,9 @@ async def start_cluster(settings: ClusterSettings) -> ClusterHandle:
     client, planner = await _connect(cluster.scheduler_address)
     log.info("started %s at %s, dashboard %s", kind, cluster.scheduler_address, cluster.dashboard_link or "off")
     extra = {"device_memory_limit": parse_memory(settings.device_memory_limit, field="device_memory_limit")}
-    return ClusterHandle(client, planner, backend, kind, protocol, cluster, settings.dashboard_public_url, reason, extra)
+    return ClusterHandle(
+        client, planner, backend, kind, protocol, cluster, settings.dashboard_public_url, reason, extra, dashboard_proxy=settings.dashboard_proxy
+    )
 
 
 async def _connect(address: str) -> tuple[Client, Client]:

@@ -19,7 +19,7 @@ import logging
 import sys
 from typing import Any
 
-from cluster.settings import ClusterSettings
+from cluster.settings import DASHBOARD_PREFIX, ClusterSettings
 
 HANDSHAKE = "SPILLWAY-CLUSTER"
 
@@ -27,11 +27,15 @@ HANDSHAKE = "SPILLWAY-CLUSTER"
 def dashboard_options(settings: ClusterSettings) -> dict[str, Any]:
     """LocalCluster's (and LocalCUDACluster's) dashboard arguments; an empty address turns it off.
 
+    With the dashboard proxied by the service, the scheduler serves it (and its health and
+    metrics routes) under :data:`~cluster.settings.DASHBOARD_PREFIX`.
     ``dashboard_address=None`` alone leaves the scheduler's HTTP server (health, metrics)
     on port 8787, which the scheduler then reports as its dashboard; off, that server
     takes a free loopback port instead and no dashboard link is handed out.
     """
     if settings.dashboard_address:
+        if settings.dashboard_proxy:  # the service proxies it at the same path (service/routes/dashboard.py)
+            return {"dashboard_address": settings.dashboard_address, "scheduler_kwargs": {"http_prefix": DASHBOARD_PREFIX}}
         return {"dashboard_address": settings.dashboard_address}
     return {"dashboard_address": None, "scheduler_kwargs": {"dashboard": False, "dashboard_address": "127.0.0.1:0"}}
 

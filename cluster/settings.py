@@ -6,6 +6,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+#: Where the service serves the Dask dashboard (service/routes/dashboard.py). The scheduler's
+#: HTTP server takes the same prefix (``http_prefix``, ``dask scheduler --dashboard-prefix``),
+#: so the pages' own links and websocket URLs hold through the proxy unchanged.
+DASHBOARD_PREFIX = "/dashboard"
+
 
 class ClusterSettings(BaseModel):
     """How Spillway gets its Dask cluster.
@@ -34,7 +39,14 @@ class ClusterSettings(BaseModel):
     )
     local_directory: str | None = Field(default=None, description="Worker scratch and spill directory on local disk.")
     dashboard_public_url: str | None = Field(
-        default=None, description="Dashboard link handed to users, when it differs from the address the cluster reports."
+        default=None,
+        description="Dashboard link handed to users, when it differs from the address the cluster reports (used only with dashboard_proxy off).",
+    )
+    dashboard_proxy: bool = Field(
+        default=True,
+        description=f"Serve the dashboard through the service at {DASHBOARD_PREFIX}/ behind its bearer-token auth, and link that "
+        f"instead of the dashboard's own port. A local cluster's scheduler then serves under {DASHBOARD_PREFIX}; a joined "
+        f"scheduler must be started with `dask scheduler --dashboard-prefix {DASHBOARD_PREFIX}`.",
     )
     # GPU options: used only for a LocalCUDACluster.
     cuda_visible_devices: str | None = Field(

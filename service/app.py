@@ -27,6 +27,7 @@ from service.pipelines import PipelineScheduler, PipelineServices, PipelineStore
 from service.pipelines.bridge import job_callbacks
 from service.retention import RetentionTask
 from service.routes import cluster as cluster_routes
+from service.routes import dashboard as dashboard_routes
 from service.routes import docs as docs_routes
 from service.routes import health as health_routes
 from service.routes import jobs as job_routes
@@ -120,6 +121,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         try:
             yield
         finally:
+            await app.state.dashboard_proxy.close()
             await retention.stop()
             await pipeline_scheduler.stop()
             await supervisor.stop()
@@ -140,12 +142,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     # Built now, so that a bad key set stops the service before it starts anything.
     app.state.oidc = OidcVerifier(settings.oidc) if settings.oidc.enabled else None
+    app.state.dashboard_proxy = dashboard_routes.DashboardProxy()
     install_error_handlers(app)
     redact_tokens()
     app.add_middleware(BodySizeLimit, limit=settings.max_body_bytes)
     app.add_middleware(HttpMetrics, observe=metrics.http_request)  # outermost: counts the 413s too
     app.include_router(job_routes.router)
     app.include_router(cluster_routes.router)
+    app.include_router(dashboard_routes.router)
     app.include_router(health_routes.router)
     app.include_router(pipeline_routes.router)
     app.include_router(schema_routes.router)

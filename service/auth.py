@@ -15,9 +15,11 @@ from datetime import timedelta
 from typing import Annotated, ParamSpec, TypeVar
 
 from fastapi import Depends, Request
+from starlette.requests import HTTPConnection
 
 from jobs.errors import SpillwayError
 from service.store import JobStore
+from service.token_models import TokenIdentity
 from service.tokens import TOKEN_PREFIX
 from service.tokens import Scope as Scope
 from service.tokens import Unauthenticated as Unauthenticated
@@ -54,6 +56,21 @@ def _takes_query_token(request: Request) -> bool:
     return request.method == "GET" and getattr(request.scope.get("endpoint"), _QUERY_TOKEN, False)
 
 
+def identify(connection: HTTPConnection, token: str) -> TokenIdentity:
+    """Who ``token`` is: a Spillway token, or a JWT from the identity provider when OIDC is on.
+
+    Raises
+    ------
+    Unauthenticated
+        For an unknown, revoked or expired token, or a JWT that does not verify.
+    """
+    raw = token.strip()
+    oidc = getattr(connection.app.state, "oidc", None)  # an OidcVerifier when SPILLWAY_OIDC__ISSUER is set
+    if oidc is not None and not raw.startswith(TOKEN_PREFIX):
+        return oidc.check(raw)  # raises Unauthenticated: signature, issuer, audience, expiry, scope
+    return connection.app.state.services.store.tokens.check(raw)  # raises Unauthenticated: unknown, revoked, expired
+
+
 def require(needed: Scope):  # noqa: ANN201 - a FastAPI dependency factory
     """A dependency that checks the bearer token for ``needed`` (a no-op when auth is off)."""
 
@@ -68,12 +85,7 @@ def require(needed: Scope):  # noqa: ANN201 - a FastAPI dependency factory
             scheme, token = "bearer", request.query_params["token"]
         if scheme.lower() != "bearer" or not token:
             raise Unauthenticated("this service needs a bearer token: send 'Authorization: Bearer <token>' (create one with `spillway token create`)")
-        raw = token.strip()
-        oidc = getattr(request.app.state, "oidc", None)  # an OidcVerifier when SPILLWAY_OIDC__ISSUER is set
-        if oidc is not None and not raw.startswith(TOKEN_PREFIX):
-            identity = oidc.check(raw)  # raises Unauthenticated: signature, issuer, audience, expiry, scope
-        else:
-            identity = services.store.tokens.check(raw)  # raises Unauthenticated: unknown, revoked, expired
+        identity = identify(request, token)
         request.state.token_name, scope = identity.owner, identity.scope
         request.state.token_scope = scope  # read by current_caller: admin sees every owner's jobs
         if not scope.allows(needed):

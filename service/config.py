@@ -93,6 +93,11 @@ class Settings(BaseSettings):
         default="auto",
         description="Bearer-token auth: 'auto' requires it whenever the service binds a non-loopback address.",
     )
+    dashboard_scope: Literal["read", "submit", "admin"] = Field(
+        default="admin",
+        description="The token scope the Dask dashboard (proxied at /dashboard/) needs with auth on. 'admin' by default: the "
+        "dashboard shows every owner's tasks and the workers' logs, which owners' own routes keep apart.",
+    )
     oidc: OidcSettings = Field(
         default_factory=OidcSettings,
         description="Also accept JWT bearer tokens from an identity provider (SPILLWAY_OIDC__ISSUER, __AUDIENCE, __JWKS_FILE "

@@ -23,6 +23,7 @@ from jobs.errors import (
 )
 from jobs.sandbox import PathNotAllowed
 from service.auth import Forbidden, Unauthenticated
+from service.dashboard_errors import DashboardOff, DashboardUnavailable
 from service.tokens import TokenNotFound
 from jobs.status import ErrorDetail
 from service.spec_errors import field_path as field_path  # re-exported: its old home
@@ -42,8 +43,15 @@ _STATUS = {
     PathNotAllowed: 403,  # before SpecError, its base
     SpecError: 422,
     ClusterConfigError: 503,
+    DashboardOff: 404,
+    DashboardUnavailable: 502,
 }
 RETRY_AFTER_S = "5"
+
+
+def status_for(exc: SpillwayError) -> int:
+    """The HTTP status of a domain error (400 for one this table does not name)."""
+    return next((code for kind, code in _STATUS.items() if isinstance(exc, kind)), 400)
 
 
 def error_response(status: int, code: str, message: str, field: str | None = None, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -123,7 +131,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(SpillwayError)
     async def _domain(_: Request, exc: SpillwayError) -> JSONResponse:
-        status = next((code for kind, code in _STATUS.items() if isinstance(exc, kind)), 400)
+        status = status_for(exc)
         headers = {"Retry-After": RETRY_AFTER_S} if status == 429 else {"WWW-Authenticate": "Bearer"} if status == 401 else None
         return error_response(status, exc.code, exc.message, exc.field, headers=headers)
 

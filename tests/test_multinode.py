@@ -110,7 +110,8 @@ def dask_cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Das
         (tmp_path / "hide" / "sitecustomize.py").write_text(_HIDE_SPILLWAY)
         pythonpath = [str(tmp_path / "hide")]
     scheduler = _spawn(
-        ["scheduler", "--host", "127.0.0.1", "--port", "0", "--scheduler-file", str(sched_file), "--dashboard-address", "127.0.0.1:0"],
+        ["scheduler", "--host", "127.0.0.1", "--port", "0", "--scheduler-file", str(sched_file), "--dashboard-address", "127.0.0.1:0",
+         "--dashboard-prefix", "/dashboard"],  # as deploy/README.md says, for the service's dashboard proxy
         tmp_path / "scheduler.log",
         pythonpath,
     )
@@ -164,8 +165,11 @@ def test_service_joins_the_external_cluster(dask_cluster: DaskCluster, joined_se
         assert cluster["scheduler_address"] == dask_cluster.address and cluster["protocol"] == "tcp"
         assert sorted(w["name"] for w in cluster["workers"]) == ["worker-0", "worker-1"]
         assert cluster["total_threads"] == 2 and all(w["memory_limit"] == 2_000_000_000 for w in cluster["workers"])
-        # The link is the scheduler's own dashboard, not one the service started.
-        assert cluster["dashboard_link"] == f"http://127.0.0.1:{dask_cluster.dashboard_port}/status"
+        # The link is the service's proxy of the scheduler's own dashboard, not one the service started.
+        assert cluster["dashboard_link"] == f"{joined_service.url}/dashboard/status"
+        assert http.get(f"http://127.0.0.1:{dask_cluster.dashboard_port}/dashboard/status").status_code == 200
+        page = http.get("/dashboard/status", timeout=90)
+        assert page.status_code == 200 and "render_items" in page.text, "the proxy reaches the joined scheduler's dashboard"
         health = http.get("/healthz")
         assert health.status_code == 200 and health.json()["workers"] == 2
     # The service started nothing: stopping it leaves the cluster running.

@@ -24,6 +24,7 @@ from jobs.validate import validate_submission
 from service.auth import CallerDep, Scope, accepts_query_token, require
 from service.retention import JobActive
 from service.retention import delete_job as delete_record
+from service.routes.dashboard import dashboard_link
 from service.routes.deps import MAX_OFFSET, ServicesDep
 from service.schemas import ErrorBody, JobAccepted, JobDeleted, JobLinks, JobLogs, JobPage, JobView, OutputDeletion
 
@@ -51,7 +52,7 @@ def _links(services: ServicesDep, request: Request, job_id: str) -> JobLinks:
         self=f"{base}/jobs/{job_id}",
         events=f"{base}/jobs/{job_id}/events",
         cancel=f"{base}/jobs/{job_id}/cancel",
-        dashboard=services.cluster.dashboard_link,
+        dashboard=dashboard_link(request),
     )
 
 
