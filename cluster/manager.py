@@ -1,7 +1,9 @@
 """Runs jobs on the cluster: a FIFO queue, a concurrency limit, progress, cancel, recovery.
 
 No HTTP here. The manager owns the path PENDING → RUNNING → terminal; the store's
-conditional updates guarantee nothing leaves a terminal state.
+conditional updates guarantee nothing leaves a terminal state. The queue is the database:
+replicas of the service on one database each claim the oldest PENDING job
+(:meth:`service.store.JobStore.claim_next`), so each job runs on exactly one of them.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import logging
 import time
 from datetime import datetime, timezone
 from dataclasses import dataclass, field
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from distributed.client import FutureCancelledError, FuturesCancelledError
@@ -155,6 +157,11 @@ class JobManager:
         sources' files as they are listed, and its sink's parent at the commit (a link may have
         been swapped in while it queued): one outside fails the job as ``path_not_allowed``.
         None: no check here.
+    replica_id
+        This replica's id, recorded on the jobs it claims (see :mod:`service.replicas`).
+    poll_interval_s
+        Seconds between looks at the database for jobs queued on other replicas and for cancels
+        asked there of jobs running here. A job queued on this replica wakes a runner at once.
     """
 
     def __init__(
@@ -172,6 +179,8 @@ class JobManager:
         default_timeout_s: float = 86_400.0,
         hung_worker_s: float = 60.0,
         allowed_roots: list[str] | None = None,
+        replica_id: str = "local",
+        poll_interval_s: float = 1.0,
     ) -> None:
         self.store = store
         self.cluster = cluster
@@ -185,14 +194,16 @@ class JobManager:
         self.default_timeout_s = default_timeout_s
         self.hung_worker_s = hung_worker_s
         self.allowed_roots = allowed_roots
-        # Waiting jobs in submission order, with their owner (the token that submitted them).
-        self._waiting: list[tuple[str, str | None]] = []
+        self.replica_id = replica_id
+        self.poll_interval_s = poll_interval_s
         self._changed = asyncio.Condition()
-        self._running_by_owner: dict[str | None, int] = {}
+        # Counts wake-ups, so that a runner that found nothing to claim misses none that came meanwhile.
+        self._wakeups = 0
         self._active: dict[str, _ActiveJob] = {}
         self._device_limit_of: tuple[ClusterHandle, int | None] | None = None
         self._runners: list[asyncio.Task[None]] = []
         self._watch: asyncio.Task[None] | None = None
+        self._poll: asyncio.Task[None] | None = None
         self._sweeps: set[asyncio.Task[None]] = set()
 
     @property
@@ -200,18 +211,47 @@ class JobManager:
         return len(self._active)
 
     async def start(self) -> None:
-        """Recover from a previous run, then start the runners."""
-        for job_id in await asyncio.to_thread(self.store.ids_in_state, JobStatus.RUNNING):
-            await self._recover(await asyncio.to_thread(self.store.get, job_id))
-        for job_id in await asyncio.to_thread(self.store.ids_in_state, JobStatus.PENDING):
-            self._waiting.append((job_id, (await asyncio.to_thread(self.store.get, job_id)).owner))
+        """Settle the jobs dead replicas left RUNNING, then start the runners (PENDING jobs wait in the database)."""
+        await self.recover_orphans()
         self.cluster.client.subscribe_topic(PROGRESS_TOPIC, self._on_progress)
         self._runners = [asyncio.create_task(self._runner(), name=f"spillway-runner-{i}") for i in range(self.max_concurrent)]
+        self._poll = asyncio.create_task(self._poll_database(), name="spillway-queue-poll")
         if self.hung_worker_s > 0:
             self._watch = asyncio.create_task(self._watch_hung_workers(), name="spillway-hung-workers")
 
+    async def recover_orphans(self) -> int:
+        """Settle every RUNNING job that no live replica runs (see :meth:`_recover`); how many.
+
+        Only jobs whose replica's heartbeat row is gone (or that predate replicas) are touched,
+        never those another live replica is running. Several replicas may do this at once: each
+        settle is a conditional update, which one of them wins.
+        """
+        orphans = await asyncio.to_thread(self.store.replicas.running_orphans)
+        for job_id in orphans:
+            if job_id not in self._active:
+                await self._recover(await asyncio.to_thread(self.store.get, job_id))
+        return len(orphans)
+
+    async def abandon_running(self, reason: str) -> None:
+        """Fail this replica's running jobs as interrupted and stop their tasks: the others took it for dead.
+
+        Their jobs may already have been settled by another replica; a job must not then commit here.
+        """
+        for active in list(self._active.values()):
+            if active.committing:
+                continue
+            active.log.add(f"{self._now()} {reason}")
+            await self._fail(active.job_id, INTERRUPTED, reason, active.progress)
+            active.cancel_requested = True
+            active.cancelled.set()
+            try:
+                await self._stop_tasks(active, reason, restart=active.engine is not None and active.engine.engine == "polars")
+            except Exception as exc:  # noqa: BLE001 - the job is failed whatever the cluster says
+                log.warning("job %s: could not stop its tasks: %s: %s", active.job_id, type(exc).__name__, exc)
+
     async def _recover(self, job: JobView) -> None:
-        """Settle a job the previous run left RUNNING: SUCCEEDED if its commit had landed, else FAILED interrupted.
+        """Settle a job a dead replica (or this one's previous run) left RUNNING: SUCCEEDED if its
+        commit had landed, else FAILED interrupted.
 
         A service killed after the sink's commit and before recording it leaves a sink whose
         manifest lists this job's files: that commit is the job's result, not a ghost.
@@ -223,14 +263,18 @@ class JobManager:
             log.warning("job %s: could not inspect its sink at restart (%s: %s)", job.id, type(exc).__name__, exc)
             manifest = None
         if manifest is not None:
-            await asyncio.to_thread(self.store.finish, job.id, JobStatus.SUCCEEDED, progress=job.progress, result=manifest)
+            if not await asyncio.to_thread(self.store.finish, job.id, JobStatus.SUCCEEDED, progress=job.progress, result=manifest):
+                return  # another replica settled it first
             line = (f"the service stopped after this job committed (sink version {manifest.version}, {manifest.total_rows} rows) "
                     "and before it recorded that: recognised at restart from the sink's manifest; SUCCEEDED")
             await asyncio.to_thread(self.store.save_logs, job.id, [f"{self._now()} {line}"])
             log.warning("job %s: %s", job.id, line)
             return
-        await self._fail(job.id, INTERRUPTED, "the service stopped while this job ran; nothing was committed", job.progress)
-        log.warning("job %s was running when the service stopped: marked FAILED (interrupted)", job.id)
+        where = f" (replica {job.replica})" if job.replica else ""
+        error = ErrorDetail(code=INTERRUPTED, message=f"the service{where} stopped while this job ran; nothing was committed")
+        if not await asyncio.to_thread(self.store.finish, job.id, JobStatus.FAILED, progress=job.progress, error=error):
+            return
+        log.warning("job %s was running when its service%s stopped: marked FAILED (interrupted)", job.id, where)
         # Its tasks may still be finishing on a cluster that outlived the service.
         self._sweeps.add(asyncio.create_task(self._sweep_staging(writer)))
 
@@ -241,11 +285,11 @@ class JobManager:
 
     async def stop(self) -> None:
         """Stop the runners; jobs still running are failed as interrupted."""
-        watch = [self._watch] if self._watch is not None else []
+        watch = [task for task in (self._watch, self._poll) if task is not None]
         for task in [*self._runners, *self._sweeps, *watch]:
             task.cancel()
         await asyncio.gather(*self._runners, *self._sweeps, *watch, return_exceptions=True)
-        self._runners, self._watch = [], None
+        self._runners, self._watch, self._poll = [], None, None
         # The runners gave up on their jobs' planning; those threads must end before the interpreter does.
         if still := await asyncio.to_thread(stop_planning, 10.0):
             log.warning("%d planning thread(s) still running at stop", still)
@@ -269,20 +313,45 @@ class JobManager:
                     active.log.add(f"{self._now()} {message}")
 
     def enqueue(self, job_id: str, owner: str | None = None) -> None:
-        """Queue a PENDING job behind those already waiting."""
-        self._waiting.append((job_id, owner))
+        """Wake the runners for a PENDING job just stored here (it waits behind older ones, on any replica).
+
+        The job is claimed from the database like any other; the wake-up only spares it the
+        poll interval. ``owner`` is accepted for the callers' sake: the claim reads it from the row.
+        """
+        self._wakeups += 1
         asyncio.get_running_loop().create_task(self._notify())
 
     async def _notify(self) -> None:
         async with self._changed:
+            self._wakeups += 1
             self._changed.notify_all()
 
-    def _next_eligible(self) -> tuple[str, str | None] | None:
-        # The oldest waiting job whose owner is under its running limit; others keep their place.
-        for index, (job_id, owner) in enumerate(self._waiting):
-            if owner is None or self.max_running_per_owner is None or self._running_by_owner.get(owner, 0) < self.max_running_per_owner:
-                return self._waiting.pop(index)
-        return None
+    async def _poll_database(self) -> None:
+        """Wake the runners for jobs queued on other replicas; pass on cancels asked there of jobs running here."""
+        while True:
+            await asyncio.sleep(self.poll_interval_s)
+            try:
+                if self._active:
+                    for job_id in await asyncio.to_thread(self.store.replicas.cancel_requests, self.replica_id):
+                        active = self._active.get(job_id)
+                        if active is not None and not active.cancel_requested:
+                            log.info("job %s: cancel asked on another replica", job_id)
+                            self._spawn(self._cancel_quietly(job_id))
+                if len(self._active) < self.max_concurrent and await asyncio.to_thread(self.store.has_pending):
+                    await self._notify()
+            except Exception as exc:  # noqa: BLE001 - the database restarting: look again next round
+                log.warning("queue poll failed: %s: %s", type(exc).__name__, exc)
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._sweeps.add(task)  # stopped with the sweeps at stop()
+        task.add_done_callback(self._sweeps.discard)
+
+    async def _cancel_quietly(self, job_id: str) -> None:
+        try:
+            await self.cancel(job_id)
+        except InvalidTransition:  # it finished first
+            pass
 
     async def cancel(self, job_id: str, *, timeout: float = 30.0) -> JobView:
         """Cancel a pending or running job; returns it once it is terminal (or after ``timeout``).
@@ -301,7 +370,10 @@ class JobManager:
             return await asyncio.to_thread(self.store.get, job_id)
         active = self._active.get(job_id)
         if active is None:
-            # RUNNING in the store but not here: its runner is gone, so cancel outright.
+            if await asyncio.to_thread(self.store.replicas.request_cancel, job_id, asked_on=self.replica_id):
+                # Another live replica runs it: the request is in the job's row, which that replica polls.
+                return await self._wait_cancelled(job_id, timeout)
+            # RUNNING in the store but on no live replica, nor here: its runner is gone, so cancel outright.
             await asyncio.to_thread(self.store.finish, job_id, JobStatus.CANCELLED)
         else:
             if not active.committing:
@@ -315,6 +387,20 @@ class JobManager:
                 log.warning("job %s did not stop within %.0f s of cancel", job_id, timeout)
         job = await asyncio.to_thread(self.store.get, job_id)
         if job.state.is_terminal() and job.state != JobStatus.CANCELLED:
+            raise InvalidTransition(f"job {job_id} finished as {job.state.value} before it could be cancelled")
+        return job
+
+    async def _wait_cancelled(self, job_id: str, timeout: float) -> JobView:
+        """The job once another replica ended it (or after ``timeout``), as :meth:`cancel` returns it."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        job = await asyncio.to_thread(self.store.get, job_id)
+        while not job.state.is_terminal() and loop.time() < deadline:
+            await asyncio.sleep(min(0.2, self.poll_interval_s))
+            job = await asyncio.to_thread(self.store.get, job_id)
+        if not job.state.is_terminal():
+            log.warning("job %s did not stop within %.0f s of cancel (it runs on replica %s)", job_id, timeout, job.replica)
+        elif job.state != JobStatus.CANCELLED:
             raise InvalidTransition(f"job {job_id} finished as {job.state.value} before it could be cancelled")
         return job
 
@@ -340,27 +426,28 @@ class JobManager:
 
     async def _runner(self) -> None:
         while True:
-            async with self._changed:
-                picked = self._next_eligible()
-                while picked is None:
-                    await self._changed.wait()
-                    picked = self._next_eligible()
-            job_id, owner = picked
-            self._running_by_owner[owner] = self._running_by_owner.get(owner, 0) + 1
+            seen = self._wakeups
             try:
-                await self._run(job_id)
+                job = await asyncio.to_thread(self.store.claim_next, self.replica_id, max_running_per_owner=self.max_running_per_owner)
+            except Exception as exc:  # noqa: BLE001 - the database unreachable: the poll wakes us when it answers
+                log.warning("claiming a job failed: %s: %s", type(exc).__name__, exc)
+                job = None
+            if job is None:
+                async with self._changed:
+                    await self._changed.wait_for(lambda: self._wakeups != seen)
+                continue
+            try:
+                await self._run(job)
             except asyncio.CancelledError:
                 raise
             except Exception:  # a bug here must not kill the runner
-                log.exception("job %s: unexpected error in the runner", job_id)
+                log.exception("job %s: unexpected error in the runner", job.id)
             finally:
-                self._running_by_owner[owner] -= 1
-                await self._notify()
+                await self._notify()  # a slot is free, and an owner may be under its limit again
 
-    async def _run(self, job_id: str) -> None:
-        job = await asyncio.to_thread(self.store.get, job_id)
-        if job.state != JobStatus.PENDING or not await asyncio.to_thread(self.store.transition, job_id, JobStatus.RUNNING):
-            return
+    async def _run(self, job: JobView) -> None:
+        """Run a job this replica claimed (it is RUNNING here) to a terminal state."""
+        job_id = job.id
         self.metrics.job_started(job)
         log.info("job %s (%s): running on %s", job_id, job.name, self.cluster.backend)
         active = _ActiveJob(job_id, SinkWriter(job.spec.sink, job_id, allowed_roots=self.allowed_roots))
@@ -517,6 +604,7 @@ class JobManager:
             active.log.add(f"{self._now()} placement: {placement.reason}")
         active.log.add(f"{self._now()} Polars query built in {planned_s:.3f} s; running as one task")
         phase = time.perf_counter()
+        submitted_at = time.time()
         active.task_keys = frozenset({key_text(polars_job.task_key(job.id))})
         future = polars_job.submit(self.cluster.client, job.id, frame, target, active.progress, reads, device, placement)
         active.futures = [future]
@@ -527,6 +615,7 @@ class JobManager:
                 raise _integer_overflow(logical) from exc
             raise
         computed_s = time.perf_counter() - phase
+        received_at = time.time()
         if active.cancel_requested:
             raise _JobCancelled()
         if result.unsupported is not None:
@@ -536,7 +625,7 @@ class JobManager:
         executor = f", {result.executor} executor" if result.executor else ""
         spilled = f", spilled {result.spilled_bytes} bytes device → host" if result.spilled_bytes is not None else ""
         active.log.add(f"{self._now()} Polars ran on {result.worker} ({result.threads} threads, {result.engine}{executor}): "
-                       f"{result.rows} rows in {result.seconds:.3f} s{spilled}")
+                       f"{result.rows} rows in {result.seconds:.3f} s{spilled}; {polars_job.round_trip(result, submitted_at, received_at)}")
         await self._commit(job, active, f"plan {planned_s:.3f} s, compute {computed_s:.3f} s")
 
     def live_log(self, job_id: str) -> list[str] | None:

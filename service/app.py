@@ -25,6 +25,8 @@ from service.metrics import ServiceMetrics
 from service.oidc import OidcVerifier
 from service.pipelines import PipelineScheduler, PipelineServices, PipelineStore
 from service.pipelines.bridge import job_callbacks
+from service.replica_heartbeat import ReplicaHeartbeat, SchedulerLease
+from service.replicas import ReplicaIdentity
 from service.retention import RetentionTask
 from service.routes import cluster as cluster_routes
 from service.routes import dashboard as dashboard_routes
@@ -78,6 +80,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         store.subscribe(changes.notify)
         cluster = await start_cluster(settings.cluster)
         log.info("backend %s: %s", cluster.backend, cluster.backend_reason)
+        replica = ReplicaIdentity.of_this_process(settings.replica_name)
         manager = JobManager(
             store,
             cluster,
@@ -91,8 +94,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             hung_worker_s=settings.hung_worker_s,
             allowed_roots=settings.allowed_roots,
             metrics=metrics,
+            replica_id=replica.id,
+            poll_interval_s=settings.queue_poll_s,
         )
+        heartbeat = ReplicaHeartbeat(
+            store.replicas, replica, interval_s=settings.replica_heartbeat_s, timeout_s=settings.replica_timeout_s,
+            settle_orphans=manager.recover_orphans, fenced=manager.abandon_running,
+        )
+        await heartbeat.register()  # before any claim: a job's replica without a row is taken for dead
         await manager.start()
+        heartbeat.start()
         services = app.state.services = Services(settings, store, cluster, manager, metrics, changes)
 
         def use_new_cluster(new: ClusterHandle) -> None:
@@ -105,7 +116,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         submit, get_job = job_callbacks(
             store, manager.enqueue, backend=cluster.backend, validate=functools.partial(validate_submission, allowed_roots=settings.allowed_roots)
         )
-        pipeline_scheduler = PipelineScheduler(pipeline_store, submit=submit, get_job=get_job)
+        lease = SchedulerLease(store.replicas, replica.id, settings.scheduler_lease_s)
+        pipeline_scheduler = PipelineScheduler(
+            pipeline_store, submit=submit, get_job=get_job, interval_s=settings.scheduler_interval_s, leader=lease
+        )
         app.state.pipelines = PipelineServices(pipeline_store, pipeline_scheduler, check_job=functools.partial(check_paths, roots=settings.allowed_roots))
         await pipeline_scheduler.start()
         metrics.watch(store, pipeline_store)
@@ -124,8 +138,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await app.state.dashboard_proxy.close()
             await retention.stop()
             await pipeline_scheduler.stop()
+            await lease.release()
+            await heartbeat.stop()
             await supervisor.stop()
             await manager.stop()
+            await heartbeat.deregister()  # after the manager settled its jobs, so none is left to the others
             await services.cluster.close()
             await asyncio.to_thread(store.close)
             await asyncio.to_thread(pipeline_store.close)

@@ -104,6 +104,37 @@ class Settings(BaseSettings):
         "or __JWKS_URL); needs the oidc extra. Off without an issuer.",
     )
     log_level: str = Field(default="INFO", description="Python logging level of the service.")
+    replica_name: str | None = Field(
+        default=None,
+        max_length=40,
+        description="Leads this replica's id (shown as a job's replica) instead of the host name; the id adds the pid and a "
+        "random suffix, so it is unique per process start.",
+    )
+    replica_heartbeat_s: float = Field(
+        default=5.0, gt=0, le=300, description="Seconds between this replica's heartbeats in the database (and looks for dead replicas)."
+    )
+    replica_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="A replica whose heartbeat is this many seconds old is taken for dead: its RUNNING jobs are failed as "
+        "'interrupted' (SUCCEEDED if their commit had landed) by another replica. At least twice the heartbeat.",
+    )
+    queue_poll_s: float = Field(
+        default=1.0,
+        gt=0,
+        le=60,
+        description="Seconds between looks at the database for jobs queued on other replicas, and for cancels asked there of "
+        "jobs running here. A job submitted to this replica starts without waiting for it.",
+    )
+    scheduler_interval_s: float = Field(default=5.0, gt=0, le=300, description="Seconds between pipeline scheduler ticks.")
+    scheduler_lease_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="The pipeline scheduler ticks on one replica at a time, the holder of a lease of this many seconds renewed "
+        "on each tick; when the holder dies another replica takes over once it lapses. More than scheduler_interval_s.",
+    )
     retention_days: float | None = Field(
         default=None,
         gt=0,
@@ -131,6 +162,20 @@ class Settings(BaseSettings):
             if "://" in root and (problem := url_problem(root)):
                 raise ValueError(f"data root '{root}' cannot be used: {problem}")
         return roots
+
+    @model_validator(mode="after")
+    def _replica_timings_agree(self) -> Settings:
+        if self.replica_timeout_s < 2 * self.replica_heartbeat_s:
+            raise ValueError(
+                f"replica_timeout_s ({self.replica_timeout_s:g}) must be at least twice replica_heartbeat_s "
+                f"({self.replica_heartbeat_s:g}), else a live replica with one late beat is taken for dead"
+            )
+        if self.scheduler_lease_s <= self.scheduler_interval_s:
+            raise ValueError(
+                f"scheduler_lease_s ({self.scheduler_lease_s:g}) must be more than scheduler_interval_s "
+                f"({self.scheduler_interval_s:g}), else the scheduler's lease lapses between its ticks"
+            )
+        return self
 
     @model_validator(mode="after")
     def _default_timeout_within_the_maximum(self) -> Settings:

@@ -45,6 +45,7 @@ class JobView(BaseModel):
     result: ResultManifest | None = None
     resources: JobResources | None = Field(default=None, description="GPU backend: peak device memory and bytes spilled, and how they were measured.")
     owner: str | None = Field(default=None, description="The token that submitted the job, as name#id (auth on).")
+    replica: str | None = Field(default=None, description="The service replica that claimed the job and runs (or ran) it.")
     links: JobLinks | None = None
 
     @property

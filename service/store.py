@@ -45,11 +45,14 @@ from jobs.status import ALLOWED_TRANSITIONS, ErrorDetail, JobProgress, JobResour
 from service.schemas import JobView
 
 if TYPE_CHECKING:
+    from service.replicas import ReplicaStore
     from service.tokens import TokenStore
 
 Clock = Callable[[], datetime]
 #: The PostgreSQL advisory lock a submission holds while it counts the queue and inserts.
 _QUEUE_LOCK = 0x73707771  # "spwq"
+#: The PostgreSQL advisory lock a claim holds while it counts an owner's running jobs ("spwc").
+_CLAIM_LOCK = 0x73707763
 
 #: The job and token tables; service/migrations holds their history (one Alembic revision per change).
 metadata = MetaData()
@@ -73,6 +76,10 @@ jobs_table = Table(
     Column("idempotency_key", String(200)),
     Column("logs", JSON),
     Column("owner", String(100)),
+    # The replica (service process) that claimed the job and runs it; None until claimed (revision 0010).
+    Column("replica_id", String(64)),
+    # Set by a cancel that reached another replica than the one running the job: the owner acts on it.
+    Column("cancel_requested_at", DateTime(timezone=True)),
     # A unique index, not a constraint: SQLite can add this to an existing table (revision 0003).
     Index("uq_spillway_jobs_idempotency_key", "idempotency_key", unique=True),
 )
@@ -132,6 +139,13 @@ class JobStore:
         except BaseException:
             self.engine.dispose()
             raise
+
+    @functools.cached_property
+    def replicas(self) -> ReplicaStore:
+        """The service replicas' heartbeats, leases and the job claims between them, in this store's database."""
+        from service.replicas import ReplicaStore
+
+        return ReplicaStore(self.engine, clock=self.clock)
 
     @functools.cached_property
     def tokens(self) -> TokenStore:
@@ -285,6 +299,57 @@ class JobStore:
             fields["result"] = result.model_dump(mode="json")
         return self.transition(job_id, to, **fields)
 
+    def claim_next(self, replica: str, *, max_running_per_owner: int | None = None) -> JobView | None:
+        """Claim the oldest PENDING job for ``replica``: it is RUNNING there from now on. None: none waits.
+
+        Exactly one replica claims each job. On PostgreSQL the candidate row is locked with
+        ``FOR UPDATE SKIP LOCKED``, so a replica claiming at the same moment takes the next job
+        instead of waiting on this one; on SQLite the claim is one ``UPDATE`` under the write
+        lock. On both the move is conditional on the job still being PENDING. With
+        ``max_running_per_owner``, a job whose owner has that many RUNNING, on any replica,
+        keeps its place while later jobs of other owners go ahead; on PostgreSQL those claims
+        take a transaction-scoped advisory lock, as two counts under READ COMMITTED would not
+        see each other's claims.
+        """
+        jobs = jobs_table.c
+        pending = JobStatus.PENDING.value
+        candidate = select(jobs.seq).where(jobs.state == pending).order_by(jobs.seq).limit(1)
+        if max_running_per_owner is not None:
+            running = jobs_table.alias("running")
+            busy = (
+                select(func.count()).select_from(running)
+                .where(running.c.owner == jobs.owner, running.c.state == JobStatus.RUNNING.value)
+                .scalar_subquery()
+            )
+            candidate = candidate.where(or_(jobs.owner.is_(None), busy < max_running_per_owner))
+        now = self.clock()
+        with self.engine.begin() as conn:
+            if conn.dialect.name == "postgresql":
+                if max_running_per_owner is not None:
+                    conn.execute(select(func.pg_advisory_xact_lock(_CLAIM_LOCK)))
+                seq = conn.execute(candidate.with_for_update(skip_locked=True, of=jobs_table)).scalar()
+                if seq is None:
+                    return None
+                which = jobs.seq == seq
+            else:
+                which = jobs.seq == candidate.scalar_subquery()
+            claim = (
+                update(jobs_table)
+                .where(which, jobs.state == pending)
+                .values(state=JobStatus.RUNNING.value, started_at=now, updated_at=now, replica_id=replica)
+                .returning(*jobs_table.c)
+            )
+            row = conn.execute(claim).mappings().first()
+        if row is None:
+            return None
+        self._changed(row["id"])
+        return _to_view(row)
+
+    def has_pending(self) -> bool:
+        """Whether any job is PENDING (a cheap read, before a claim that writes)."""
+        with self.engine.connect() as conn:
+            return conn.execute(select(jobs_table.c.seq).where(jobs_table.c.state == JobStatus.PENDING.value).limit(1)).first() is not None
+
     def save_progress(self, job_id: str, progress: JobProgress) -> None:
         """Record progress of a RUNNING job (a no-op once it is terminal)."""
         with self.engine.begin() as conn:
@@ -372,4 +437,5 @@ def _to_view(row: Any) -> JobView:
         result=ResultManifest.model_validate(row["result"]) if row["result"] else None,
         resources=JobResources.model_validate(row["resources"]) if row["resources"] else None,
         owner=row["owner"],
+        replica=row["replica_id"],
     )

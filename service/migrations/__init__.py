@@ -40,6 +40,7 @@ class SchemaNotCurrent(SpillwayError):
 
 def target_metadata() -> list[MetaData]:
     """The tables the models declare: jobs and tokens, and the pipeline tables."""
+    import service.replicas  # noqa: F401 - puts the replica and lease tables on the store's metadata
     import service.tokens  # noqa: F401 - puts the tokens table on the store's metadata
     from service.pipelines import tables as pipeline_tables
     from service.store import metadata

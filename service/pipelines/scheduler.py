@@ -84,6 +84,12 @@ class PipelineScheduler:
     resubmit_after_s
         An attempt still without a job this long after its claim (its scheduler died
         while submitting) is submitted again, under the same idempotency key.
+    leader
+        Asked before each tick of :meth:`start`'s loop; the tick runs only when it says True.
+        The service passes its replica's hold on the scheduler lease
+        (:class:`service.replica_heartbeat.SchedulerLease`), so one replica ticks at a time
+        and another takes over once a dead holder's lease lapses. Ticking from several is
+        safe too (everything is settled in the database), only wasted work. None: always tick.
     """
 
     def __init__(
@@ -95,6 +101,7 @@ class PipelineScheduler:
         clock: Clock | None = None,
         interval_s: float = 5.0,
         resubmit_after_s: float = 300.0,
+        leader: Callable[[], Awaitable[bool]] | None = None,
     ) -> None:
         self.store = store
         self.submit = submit
@@ -102,6 +109,7 @@ class PipelineScheduler:
         self.clock = clock or store.clock
         self.interval_s = interval_s
         self.resubmit_after = timedelta(seconds=resubmit_after_s)
+        self.leader = leader
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -279,9 +287,10 @@ class PipelineScheduler:
     async def _loop(self) -> None:
         while True:
             try:
-                report = await self.tick()
-                if report.created or report.submitted or report.settled:
-                    log.info("pipeline tick: %s", report)
+                if self.leader is None or await self.leader():
+                    report = await self.tick()
+                    if report.created or report.submitted or report.settled:
+                        log.info("pipeline tick: %s", report)
             except Exception:  # noqa: BLE001 - the loop must outlive a bad tick (e.g. the database restarting)
                 log.exception("pipeline scheduler tick failed")
             with contextlib.suppress(TimeoutError):
