@@ -177,11 +177,13 @@ def spillway_engine(service: ServiceProcess, data: Path, scratch: Path, timeout:
         answer = committed(sink)
         read_s = time.perf_counter() - ended
         # Not timed: the service's own split of the run (plan, compute, commit), from the job's log.
-        phases = next((line.split(" ", 1)[1] for line in client.logs(job.id) if ", compute " in line), None)
+        lines = client.logs(job.id)
+        phases = next((line.split(" ", 1)[1] for line in lines if ", compute " in line), None)
+        trip = next((line.rsplit("; ", 1)[1] for line in lines if "to the worker " in line), None)
         execute.jobs.append({  # type: ignore[attr-defined]
             "query": query, "run_s": (job.finished_at - job.started_at).total_seconds(),
             "queue_s": (job.started_at - job.created_at).total_seconds(),
-            "submit_s": round(submitted - start, 4), "wait_s": round(ended - submitted, 4), "read_s": round(read_s, 4), "phases": phases,
+            "submit_s": round(submitted - start, 4), "wait_s": round(ended - submitted, 4), "read_s": round(read_s, 4), "phases": phases, "trip": trip,
             "tasks_per_worker": job.progress.tasks_per_worker,
             "engine": job.progress.engine.model_dump() if job.progress.engine else None, "engine_s": job.progress.elapsed_s,
         })
@@ -222,7 +224,8 @@ def main() -> None:
     parser.add_argument("--rmm-pool", default=None, help="RMM pool per worker, e.g. 32GB (default: none, the service's default)")
     parser.add_argument("--cpu-workers", type=int, default=2, help="Spillway workers on the pandas backend.")
     parser.add_argument("--cpu-threads", type=int, default=1, help="Threads per Spillway worker on the pandas backend.")
-    parser.add_argument("--spillway-engines", default="polars,dask", help="Spillway's engines to run, comma-separated: polars, dask.")
+    parser.add_argument("--spillway-engines", default="auto,dask",
+                        help="Spillway's engines to run (the spec's engine field), comma-separated: auto (a user's default), polars, dask.")
     parser.add_argument("--iterations", type=int, default=2, help="Runs per query; the last is reported as warm.")
     parser.add_argument("--rtol", type=float, default=1e-6, help="Relative tolerance against DuckDB.")
     parser.add_argument("--deadline", type=float, default=1e9, help="Seconds; what would start later is skipped.")

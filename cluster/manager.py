@@ -30,7 +30,7 @@ from cluster.progress import JobProgressPlugin, plugin_name
 from jobs.dask_read import check_partitions
 from jobs.engine_choice import EngineName, choose_engine
 from jobs.gpu_placement import GpuPlacement, device_limit_bytes, place_on_gpu
-from jobs.gpu_support import gpu_refusal, settle_on_gpu
+from jobs.gpu_support import settle_on_gpu
 from jobs.errors import IntegerOverflow, InvalidTransition, SpillwayError, TooManyPartitions
 from jobs.expr import shorten
 from jobs.lower_pandas import INT64_MAX, INT64_MIN
@@ -497,11 +497,7 @@ class JobManager:
             await self._fail(job_id, "job_failed", f"{type(exc).__name__}: {exc}", active.progress)
         finally:
             flusher.cancel()
-            if active.gpu is not None:
-                resources = await active.gpu.stop()
-                if active.streaming_spilled_bytes is not None:
-                    resources = resources.model_copy(update={"streaming_spilled_bytes": active.streaming_spilled_bytes})
-                await asyncio.to_thread(self.store.save_resources, job_id, resources)
+            await self._record_resources(active, job_id)
             await self._cleanup(active)
             finished = await asyncio.to_thread(self.store.get, job_id)
             await self._save_log(active, finished)
@@ -565,12 +561,11 @@ class JobManager:
         choice = choose_engine(job.spec, self.default_engine, self.cluster.backend)
         frame = None
         if choice.engine == "polars":
+            # On the GPU, cudf-polars translates the plan on the worker before it runs anything, and
+            # refuses there what it cannot run (raise_on_fail): under auto the job then goes to
+            # dask-cudf (_gpu_fallback), under engine: polars it was a 422 at submit already. The
+            # service does not translate it a second time (5-80 ms a job: it re-reads parquet footers).
             frame = await self._planning(active, build_lazyframe, logical)
-            asked = job.spec.engine or self.default_engine
-            # Under auto, cudf-polars says now, from the plan alone, whether it can run it; under
-            # engine: polars it said so at submit (a 422 then), and the worker still refuses at collect.
-            if choice.device == "gpu" and asked == "auto":
-                choice = settle_on_gpu(choice, asked, await self._planning(active, gpu_refusal, frame))
         active.engine = choice
         active.log.add(f"{self._now()} engine: {choice.engine} on {choice.device} ({choice.reason})")
         log.info("job %s: %s", job.id, choice.reason)
@@ -713,13 +708,35 @@ class JobManager:
 
     async def _commit_and_record(self, job: JobView, active: _ActiveJob, timings: str) -> None:
         phase = time.perf_counter()
-        manifest = await asyncio.to_thread(active.writer.commit)
+        # The GPU's last reading is taken while the output is committed, and recorded before
+        # SUCCEEDED: whoever sees the job succeed sees its resources too.
+        sampled = asyncio.create_task(self._record_resources(active, job.id))
+        try:
+            manifest = await asyncio.to_thread(active.writer.commit)
+        finally:
+            await sampled
         committed_s = time.perf_counter() - phase
         await asyncio.to_thread(self.store.finish, job.id, JobStatus.SUCCEEDED, progress=active.progress, result=manifest)
         active.committed = True
         timings = f"{timings}, commit {committed_s:.3f} s"
         active.log.add(f"{self._now()} {timings}")
         log.info("job %s: succeeded, %d rows in %d files at %s (%s)", job.id, manifest.total_rows, len(manifest.files), manifest.location, timings)
+
+    async def _record_resources(self, active: _ActiveJob, job_id: str) -> None:
+        """Stop the job's GPU sampler (if it has one still running) and record what it measured.
+
+        Never raises: a failed reading must not fail (or, during the commit, split) the job.
+        """
+        sampler, active.gpu = active.gpu, None
+        if sampler is None:
+            return
+        try:
+            resources = await sampler.stop()
+            if active.streaming_spilled_bytes is not None:
+                resources = resources.model_copy(update={"streaming_spilled_bytes": active.streaming_spilled_bytes})
+            await asyncio.to_thread(self.store.save_resources, job_id, resources)
+        except Exception as exc:  # noqa: BLE001 - measurements are best effort; the job's outcome is not
+            log.warning("job %s: its GPU resources could not be recorded: %s: %s", job_id, type(exc).__name__, exc)
 
     @staticmethod
     def _now() -> str:

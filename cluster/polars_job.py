@@ -11,6 +11,7 @@ elsewhere, from an empty target (:func:`run_attempt`).
 
 from __future__ import annotations
 
+import io
 import logging
 import shutil
 from typing import Any
@@ -91,11 +92,23 @@ def submit(
     # Dataclasses, not tuples: dask reads tuples in task arguments as keys of other tasks.
     stages = [StagePlan(stage.name, stage.total, stage.unit) for stage in progress.stages]
     metered = reads if device == "cpu" else []
-    return client.submit(run_attempt, job_id, frame, target, device, stages, metered, placement, key=task_key(job_id), pure=False, retries=0)
+    # The plan travels as Polars' own bytes: the scheduler unpickles every task's arguments,
+    # and bytes cost it nothing where a LazyFrame would be rebuilt there (and again on the worker).
+    plan = frame.serialize()
+    return client.submit(run_attempt, job_id, plan, target, device, stages, metered, placement, key=task_key(job_id), pure=False, retries=0)
 
 
-def run_attempt(job_id: str, frame: pl.LazyFrame, target: OutputTarget, *args: Any) -> PolarsRunResult:
-    """The job's task: :func:`jobs.polars_run.run_polars_job`, from an empty target.
+def round_trip(result: PolarsRunResult, submitted_at: float, received_at: float) -> str:
+    """How long the task took to start on its worker and its result to come back, as the service's and the worker's clocks read."""
+    if result.began_at is None or result.returned_at is None:
+        return "round trip not measured"
+    to_worker = (result.began_at - submitted_at) * 1000
+    back = (received_at - result.returned_at) * 1000
+    return f"to the worker {to_worker:.1f} ms, back {back:.1f} ms"
+
+
+def run_attempt(job_id: str, plan: bytes, target: OutputTarget, *args: Any) -> PolarsRunResult:
+    """The job's task: :func:`jobs.polars_run.run_polars_job` of the serialized plan, from an empty target.
 
     An error in the query fails the job (``retries=0``). A worker that dies while running it
     is not an error of the query: Dask runs the task again on another worker, as it recomputes
@@ -109,7 +122,7 @@ def run_attempt(job_id: str, frame: pl.LazyFrame, target: OutputTarget, *args: A
         SinkWriter(target.sink, job_id).abort()  # this job's part files that no manifest lists
     else:
         shutil.rmtree(target.location, ignore_errors=True)  # the job's own staging directory
-    return run_polars_job(job_id, frame, target, *args)
+    return run_polars_job(job_id, pl.LazyFrame.deserialize(io.BytesIO(plan)), target, *args)
 
 
-__all__ = ["POLARS_GPU_NOTE", "POLARS_NOTE", "PolarsRunResult", "empty_progress", "output_columns", "run_attempt", "stage_names", "submit", "task_key"]
+__all__ = ["POLARS_GPU_NOTE", "POLARS_NOTE", "PolarsRunResult", "empty_progress", "output_columns", "round_trip", "run_attempt", "stage_names", "submit", "task_key"]

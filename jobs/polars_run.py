@@ -38,6 +38,10 @@ class PolarsRunResult:
     #: On the GPU: the executor that ran it, and (streaming) the bytes it spilled device → host.
     executor: str | None = None
     spilled_bytes: int | None = None
+    #: The worker's clock (epoch seconds) when the task began and when it returned: with the
+    #: service's own clock, how long the task took to reach the worker and its result to come back.
+    began_at: float | None = None
+    returned_at: float | None = None
 
 
 def _engine(device: str, placement: GpuPlacement | None) -> Any:
@@ -76,6 +80,7 @@ def run_polars_job(
     """
     from distributed import get_worker
 
+    began_at = time.time()
     worker = get_worker()
     plans = stages or [StagePlan("query", 1), StagePlan("write", 1)]
     meter = ReadMeter(reads or [])
@@ -102,7 +107,8 @@ def run_polars_job(
     except Exception as exc:
         if device == "gpu" and _cannot_run_on_gpu(exc):  # found while translating, before any work
             return PolarsRunResult(rows=0, seconds=time.perf_counter() - started, worker=worker.address,
-                                   threads=pl.thread_pool_size(), engine=device, unsupported=f"{type(exc).__name__}: {str(exc)[:500]}")
+                                   threads=pl.thread_pool_size(), engine=device, unsupported=f"{type(exc).__name__}: {str(exc)[:500]}",
+                                   began_at=began_at, returned_at=time.time())
         raise
     finally:
         done.set()
@@ -112,4 +118,5 @@ def run_polars_job(
     return PolarsRunResult(
         rows=rows, seconds=time.perf_counter() - started, worker=worker.address, threads=pl.thread_pool_size(), engine=device,
         executor=executor, spilled_bytes=take_spilled_bytes() if executor == "streaming" else None,
+        began_at=began_at, returned_at=time.time(),
     )

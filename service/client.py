@@ -93,6 +93,8 @@ class JobEvent:
         self.state = JobStatus(data["state"])
         self.progress = JobProgress.model_validate(data["progress"])
         self.error = ErrorDetail.model_validate(data["error"]) if data.get("error") else None
+        #: On the ``end`` event: the whole job, as ``get`` returns it (None from a service that does not send it).
+        self.job = JobView.model_validate(data["job"]) if data.get("job") else None
 
 
 class SpillwayClient:
@@ -266,6 +268,8 @@ class SpillwayClient:
         for event in self.events(job_id):
             if on_event is not None:
                 on_event(event)
+            if event.job is not None:
+                return event.job
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"job {job_id} still {event.state.value} after {timeout} s")
         return self.get(job_id)

@@ -101,6 +101,9 @@ def test_events_stream_progress_until_terminal(api: SpillwayClient, big_data: di
     assert done_counts == sorted(done_counts), "progress never goes backwards in a healthy run"
     final = events[-1].progress
     assert final.total > 0 and final.done == final.total
+    # The end event carries the whole job, as GET answers it: a waiting client needs no second request.
+    assert events[-1].job is not None and events[-1].job == api.get(job_id)
+    assert events[-1].job.result is not None and events[-1].job.result.total_rows > 0
 
 
 def test_list_filter_and_paginate(api: SpillwayClient, sample_data: dict[str, Path], tmp_path: Path) -> None:

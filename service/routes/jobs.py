@@ -155,8 +155,12 @@ async def cancel_job(job_id: str, services: ServicesDep, request: Request, calle
 
 @router.get("/{job_id}/events", responses=_ERRORS)
 @accepts_query_token
-async def job_events(job_id: str, services: ServicesDep, caller: CallerDep) -> StreamingResponse:
-    """Server-sent events: ``progress`` on every change, then one ``end`` when the job is terminal."""
+async def job_events(job_id: str, services: ServicesDep, request: Request, caller: CallerDep) -> StreamingResponse:
+    """Server-sent events: ``progress`` on every change, then one ``end`` when the job is terminal.
+
+    The ``end`` event also carries the whole job, as ``GET /jobs/{id}`` answers it (under ``job``),
+    so a client waiting for the end needs no second request for the result.
+    """
     await asyncio.to_thread(services.store.get, job_id, owner=caller.sees)  # 404 before the stream starts
 
     async def stream() -> AsyncIterator[str]:
@@ -165,17 +169,17 @@ async def job_events(job_id: str, services: ServicesDep, caller: CallerDep) -> S
         async with services.changes.watch(job_id) as changed:
             while True:
                 job = await asyncio.to_thread(services.store.get, job_id)
-                data = json.dumps(
-                    {
-                        "id": job.id,
-                        "state": job.state.value,
-                        "progress": job.progress.model_dump(mode="json"),
-                        "error": job.error.model_dump(mode="json") if job.error else None,
-                    }
-                )
+                fields = {
+                    "id": job.id,
+                    "state": job.state.value,
+                    "progress": job.progress.model_dump(mode="json"),
+                    "error": job.error.model_dump(mode="json") if job.error else None,
+                }
                 if job.state.is_terminal():
-                    yield f"event: end\ndata: {data}\n\n"
+                    fields["job"] = _with_links(job, services, request).model_dump(mode="json")
+                    yield f"event: end\ndata: {json.dumps(fields)}\n\n"
                     return
+                data = json.dumps(fields)
                 if data != last:
                     yield f"event: progress\ndata: {data}\n\n"
                     last, quiet = data, 0.0
