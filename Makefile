@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test setup clean
+.PHONY: demo test setup clean lock
 
 # The runtime only: what the demo and the service need.
 $(BIN)/spillway: pyproject.toml
@@ -24,6 +24,11 @@ demo: setup
 
 test: $(VENV)/.test-deps
 	$(BIN)/python -m pytest
+
+# deploy/requirements.lock, what the images install (pinned, with hashes), from pyproject.toml's
+# ranges: run after changing a dependency, and commit it. Needs uv (installed into the venv if missing).
+lock:
+	bash deploy/lock.sh
 
 clean:
 	rm -rf var/demo .pytest_cache

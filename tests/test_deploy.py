@@ -444,7 +444,104 @@ def test_gpu_target_sees_the_gpus_and_keeps_the_base_images_rapids() -> None:
     checked = " ".join(installs)
     assert all(re.search(rf"\b{m}\b", checked) for m in modules), f"import-check every gpu-extra module: {sorted(modules)}"
     cpu_installs = [run for run in dockerfile_stages()["cpu"].all("RUN") if "pip install" in run]
-    assert any(re.search(r"pip install '?\.(\[[\w,]+\])?'?", run) for run in cpu_installs), cpu_installs
+    assert any(re.search(r"pip install (--[\w-]+ )*'?\.(\[[\w,]+\])?'?", run) for run in cpu_installs), cpu_installs
+
+
+# ---------------------------------------------------------------------------------------
+# The lock: deploy/requirements.lock pins what the images install, so two builds are the same
+# ---------------------------------------------------------------------------------------
+
+LOCK = DEPLOY / "requirements.lock"
+IMAGE_EXTRAS = ("postgres", "oidc")  # the extras both images install besides the runtime
+
+
+def lock_pins() -> dict[str, tuple[str, list[str]]]:
+    """The lock's requirements by canonical name: (version, sha256 hashes), continuation lines joined."""
+    from packaging.utils import canonicalize_name
+
+    pins: dict[str, tuple[str, list[str]]] = {}
+    for entry in re.sub(r"\\\n\s*", " ", LOCK.read_text()).splitlines():
+        entry = entry.split("#", 1)[0].strip()
+        if not entry:
+            continue
+        match = re.fullmatch(r"([A-Za-z0-9][\w.-]*)==(\S+)((?:\s+--hash=sha256:[0-9a-f]{64})*)", entry)
+        assert match, f"deploy/requirements.lock: not a hashed pin: {entry!r}"
+        pins[canonicalize_name(match[1])] = (match[2], re.findall(r"sha256:([0-9a-f]{64})", match[3]))
+    return pins
+
+
+def _pip_installs(stage: Stage) -> list[str]:
+    """Each ``pip install`` command of a stage's RUN lines (split at ``&&``)."""
+    return [part.strip() for run in stage.all("RUN") for part in run.split("&&") if "pip install" in part]
+
+
+def test_the_cpu_image_installs_only_the_lock_checked_against_its_hashes() -> None:
+    cpu = dockerfile_stages()["cpu"]
+    assert any("deploy/requirements.lock" in c.split() for c in cpu.all("COPY")), "the lock is copied into the build"
+    installs = _pip_installs(cpu)
+    from_lock = [i for i in installs if "--require-hashes" in i.split() and "deploy/requirements.lock" in i.split()]
+    assert from_lock, f"the cpu image installs deploy/requirements.lock with --require-hashes: {installs}"
+    for command in installs:
+        if command not in from_lock:
+            # Anything else is the project itself, adding no package the lock did not pin, and
+            # built with the lock's setuptools rather than whatever an isolated build env resolves.
+            assert {"--no-deps", "--no-build-isolation"} <= set(command.split()), command
+    assert any(r.strip().startswith("pip check") or " pip check" in r for r in cpu.all("RUN")), "pip check proves the lock is complete"
+
+
+def test_the_gpu_image_pins_what_pip_adds_to_rapids_at_the_locks_versions() -> None:
+    gpu = dockerfile_stages()["gpu"]
+    copied = " ".join(gpu.all("COPY"))
+    assert "deploy/requirements.lock" in copied and "deploy/merge_constraints.py" in copied
+    runs = " ".join(gpu.all("RUN"))
+    assert re.search(r"python deploy/merge_constraints\.py \S+ deploy/requirements\.lock > (\S+)", runs), runs
+    constraints = re.search(r"deploy/requirements\.lock > (\S+)", runs)[1]
+    for command in _pip_installs(gpu):
+        assert f"--constraint {constraints}" in command and f"PIP_CONSTRAINT={constraints}" in command, command
+
+
+@pytest.mark.parametrize("target", ["gpu", "cpu"])
+def test_both_images_install_the_oidc_and_postgres_extras(target: str) -> None:
+    stage = dockerfile_stages()[target]
+    runs = " ".join(stage.all("RUN"))
+    if target == "gpu":
+        assert re.search(r"'\.\[postgres,oidc\]'", runs), runs
+    assert re.search(r"import [\w., ]*\bjwt\b", runs) and re.search(r"import [\w., ]*\bpsycopg\b", runs), "the build imports both"
+    pins = lock_pins()
+    assert {"pyjwt", "cryptography", "psycopg", "psycopg-binary"} <= set(pins), "the lock holds both extras (PyJWT[crypto], psycopg[binary])"
+
+
+def test_the_lock_pins_every_dependency_within_pyprojects_ranges() -> None:
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    project = pyproject["project"]
+    wanted = [*project["dependencies"], *(r for extra in IMAGE_EXTRAS for r in project["optional-dependencies"][extra])]
+    wanted += pyproject["build-system"]["requires"]  # the project is built with the lock's setuptools
+    pins = lock_pins()
+    assert len(pins) >= len(project["dependencies"])
+    for text in wanted:
+        requirement = Requirement(text)
+        name = canonicalize_name(requirement.name)
+        assert name in pins, f"{text}: not in deploy/requirements.lock; run `make lock`"
+        version = pins[name][0]
+        assert requirement.specifier.contains(version, prereleases=True), f"the lock pins {name}=={version}, outside pyproject's {text!r}: run `make lock`"
+    for name, (version, hashes) in pins.items():
+        assert hashes, f"{name}=={version} has no hash: --require-hashes would refuse the lock"
+
+
+def test_merge_constraints_keeps_the_images_packages_and_pins_the_rest(tmp_path: Any) -> None:
+    freeze = tmp_path / "freeze.txt"
+    freeze.write_text("dask==2026.7.1\nPyJWT==2.8.0\ncudf-cu13==26.10.0\n")  # as `pip list --format=freeze` writes them
+    merged = subprocess.run(
+        [sys.executable, str(DEPLOY / "merge_constraints.py"), str(freeze), str(LOCK)], capture_output=True, text=True, timeout=60, check=True
+    ).stdout.split()
+    constraints = dict(line.split("==") for line in merged)
+    assert constraints["dask"] == "2026.7.1" and constraints["pyjwt"] == "2.8.0" and constraints["cudf-cu13"] == "26.10.0", "the image wins"
+    pins = lock_pins()
+    assert constraints["fastapi"] == pins["fastapi"][0] and constraints["websockets"] == pins["websockets"][0], "the lock pins the rest"
+    assert set(constraints) == set(pins) | {"cudf-cu13"} and not any("hash" in line for line in merged)
 
 
 # ---------------------------------------------------------------------------------------
