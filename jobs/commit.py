@@ -105,35 +105,100 @@ def check_column_names(sink: SinkSpec, manifest: ResultManifest, names: list[str
 
 def write_markers(directory: Path, manifest: ResultManifest) -> None:
     """Write ``_manifest.json`` and ``_SUCCESS`` into a staging directory before it is renamed into place."""
-    (directory / MANIFEST_NAME).write_text(manifest.model_dump_json(indent=2))
-    (directory / SUCCESS_MARKER).write_text("")
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        write_markers_at(fd, manifest)
+    finally:
+        os.close(fd)
 
 
-def replace_file(path: Path, text: str, *, temp_name: str) -> None:
-    """Write ``path`` so that readers see the old content or the new, never a part (temp file, fsync, rename)."""
-    temp = path.parent / temp_name
-    with open(temp, "w") as handle:
+def write_markers_at(directory_fd: int, manifest: ResultManifest) -> None:
+    """:func:`write_markers` into the directory open as ``directory_fd`` (no link is followed)."""
+    _write_at(directory_fd, MANIFEST_NAME, manifest.model_dump_json(indent=2))
+    _write_at(directory_fd, SUCCESS_MARKER, "")
+
+
+def _write_at(directory_fd: int, name: str, text: str, *, sync: bool = False) -> None:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+    with open(os.open(name, flags, 0o644, dir_fd=directory_fd), "w") as handle:
         handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temp, path)
+        if sync:
+            handle.flush()
+            os.fsync(handle.fileno())
 
 
-def swap_directories(new: Path, final: Path) -> Path:
-    """Put directory ``new`` at ``final`` and return where the old one now is.
+def replace_file_at(directory_fd: int, name: str, text: str, *, temp_name: str) -> None:
+    """Write ``name`` in the directory ``directory_fd`` so that readers see the old content or the new, never a part
+    (temp file, fsync, rename within the directory)."""
+    _write_at(directory_fd, temp_name, text, sync=True)
+    os.replace(temp_name, name, src_dir_fd=directory_fd, dst_dir_fd=directory_fd)
+
+
+def open_subdirectory(directory_fd: int, relative: str, *, create: bool = False) -> int:
+    """An fd of ``relative`` below ``directory_fd``, walked without following links (created where missing if ``create``).
+
+    Raises
+    ------
+    OSError
+        ELOOP or ENOTDIR where a component is a link or not a directory.
+    """
+    fd = os.dup(directory_fd)
+    try:
+        for part in (p for p in relative.split("/") if p):
+            if create:
+                try:
+                    os.mkdir(part, dir_fd=fd)
+                except FileExistsError:
+                    pass
+            child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def move_file_at(source_fd: int, target_fd: int, relative: str) -> None:
+    """Rename ``relative`` below ``source_fd`` to the same place below ``target_fd``, creating its folders; links are not followed.
+
+    Raises
+    ------
+    FileExistsError
+        Something is at the target already.
+    """
+    folder, _, name = relative.rpartition("/")
+    source = open_subdirectory(source_fd, folder)
+    try:
+        target = open_subdirectory(target_fd, folder, create=True)
+        try:
+            try:
+                os.stat(name, dir_fd=target, follow_symlinks=False)
+            except FileNotFoundError:
+                os.rename(name, name, src_dir_fd=source, dst_dir_fd=target)
+            else:
+                raise FileExistsError(errno.EEXIST, "already exists", relative)
+        finally:
+            os.close(target)
+    finally:
+        os.close(source)
+
+
+def swap_directories(parent_fd: int, new: str, final: str) -> str:
+    """Put directory ``new`` at ``final`` (both names in the directory ``parent_fd``) and return the name the old one now has.
 
     Linux's renameat2(RENAME_EXCHANGE) swaps the two in one step, so ``final`` always
     names a complete output. Elsewhere two renames leave a moment with no ``final``.
     """
     exchange = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
     if exchange is not None:
-        at_cwd, rename_exchange = -100, 2
-        if exchange(at_cwd, os.fsencode(new), at_cwd, os.fsencode(final), rename_exchange) == 0:
+        rename_exchange = 2
+        if exchange(parent_fd, os.fsencode(new), parent_fd, os.fsencode(final), rename_exchange) == 0:
             return new
         code = ctypes.get_errno()
         if code not in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
-            raise OSError(code, os.strerror(code), str(final))
-    old = final.parent / f"{OLD_PREFIX}{new.name}"
-    os.rename(final, old)
-    os.rename(new, final)
+            raise OSError(code, os.strerror(code), final)
+    old = f"{OLD_PREFIX}{new}"
+    os.rename(final, old, src_dir_fd=parent_fd, dst_dir_fd=parent_fd)
+    os.rename(new, final, src_dir_fd=parent_fd, dst_dir_fd=parent_fd)
     return old

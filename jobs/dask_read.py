@@ -14,6 +14,8 @@ import pyarrow.parquet as pq
 from dask.dataframe.io.parquet.arrow import ArrowDatasetEngine
 
 from jobs.errors import TooManyPartitions
+from jobs.safe_open import RootBoundFileSystem, checked_url
+from jobs.sandbox import checked_file
 from jobs.sources import parquet_schema, plain_arrow_type, plain_types, resolve_files
 from jobs.spec import JobSpec, SourceSpec, blocksize_bytes
 from jobs.storage import filesystem, storage_options
@@ -34,9 +36,11 @@ def read_source(source: SourceSpec, *, field: str = "source") -> dd.DataFrame:
     """
     files = resolve_files(source, field=field)
     options = storage_options(files[0]) or None
+    checked = _checked_reads(files)
     if source.format == "parquet":
         engine = PlainArrowEngine if dask.config.get("dataframe.backend") == "pandas" else None
-        frame = _read_parquet(files, columns=source.columns, blocksize=source.blocksize or "default", storage_options=options, engine=engine)
+        where: dict[str, Any] = {"storage_options": options} if checked is None else {"filesystem": checked}
+        frame = _read_parquet(files, columns=source.columns, blocksize=source.blocksize or "default", engine=engine, **where)
         casts = {
             column: dtype
             for column, dtype in plain_types(*parquet_schema(files)).items()
@@ -48,11 +52,27 @@ def read_source(source: SourceSpec, *, field: str = "source") -> dd.DataFrame:
     if source.format == "csv":
         # A gzipped file cannot be split: one partition per file (dask warns and does the same).
         blocksize = None if files[0].endswith(".gz") else source.blocksize or TEXT_BLOCKSIZE
-        frame = dd.read_csv(files, usecols=source.columns, blocksize=blocksize, storage_options=options)
+        urls, options = _text_reads(files, options, checked)
+        frame = dd.read_csv(urls, usecols=source.columns, blocksize=blocksize, storage_options=options)
         # usecols keeps the file's column order; the spec's order is the one validation assumed.
         return frame[list(source.columns)] if source.columns else frame
-    frame = dd.read_json(files, lines=True, blocksize=source.blocksize or TEXT_BLOCKSIZE, storage_options=options)
+    urls, options = _text_reads(files, options, checked)
+    frame = dd.read_json(urls, lines=True, blocksize=source.blocksize or TEXT_BLOCKSIZE, storage_options=options)
     return frame[list(source.columns)] if source.columns else frame
+
+
+def _checked_reads(files: list[str]) -> RootBoundFileSystem | None:
+    """For local files checked against the data roots (a job the manager runs): the file system the
+    workers open them with, walking each path from its root without following links; else None."""
+    checked = [file for path in files if (file := checked_file(path)) is not None]
+    return RootBoundFileSystem(tuple(checked)) if checked and len(checked) == len(files) else None
+
+
+def _text_reads(files: list[str], options: dict[str, Any] | None, checked: RootBoundFileSystem | None) -> tuple[list[str], dict[str, Any] | None]:
+    # dask's text readers take URLs and options, not a file system: name it by its protocol.
+    if checked is None:
+        return files, options
+    return [checked_url(path) for path in files], {"checked": tuple(checked.checked.values())}
 
 
 def estimated_partitions(source: SourceSpec, *, field: str = "source") -> int:

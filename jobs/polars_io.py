@@ -9,6 +9,14 @@ the manager runs, each resolved and checked against the data roots, as the Dask 
 Writing happens on a Dask worker (:mod:`jobs.polars_run`), into the job's staging
 directory or, on an object store, as job-named files under the sink prefix; the service
 then commits them as for every job (:class:`jobs.sink.SinkWriter`).
+
+Polars opens a scan's files itself, by path, on the worker (a LazyFrame over open files
+cannot travel there), so the checked source files cannot be handed to it open. Instead the
+worker opens each one as :func:`jobs.safe_open.open_checked` does (walked from its root
+without following links, the checked inode) just before the query runs and again after it,
+before anything is written: a link or another file swapped in before the query, or left in
+place while it ran, fails the job and nothing is written. A swap made and undone while the
+query runs is not seen (docs/guarantees.md).
 """
 
 from __future__ import annotations
@@ -21,6 +29,8 @@ from urllib.parse import quote, unquote
 
 import polars as pl
 
+from jobs.safe_open import open_checked, verify_checked
+from jobs.sandbox import CheckedFile, checked_file
 from jobs.sources import resolve_files
 from jobs.spec import SinkSpec, SourceSpec
 from jobs.storage import StorageSettings, is_url, storage_options
@@ -70,12 +80,21 @@ def scan_source(source: SourceSpec, *, field: str = "source") -> pl.LazyFrame:
         frame = _plain_columns(_scan_hive(files, options) if hive else pl.scan_parquet(files, storage_options=options))
     elif source.format == "csv":
         if files[0].endswith(".gz"):  # Polars' CSV scan does not decompress; read those whole
-            frame = pl.concat([pl.read_csv(f, infer_schema_length=None, storage_options=options).lazy() for f in files], how="vertical_relaxed")
+            frame = pl.concat([_read_csv_now(f, options).lazy() for f in files], how="vertical_relaxed")
         else:
             frame = pl.scan_csv(files, infer_schema_length=None, storage_options=options)
     else:
         frame = pl.scan_ndjson(files, infer_schema_length=None, storage_options=options)
     return frame.select(list(source.columns)) if source.columns else frame
+
+
+def _read_csv_now(path: str, options: dict[str, str] | None) -> pl.DataFrame:
+    """A whole CSV file read now (the data travels in the plan); a checked one from the fd :func:`open_checked` gives."""
+    checked = checked_file(path)
+    if checked is None:
+        return pl.read_csv(path, infer_schema_length=None, storage_options=options)
+    with os.fdopen(open_checked(checked), "rb") as handle:
+        return pl.read_csv(handle, infer_schema_length=None)
 
 
 def _scan_hive(files: list[str], options: dict[str, str] | None) -> pl.LazyFrame:
@@ -136,6 +155,9 @@ class OutputTarget:
     #: The service's object-store settings (endpoint, region; never credentials), which the worker
     #: that writes takes on: it is another process and never saw them (jobs/storage.py).
     storage: StorageSettings | None = None
+    #: The local source files the job checked against the data roots, verified on the worker
+    #: before and after the query runs (:func:`write_output`).
+    checked: tuple[CheckedFile, ...] = ()
 
     def path(self, directory: str = "") -> str:
         extension = ".parquet" if self.sink.format == "parquet" else ".csv.gz" if self.sink.codec == "gzip" else ".csv"
@@ -155,11 +177,21 @@ def write_output(frame: pl.LazyFrame, target: OutputTarget, engine: Any = "auto"
     """Run ``frame`` and write it to ``target``; returns the rows written.
 
     The output is collected (on the worker, CPU or GPU) and then written: one file, or one
-    per partition directory with ``partition_on``.
+    per partition directory with ``partition_on``. The checked source files are verified
+    before the query runs and after it, before anything is written (see the module's docstring).
+
+    Raises
+    ------
+    PathNotAllowed
+        A checked source file is now reached through a link (nothing is written).
+    SourceChanged
+        A checked source file was replaced by another (nothing is written).
     """
     sink = target.sink
     codec = sink.codec or "uncompressed"
+    verify_checked(target.checked)
     table = frame.collect(engine=engine)
+    verify_checked(target.checked)
     if sink.partition_on:
         keys = list(sink.partition_on)
         for values, part in table.partition_by(keys, as_dict=True, maintain_order=True).items():

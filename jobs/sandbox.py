@@ -13,6 +13,8 @@ link that leads out. So the manager checks again when the job starts (:func:`che
 the files a source lists are resolved and checked while the job is planned
 (:func:`enforce_roots`, :func:`checked_files`: both engines then read the resolved paths),
 and the sink's parent is resolved again at the commit (:func:`check_sink_parent`).
+Each checked file is recorded with its root and inode (:class:`CheckedFile`), so that
+where it is opened later (:mod:`jobs.safe_open`) no link swapped in since can lead elsewhere.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass, field as dataclass_field
 from pathlib import Path
 
 from jobs.errors import SpecError
@@ -29,8 +32,34 @@ from jobs.spec import JobSpec
 from jobs.storage import OBJECT_STORE_SCHEMES
 
 _GLOB_CHARS = "*?["
+
+
+@dataclass(frozen=True)
+class CheckedFile:
+    """A source file as it was checked: its resolved path, the resolved root it lies in, and its identity.
+
+    Where it is opened, the path is walked from ``root`` without following links and the file
+    opened must be this ``(device, inode)`` (:func:`jobs.safe_open.open_checked`).
+    """
+
+    path: str
+    root: str
+    device: int
+    inode: int
+    #: The spec's field of the source that lists it, for errors.
+    field: str = "source.path"
+
+
+@dataclass(frozen=True)
+class _Enforcement:
+    roots: tuple[str, ...]
+    local_roots: tuple[str, ...]
+    # Shared by the threads planning one job (each gets a copy of the context, not of this dict).
+    checked: dict[str, CheckedFile] = dataclass_field(default_factory=dict)
+
+
 # The data roots of the job being planned now (None: no check, as for a spec checked at submit).
-_ENFORCED: ContextVar[tuple[str, ...] | None] = ContextVar("spillway_enforced_roots", default=None)
+_ENFORCED: ContextVar[_Enforcement | None] = ContextVar("spillway_enforced_roots", default=None)
 
 
 class PathNotAllowed(SpecError):
@@ -140,7 +169,12 @@ def _walk(path: str) -> Iterator[str]:
 def enforce_roots(roots: Iterable[str] | None) -> Iterator[None]:
     """Within this block (and the threads started from it with ``asyncio.to_thread``), the files
     sources list are resolved and checked against ``roots`` (:func:`checked_files`). None: no check."""
-    token = _ENFORCED.set(None if roots is None else tuple(roots))
+    if roots is None:
+        enforcement = None
+    else:
+        roots = tuple(roots)
+        enforcement = _Enforcement(roots, tuple(_real(r) for r in roots if "://" not in r))
+    token = _ENFORCED.set(enforcement)
     try:
         yield
     finally:
@@ -157,20 +191,39 @@ def checked_files(files: list[str], *, field: str) -> list[str]:
     PathNotAllowed
         Naming the file, where it leads, and the allowed roots.
     """
-    roots = _ENFORCED.get()
-    if roots is None:
+    enforcement = _ENFORCED.get()
+    if enforcement is None:
         return files
-    local_roots = [_real(r) for r in roots if "://" not in r]
     resolved = []
     for path in files:
         if "://" in path:
             resolved.append(path)
             continue
         real = _real(path)
-        if not _inside(real, local_roots):
-            raise PathNotAllowed(f"'{path}' now leads to '{real}', outside the allowed roots: {', '.join(roots)}", field=field)
+        root = next((r for r in enforcement.local_roots if os.path.commonpath([real, r]) == r), None)
+        if root is None:
+            raise PathNotAllowed(f"'{path}' now leads to '{real}', outside the allowed roots: {', '.join(enforcement.roots)}", field=field)
+        stat = os.stat(real)
+        enforcement.checked[real] = CheckedFile(real, root, stat.st_dev, stat.st_ino, field)
         resolved.append(real)
     return resolved
+
+
+def local_root_of(path: str, roots: Iterable[str]) -> str | None:
+    """The resolved local root among ``roots`` that the resolved ``path`` lies in; None: none."""
+    return next((r for r in (_real(r) for r in roots if "://" not in r) if os.path.commonpath([path, r]) == r), None)
+
+
+def checked_so_far() -> tuple[CheckedFile, ...]:
+    """The local files :func:`checked_files` has checked in this :func:`enforce_roots` block; () outside one."""
+    enforcement = _ENFORCED.get()
+    return tuple(enforcement.checked.values()) if enforcement is not None else ()
+
+
+def checked_file(path: str) -> CheckedFile | None:
+    """How the resolved ``path`` was checked in this :func:`enforce_roots` block (None: it was not, or no block)."""
+    enforcement = _ENFORCED.get()
+    return enforcement.checked.get(path) if enforcement is not None else None
 
 
 def check_sink_parent(location: str, roots: Iterable[str], *, field: str = "sink.path") -> None:

@@ -13,12 +13,14 @@ leaves nothing that a manifest lists.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
 import shutil
 from collections.abc import Iterable
 from pathlib import Path
+from stat import S_ISLNK
 from typing import Any
 
 import dask
@@ -33,14 +35,17 @@ from jobs.commit import (
     check_mode,
     local_state,
     remote_state,
-    replace_file,
+    move_file_at,
+    open_subdirectory,
+    replace_file_at,
     swap_directories,
-    write_markers,
+    write_markers_at,
 )
 from jobs.errors import SinkExists, SpecError, SpillwayError
 from jobs.manifest import column_difference, describe_files, frame_columns
 from jobs.polars_io import OutputTarget
-from jobs.sandbox import PathNotAllowed, check_sink_parent
+from jobs.safe_open import open_directory
+from jobs.sandbox import PathNotAllowed, check_sink_parent, checked_so_far, local_root_of
 from jobs.spec import SinkSpec
 from jobs.status import ColumnSchema, ResultFile, ResultManifest
 from jobs import storage
@@ -139,7 +144,9 @@ class SinkWriter:
         """Where a Polars job writes its part files; ``columns`` describe them for the manifest."""
         location = self.prepare([c.name for c in columns])
         self._planned_columns = columns
-        return OutputTarget(location=location, stem=self._stem, sink=self.sink, storage=storage.current() if is_url(location) else None)
+        return OutputTarget(
+            location=location, stem=self._stem, sink=self.sink, storage=storage.current() if is_url(location) else None, checked=checked_so_far()
+        )
 
     def write_graph(self, frame: dd.DataFrame) -> Any:
         """The lazy write of ``frame``: into the staging directory, or under the sink prefix of an object store."""
@@ -258,34 +265,97 @@ class SinkWriter:
             check_sink_parent(str(self.final), self.allowed_roots)
 
     def _commit_local(self) -> ResultManifest:
-        # Again under the lock, just before the renames: the window left is the renames' own.
+        # Again under the lock, just before the renames; then every step is relative to the parent's
+        # fd, opened from the root without following links, so a link swapped in since is refused.
         self._check_parent()
-        fs, staging = filesystem(str(self.staging))
-        state = local_state(fs, str(self.final), self.sink.path)
+        parent = self._open_parent()
+        try:
+            staging_fd = self._open_below(parent, self.staging.name)
+            try:
+                return self._commit_local_at(parent, staging_fd)
+            finally:
+                os.close(staging_fd)
+        finally:
+            os.close(parent)
+
+    def _commit_local_at(self, parent: int, staging_fd: int) -> ResultManifest:
+        # The state, the files and their footers are read through the opened directories, not their paths.
+        fs, staging = filesystem(_through_fd(staging_fd, str(self.staging)))
+        state = local_state(fs, os.path.join(_through_fd(parent, str(self.final.parent)), self.final.name), self.sink.path)
         check_mode(self.sink, state, field="sink.path")
-        found = sorted(fs.find(staging, detail=True).items())
-        sizes = {path[len(staging) + 1 :]: info["size"] for path, info in found if not _hidden(path[len(staging) + 1 :])}
+        sizes = self._staged_files(staging_fd)
         manifest = self._manifest(fs, staging, sizes, state.manifest)
-        if state.manifest is None:  # a free sink (_check_mode refused any other without a manifest)
-            write_markers(self.staging, manifest)
-            if self.final.is_dir():
-                self.final.rmdir()  # empty, or _check_mode would have refused it
-            os.rename(self.staging, self.final)
-        elif self.sink.mode == "overwrite":
-            write_markers(self.staging, manifest)
-            old = swap_directories(self.staging, self.final)
-            shutil.rmtree(old, ignore_errors=True)  # after the new output is in place
+        staged = os.fstat(staging_fd)
+        if state.manifest is None or self.sink.mode == "overwrite":
+            write_markers_at(staging_fd, manifest)
+            self._same_directory(parent, self.staging.name, staged)
+            if state.manifest is None:  # a free sink (check_mode refused any other without a manifest)
+                if self._exists_below(parent, self.final.name):
+                    os.rmdir(self.final.name, dir_fd=parent)  # empty, or check_mode would have refused it
+                os.rename(self.staging.name, self.final.name, src_dir_fd=parent, dst_dir_fd=parent)
+            else:
+                old = swap_directories(parent, self.staging.name, self.final.name)
+                shutil.rmtree(old, dir_fd=parent, ignore_errors=True)  # after the new output is in place
+            self._same_directory(parent, self.final.name, staged)
         else:
-            for relative in sizes:
-                target = self.final / relative
-                if target.exists():  # cannot happen: the name carries this job's id
-                    raise SinkExists(f"'{target}' already exists; nothing was appended", field="sink.path")
-                target.parent.mkdir(parents=True, exist_ok=True)
-                os.rename(self.staging / relative, target)
-            replace_file(self.final / MANIFEST_NAME, manifest.model_dump_json(indent=2), temp_name=f"{TMP_PREFIX}{self.job_id}-{MANIFEST_NAME}")
-            (self.final / SUCCESS_MARKER).touch()
-            shutil.rmtree(self.staging, ignore_errors=True)
+            final_fd = self._open_below(parent, self.final.name)
+            try:
+                for relative in sizes:
+                    try:
+                        move_file_at(staging_fd, final_fd, relative)
+                    except FileExistsError:  # cannot happen: the name carries this job's id
+                        raise SinkExists(f"'{self.final / relative}' already exists; nothing was appended", field="sink.path") from None
+                replace_file_at(final_fd, MANIFEST_NAME, manifest.model_dump_json(indent=2), temp_name=f"{TMP_PREFIX}{self.job_id}-{MANIFEST_NAME}")
+                os.close(os.open(SUCCESS_MARKER, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=final_fd))
+            finally:
+                os.close(final_fd)
+            shutil.rmtree(self.staging.name, dir_fd=parent, ignore_errors=True)
         return manifest
+
+    def _staged_files(self, staging_fd: int) -> dict[str, int]:
+        """Path relative to the staging directory → bytes, in name order; a link in it (swapped in) is refused."""
+        sizes: dict[str, int] = {}
+        for folder, dirs, names, folder_fd in os.fwalk(dir_fd=staging_fd):  # fwalk follows no link
+            for name in dirs + names:
+                relative = os.path.normpath(os.path.join(folder, name))
+                stat = os.stat(name, dir_fd=folder_fd, follow_symlinks=False)
+                if S_ISLNK(stat.st_mode):
+                    raise PathNotAllowed(f"the sink '{self.location}': '{relative}' in the staging directory is a link; nothing was committed", field="sink.path")
+                if name in names and not _hidden(relative):
+                    sizes[relative] = stat.st_size
+        return dict(sorted(sizes.items()))
+
+    def _open_parent(self) -> int:
+        """The sink's parent directory, opened from its root without following links (when roots are enforced)."""
+        if self.allowed_roots is None:
+            return os.open(self.final.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        real = os.path.realpath(self.final.parent)
+        root = local_root_of(real, self.allowed_roots)
+        if root is None:  # check_sink_parent has just refused this; a swap since then
+            raise PathNotAllowed(f"the sink '{self.location}' now lies outside the allowed roots", field="sink.path")
+        return open_directory(real, root, field="sink.path")
+
+    def _open_below(self, parent: int, name: str) -> int:
+        try:
+            return open_subdirectory(parent, name)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise PathNotAllowed(f"the sink '{self.location}': '{name}' is now a link or not a directory; links are not followed", field="sink.path") from None
+            raise
+
+    @staticmethod
+    def _exists_below(parent: int, name: str) -> bool:
+        try:
+            os.stat(name, dir_fd=parent, follow_symlinks=False)
+        except FileNotFoundError:
+            return False
+        return True
+
+    def _same_directory(self, parent: int, name: str, staged: os.stat_result) -> None:
+        # The renames go by name: ``name`` must still be the staging directory written and opened, not a link swapped in.
+        now = os.stat(name, dir_fd=parent, follow_symlinks=False)
+        if (now.st_dev, now.st_ino) != (staged.st_dev, staged.st_ino):
+            raise PathNotAllowed(f"the sink '{self.location}': '{name}' is no longer the job's staging directory; nothing was committed", field="sink.path")
 
     def _commit_remote(self) -> ResultManifest:
         fs, root = filesystem(self.location)
@@ -345,6 +415,12 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
     if manifest is None:
         raise FileNotFoundError(f"{path} has no {MANIFEST_NAME}")
     return manifest.model_dump()
+
+
+def _through_fd(fd: int, path: str) -> str:
+    """A path to the directory open as ``fd`` that no rename or link swapped in can redirect (Linux's /proc); else ``path``."""
+    pinned = f"/proc/self/fd/{fd}"
+    return pinned if os.path.isdir(pinned) else path
 
 
 def _hidden(relative: str) -> bool:

@@ -18,11 +18,14 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from jobs.sandbox import PathNotAllowed, enforce_roots
+from jobs.dask_read import read_source
+from jobs.polars_io import scan_source, write_output
+from jobs.safe_open import SourceChanged, open_checked
+from jobs.sandbox import PathNotAllowed, checked_so_far, enforce_roots
 from jobs.sink import SinkWriter
 from jobs.sources import resolve_files
 from jobs.spec import SinkSpec, SourceSpec
-from jobs.status import JobStatus
+from jobs.status import ColumnSchema, JobStatus
 from service.client import SpillwayClient
 from tests.conftest import ServiceProcess, start_service, wait_for, wait_terminal
 from tests.fault_jobs import slow_spec
@@ -156,3 +159,114 @@ def test_sink_parent_swapped_after_staging_is_refused_at_the_commit(tmp_path: Pa
         writer.commit()
     assert caught.value.code == "path_not_allowed" and caught.value.field == "sink.path"
     assert list(secret.iterdir()) == [], "nothing is committed outside the root"
+
+
+# Where the files are opened: a swap after the check and before the open (each open called directly).
+
+
+def _source_and_secret(tmp_path: Path) -> tuple[Path, Path]:
+    root, secret = tmp_path / "root", tmp_path / "secret"
+    (root / "src").mkdir(parents=True)
+    (secret / "src").mkdir(parents=True)
+    frame = pd.DataFrame({"a": [1, 2, 3]})
+    frame.to_parquet(root / "src" / "in.parquet", index=False)
+    frame.to_csv(root / "src" / "in.csv", index=False)
+    pd.DataFrame({"a": [int(SECRET_AMOUNT)]}).to_parquet(secret / "src" / "in.parquet", index=False)
+    pd.DataFrame({"a": [int(SECRET_AMOUNT)]}).to_csv(secret / "src" / "in.csv", index=False)
+    return root, secret
+
+
+def _swap_folder_for_link(root: Path, secret: Path) -> None:
+    (root / "src").rename(root / "src_moved")
+    os.symlink(secret / "src", root / "src")
+
+
+def test_a_checked_file_is_opened_without_following_a_link_swapped_in_after_the_check(tmp_path: Path) -> None:
+    root, secret = _source_and_secret(tmp_path)
+    with enforce_roots([str(root)]):
+        [path] = resolve_files(SourceSpec(format="parquet", path=str(root / "src" / "in.parquet")), field="sources.orders")
+        [checked] = checked_so_far()
+    assert checked.path == path and checked.field == "sources.orders.path"
+    os.close(open_checked(checked))  # as checked: it opens
+    _swap_folder_for_link(root, secret)
+    assert Path(path).resolve().is_relative_to(secret), "the path now leads to the secret"
+    with pytest.raises(PathNotAllowed, match="is now a link") as caught:
+        open_checked(checked)
+    assert caught.value.field == "sources.orders.path"
+
+
+def test_a_checked_file_replaced_by_another_file_is_not_opened(tmp_path: Path) -> None:
+    root, _ = _source_and_secret(tmp_path)
+    with enforce_roots([str(root)]):
+        resolve_files(SourceSpec(format="parquet", path=str(root / "src" / "in.parquet")))
+        [checked] = checked_so_far()
+    os.replace(root / "src" / "in.csv", root / "src" / "in.parquet")  # no link: another inode at the same path
+    with pytest.raises(SourceChanged, match="replaced after it was checked") as caught:
+        open_checked(checked)
+    assert caught.value.code == "source_changed"
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv"])
+def test_dask_partitions_are_opened_without_following_a_link_swapped_in_after_planning(tmp_path: Path, fmt: str) -> None:
+    root, secret = _source_and_secret(tmp_path)
+    with enforce_roots([str(root)]):
+        frame = read_source(SourceSpec(format=fmt, path=str(root / "src" / f"in.{fmt}")))
+    assert frame["a"].compute(scheduler="sync").tolist() == [1, 2, 3]  # the graph reads the checked file
+    _swap_folder_for_link(root, secret)
+    with pytest.raises(PathNotAllowed, match="is now a link"):
+        frame["a"].compute(scheduler="sync")
+    with enforce_roots(None):  # the same graph without a job's roots reads what the path leads to: the check is what refused
+        assert read_source(SourceSpec(format=fmt, path=str(root / "src" / f"in.{fmt}")))["a"].compute(scheduler="sync").tolist() == [int(SECRET_AMOUNT)]
+
+
+def test_a_polars_query_over_a_file_swapped_after_planning_writes_nothing(tmp_path: Path) -> None:
+    root, secret = _source_and_secret(tmp_path)
+    writer = SinkWriter(SinkSpec(path=str(root / "out")), "job1", allowed_roots=[str(root)])
+    with enforce_roots([str(root)]):
+        frame = scan_source(SourceSpec(format="parquet", path=str(root / "src")))
+        target = writer.polars_target([ColumnSchema(name="a", type="int64")])
+    assert [Path(f.path).name for f in target.checked] == ["in.parquet"]
+    _swap_folder_for_link(root, secret)
+    assert Path(target.checked[0].path).resolve().is_relative_to(secret), "by path, the scan would now read the secret"
+    with pytest.raises(PathNotAllowed, match="is now a link"):
+        write_output(frame, target)
+    assert not Path(target.location).exists() or not list(Path(target.location).rglob("*.parquet")), "nothing is written"
+
+
+def test_the_sink_commit_renames_inside_the_parent_it_opened_not_through_a_link_swapped_in_after(tmp_path: Path) -> None:
+    root, secret = tmp_path / "root", tmp_path / "secret"
+    (root / "parent").mkdir(parents=True)
+    secret.mkdir()
+    writer = SinkWriter(SinkSpec(path=str(root / "parent" / "out")), "job1", allowed_roots=[str(root)])
+    staging = Path(writer.prepare(["a"]))
+    staging.mkdir()
+    pd.DataFrame({"a": [1]}).to_parquet(staging / "part.000000.parquet")
+    parent = writer._open_parent()  # checked and opened: from here on the commit works relative to this directory
+    staging_fd = writer._open_below(parent, staging.name)
+    try:
+        (root / "parent").rename(root / "parent_moved")
+        os.symlink(secret, root / "parent")
+        manifest = writer._commit_local_at(parent, staging_fd)
+    finally:
+        os.close(staging_fd)
+        os.close(parent)
+    assert list(secret.iterdir()) == [], "nothing is committed through the link"
+    committed = root / "parent_moved" / "out"
+    assert (committed / "_SUCCESS").is_file() and manifest.total_rows == 1
+    assert pd.read_parquet(committed)["a"].tolist() == [1]
+
+
+def test_a_staging_directory_swapped_for_a_link_is_not_committed(tmp_path: Path) -> None:
+    root, secret = tmp_path / "root", tmp_path / "secret"
+    (root / "parent").mkdir(parents=True)
+    secret.mkdir()
+    writer = SinkWriter(SinkSpec(path=str(root / "parent" / "out")), "job1", allowed_roots=[str(root)])
+    staging = Path(writer.prepare(["a"]))
+    (secret / "staged").mkdir()
+    pd.DataFrame({"a": [int(SECRET_AMOUNT)]}).to_parquet(secret / "staged" / "part.000000.parquet")
+    os.symlink(secret / "staged", staging)
+    with pytest.raises(PathNotAllowed, match="is now a link") as caught:
+        writer.commit()
+    assert caught.value.field == "sink.path"
+    assert not (root / "parent" / "out").exists() and not os.path.lexists(root / "parent" / "out"), "nothing is committed"
+    assert sorted(p.name for p in (secret / "staged").iterdir()) == ["part.000000.parquet"], "nothing is written outside the root"

@@ -1,0 +1,162 @@
+"""Opening checked files and directories so that no link swapped in after the check can lead elsewhere.
+
+:mod:`jobs.sandbox` resolves every path of a job and checks that it lies inside a data root;
+between that check and the moment a reader opens the file, someone who may create links in a
+root could swap a folder on the path, or the file, for a link that leads out. Here the path is
+walked from the root's directory one component at a time with ``O_NOFOLLOW`` (``openat`` on
+directory fds), so a link anywhere below the root makes the open fail instead of following it,
+and the file opened must be the one checked (its device and inode, from ``os.fstat``).
+
+* :func:`open_checked` opens one :class:`~jobs.sandbox.CheckedFile` that way.
+* :class:`RootBoundFileSystem` is an fsspec local file system whose reads go through it: the
+  Dask engine reads sources with it, so every partition a worker reads is opened this way.
+* :func:`open_directory` opens a directory below a root that way, for a sink's commit
+  (:mod:`jobs.commit` renames relative to it).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from typing import Any
+
+from fsspec import register_implementation
+from fsspec.implementations.local import LocalFileOpener, LocalFileSystem
+
+from jobs.sandbox import CheckedFile, PathNotAllowed
+
+#: A protocol of its own, so dask's text readers (which take a URL and options, not a file system) use this one.
+PROTOCOL = "spillway-checked"
+
+_DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# O_NONBLOCK: a FIFO swapped in must not block the open; it has no effect on a regular file's reads.
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+_LINK_ERRORS = (errno.ELOOP, errno.ENOTDIR)
+
+
+class SourceChanged(PathNotAllowed):
+    """A checked source file that is no longer the file that was checked when it is opened."""
+
+    code = "source_changed"
+
+
+def _components(path: str, root: str) -> list[str]:
+    relative = os.path.relpath(path, root)
+    parts = [] if relative == "." else relative.split(os.sep)
+    if any(part in ("", ".", "..") for part in parts):
+        raise PathNotAllowed(f"'{path}' is not below the root '{root}'")
+    return parts
+
+
+def open_directory(path: str, root: str, *, field: str = "sink.path") -> int:
+    """An fd of directory ``path``, walked from ``root`` (which may itself be a link: roots are configured) without following links.
+
+    Raises
+    ------
+    PathNotAllowed
+        A component below ``root`` is a link (or not a directory): a swap after the check.
+    FileNotFoundError
+        A component does not exist.
+    """
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in _components(path, root):
+            try:
+                child = os.open(part, _DIRECTORY_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno in _LINK_ERRORS:
+                    raise PathNotAllowed(f"'{path}': '{part}' is now a link or not a directory; links are not followed here", field=field) from None
+                raise
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_checked(file: CheckedFile) -> int:
+    """A read-only fd of ``file``: its path walked from its root without following links, and its inode the checked one.
+
+    Raises
+    ------
+    PathNotAllowed
+        A folder on the path, or the file, is now a link.
+    SourceChanged
+        The file there now is another file than the one checked.
+    """
+    field = file.field
+    parts = _components(file.path, file.root)
+    if not parts:
+        raise PathNotAllowed(f"'{file.path}' is a root, not a file", field=field)
+    parent = open_directory(os.path.join(file.root, *parts[:-1]), file.root, field=field)
+    try:
+        fd = os.open(parts[-1], _FILE_FLAGS, dir_fd=parent)
+    except OSError as exc:
+        if exc.errno in _LINK_ERRORS:
+            raise PathNotAllowed(f"'{file.path}' is now a link; links are not followed here", field=field) from None
+        raise
+    finally:
+        os.close(parent)
+    stat = os.fstat(fd)
+    if (stat.st_dev, stat.st_ino) != (file.device, file.inode):
+        os.close(fd)
+        raise SourceChanged(f"'{file.path}' was replaced after it was checked; it was not read", field=field)
+    os.set_blocking(fd, True)
+    return fd
+
+
+def verify_checked(files: tuple[CheckedFile, ...] | list[CheckedFile]) -> None:
+    """Open and close each of ``files`` as :func:`open_checked` does: refuse any that a link or another file replaced."""
+    for file in files:
+        os.close(open_checked(file))
+
+
+class _CheckedFileOpener(LocalFileOpener):
+    """fsspec's local file, opened through :func:`open_checked` (also when it is unpickled on a worker)."""
+
+    def __init__(self, checked: CheckedFile, mode: str, **kwargs: Any) -> None:
+        self.checked = checked
+        super().__init__(checked.path, mode, **kwargs)
+
+    def _open(self) -> None:
+        if self.f is None or self.f.closed:
+            self.f = os.fdopen(open_checked(self.checked), "rb")
+            self.size = self.f.seek(0, 2)
+            self.f.seek(0)
+
+
+class RootBoundFileSystem(LocalFileSystem):
+    """Local files for reading, each opened as :func:`open_checked` opens it; only files in ``checked``.
+
+    Parameters
+    ----------
+    checked
+        The files the job checked (:func:`jobs.sandbox.checked_so_far`); they travel with the
+        file system to the workers, which open them this way. Listing, sizes and other
+        metadata are the local file system's; writing is refused.
+    """
+
+    protocol = (PROTOCOL,)
+
+    def __init__(self, checked: tuple[CheckedFile, ...] = (), **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.checked = {file.path: file for file in checked}
+
+    def _open(self, path: str, mode: str = "rb", block_size: int | None = None, **kwargs: Any) -> Any:
+        path = self._strip_protocol(path)
+        if mode != "rb":
+            raise PermissionError(f"'{path}': sources are opened for reading only")
+        file = self.checked.get(path)
+        if file is None:
+            raise PathNotAllowed(f"'{path}' was not among the job's checked files; it was not read")
+        return _CheckedFileOpener(file, mode, fs=self, **kwargs)
+
+
+def checked_url(path: str) -> str:
+    """``path`` as a URL of :class:`RootBoundFileSystem`, for readers that take a URL and storage options."""
+    return f"{PROTOCOL}://{path}"
+
+
+# dask's CSV and JSON readers find the file system from the URL's protocol.
+register_implementation(PROTOCOL, RootBoundFileSystem, clobber=True)
