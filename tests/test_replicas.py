@@ -102,7 +102,7 @@ def test_two_replicas_share_the_queue_cancel_each_others_jobs_and_survive_a_kill
             assert api_a.get(waiting).state == JobStatus.PENDING
 
         b = replica(tmp_path, postgres_url, "b")
-        with b.client() as api_b:
+        with b.client() as api_b, Client(api_b.cluster().scheduler_address, timeout=30) as dask_b:
             # b finds the job queued on a through the database and runs it.
             done = wait_terminal(api_b, waiting, timeout=120)
             assert done.state == JobStatus.SUCCEEDED and (done.replica or "").startswith("b-"), (done.state, done.replica, done.error)
@@ -111,6 +111,12 @@ def test_two_replicas_share_the_queue_cancel_each_others_jobs_and_survive_a_kill
             assert cancelled.state == JobStatus.CANCELLED and (cancelled.replica or "").startswith("a-")
             wait_for(lambda: any(line.endswith(" CANCELLED") for line in api_b.logs(doomed)), timeout=30, what="the cancelled job's log")
             assert running_on(api_b, hung, "a")
+            # b runs a job of its own, held mid-run too: a's death must not touch it.
+            pids_b = dask_b.run(os.getpid)
+            own = api_b.submit(slow_spec("polars", big_data, tmp_path / "own", name="own")).id
+            worker_b = wait_for(lambda: polars_task_worker(dask_b, own), timeout=90, interval=0.05, what="b's job's task to run")
+            os.kill(pids_b[worker_b], signal.SIGSTOP)
+            stopped.append(pids_b[worker_b])
 
             a.stop(signal.SIGKILL)
             # b takes a for dead within the heartbeat timeout and settles its job: never RUNNING forever.
@@ -118,6 +124,7 @@ def test_two_replicas_share_the_queue_cancel_each_others_jobs_and_survive_a_kill
             assert failed.state == JobStatus.FAILED and failed.error is not None and failed.error.code == "interrupted"
             assert f"replica {failed.replica}" in failed.error.message and failed.replica.startswith("a-")
             assert [r for r, _ in store.replicas.live()] == [store.get(done.id).replica], "a's row is gone, b's is there"
+            assert running_on(api_b, own, "b"), "the live replica's running job is left alone"
 
             # b takes the scheduler over: a triggered run gets its job, run by b.
             wait_for(lambda: store.replicas.lease_holder(SCHEDULER_LEASE)[0].startswith("b-"), timeout=30, what="b to take the lease")
@@ -136,9 +143,9 @@ def test_two_replicas_share_the_queue_cancel_each_others_jobs_and_survive_a_kill
         assert not (tmp_path / "hung").exists() and not (tmp_path / "cancelled").exists()
     finally:
         a.stop(signal.SIGKILL)
-        if b is not None:
-            b.stop()
         for pid in stopped:
             if psutil.pid_exists(pid):
                 os.kill(pid, signal.SIGKILL)
+        if b is not None:
+            b.stop()
         store.close()
