@@ -398,7 +398,11 @@ def test_gpu_readings_and_errors_render_when_present(ui_service: ServiceProcess,
                "dashboard_link": "http://127.0.0.1:8787/status", "workers": [gpu_worker(1), gpu_worker(0)],
                "total_threads": 2, "total_memory_limit": 128 * GIB}  # fmt: skip
     open_page(browser, f"{ui_service.url}/#/jobs", "table#jobs")
-    js(browser, _STUB_FETCH, {"/cluster": cluster, f"/jobs/{watched_job}": job, f"/jobs/{failed['id']}": failed})
+    traceback = 'Traceback (most recent call last):\n  File "/w/join.py", line 3, in shuffle\n    key = row["product_id"]\nKeyError: \'product_id\''
+    logs = {"id": failed["id"], "lines": ["2026-12-01T10:00:00.000+00:00 engine: dask on gpu (the spec says engine: dask)", traceback,
+                                         "[tcp://127.0.0.1:40001] 2026-12-01 10:00:01,000 - distributed.worker - WARNING - spilling"]}  # fmt: skip
+    stubs = {"/cluster": cluster, f"/jobs/{watched_job}": job, f"/jobs/{failed['id']}": failed, f"/jobs/{failed['id']}/logs": logs}
+    js(browser, _STUB_FETCH, stubs)
 
     js(browser, "location.hash = '#/cluster'")  # a hash change keeps the stub; a page load would drop it
     rows = until(
@@ -422,4 +426,8 @@ def test_gpu_readings_and_errors_render_when_present(ui_service: ServiceProcess,
     error = until(browser, "return document.getElementById('job-error')?.textContent", what="the failed job's error")
     assert "task_failed" in error and "steps[2].on" in error and "KeyError: 'product_id' in join-shuffle (partition 3)" in error
     assert js(browser, "return document.getElementById('result')") is None
+    assert js(browser, "return document.getElementById('preview')") is None, "no rows to preview for a failed job"
+    # The log view: the engine line, the worker's traceback as one block, the worker's warning.
+    kinds = until(browser, "return [...document.querySelectorAll('#job-logs .log-line')].map(l => [l.className, l.textContent])", what="the failed job's log")
+    assert kinds == [["log-line log-engine", logs["lines"][0]], ["log-line log-traceback", traceback], ["log-line log-worker", logs["lines"][2]]]
     screenshot(browser, "job-failed")

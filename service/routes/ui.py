@@ -1,9 +1,10 @@
 """``/`` and ``/ui/static/*``: the web page for people (plain HTML, CSS and JavaScript from ``service/ui``).
 
 The page is a client of the same REST API as the SDK and the CLI, so it needs nothing from the
-server but its three files. They are served by explicit routes rather than a ``StaticFiles``
-mount so that ``app.include_router(router)`` is all the wiring there is, and so that only
-these named files can ever be served (no path from the URL reaches the file system).
+server but its files: the page, its stylesheet and its ES modules (one per view, importing their
+siblings). They are served by explicit routes rather than a ``StaticFiles`` mount so that
+``app.include_router(router)`` is all the wiring there is, and so that only these named files can
+ever be served (no path from the URL reaches the file system).
 """
 
 from __future__ import annotations
@@ -17,7 +18,10 @@ UI_DIR = Path(__file__).resolve().parents[1] / "ui"
 
 #: The files under ``/ui/static/`` and their media types; anything else is a 404.
 STATIC_FILES = {
-    "app.js": "text/javascript; charset=utf-8",
+    **{
+        f"{module}.js": "text/javascript; charset=utf-8"
+        for module in ("app", "api", "dom", "jobs", "job", "job_output", "cluster", "pipelines", "submit", "spec_lines")
+    },
     "style.css": "text/css; charset=utf-8",
 }
 
@@ -47,7 +51,7 @@ async def index() -> FileResponse:
 
 @router.get("/ui/static/{name}", response_class=FileResponse)
 async def static(name: str) -> FileResponse:
-    """The page's script and stylesheet."""
+    """The page's script modules and stylesheet."""
     media_type = STATIC_FILES.get(name)
     if media_type is None:
         # The service's error handlers turn this into the stable {"error": {...}} shape.
