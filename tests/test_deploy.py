@@ -26,6 +26,7 @@ import typer
 import yaml
 from pydantic import BaseModel
 
+from cluster.settings import DASHBOARD_PREFIX
 from service.config import Settings
 from tests.conftest import ROOT, ServiceProcess
 
@@ -679,6 +680,8 @@ def test_compose_multinode_profile() -> None:
     host = urlsplit(address).hostname or ""
     scheduler = _compose_scheduler(multinode, host)
     sched_argv = compose_argv(scheduler)
+    assert option(sched_argv, "--dashboard-prefix") == DASHBOARD_PREFIX, "the API proxies the dashboard at its own prefix"
+    assert f":{DASHBOARD_PORT}{DASHBOARD_PREFIX}/health" in " ".join(scheduler["healthcheck"]["test"])
     assert urlsplit(address).scheme == option(sched_argv, "--protocol")
     assert urlsplit(address).port == int(option(sched_argv, "--port") or 8786)
     workers = {n: s for n, s in multinode.items() if _runs(compose_argv(s), "dask", "cuda", "worker")}
@@ -791,7 +794,9 @@ def test_k8s_daskcluster_has_gpu_workers_and_the_api_points_at_its_scheduler() -
     comm_service_port = next(p for p, target in service_ports.items() if target == comm_port)
     assert scheduler["service"]["selector"] == {"dask.org/cluster-name": name, "dask.org/component": "scheduler"}
     get = sched_container["readinessProbe"]["httpGet"]
-    assert _container_port(sched_container, get["port"]) == DASHBOARD_PORT and get["path"] == "/health"
+    # The API proxies the dashboard at its own prefix, so the scheduler serves there, /health included.
+    assert option(sched_argv, "--dashboard-prefix") == DASHBOARD_PREFIX
+    assert _container_port(sched_container, get["port"]) == DASHBOARD_PORT and get["path"] == f"{DASHBOARD_PREFIX}/health"
 
     # The operator names the scheduler Service "<cluster>-scheduler"; the API and workers use it.
     expected = f"{option(sched_argv, '--protocol')}://{name}-scheduler.{namespace}.svc.cluster.local:{comm_service_port}"
