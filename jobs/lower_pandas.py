@@ -139,7 +139,7 @@ def _truncated(op: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
 
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-_CHECKED = {"+": operator.add, "-": operator.sub, "*": operator.mul}
+_CHECKED: dict[str, Callable[[Any, Any], Any]] = {"+": operator.add, "-": operator.sub, "*": operator.mul, "**": _power}
 
 
 def _integers(value: Any) -> bool:
@@ -159,13 +159,14 @@ def _raise_if(values: Any, overflowed: Any, message: str, field: str | None) -> 
 
 
 def checked_integers(symbol: str, message: str, field: str | None) -> Callable[..., Any]:
-    """``+``, ``-``, ``*`` or unary ``-`` (``symbol`` ``neg``) that raise :class:`IntegerOverflow` where an
+    """``+``, ``-``, ``*``, ``**`` or unary ``-`` (``symbol`` ``neg``) that raise :class:`IntegerOverflow` where an
     integer result leaves int64 instead of wrapping around, as numpy would.
 
     A wrapped result differs from the exact one by a multiple of 2**64 (2**32 for int32), and by at
     least half of it; the same operation in float64 misses the exact result by rounding alone, at
-    most 2**12 for int64 operands and results. So a row overflowed where the two differ by more
-    than a quarter of 2**64 (of 2**32). Floats pass unchecked.
+    most 2**12 for int64 operands and results (``**`` too: float64's power is within an ulp or so).
+    So a row overflowed where the two differ by more than a quarter of 2**64 (of 2**32), or where
+    float64 itself overflows (``10 ** 400``: an infinity). Floats pass unchecked.
     """
     op = operator.neg if symbol == "neg" else _CHECKED[symbol]
 

@@ -220,6 +220,8 @@ class PolarsLowering:
             # Exact in 128 bits, then back to int64 strictly: a result outside int64 fails the query
             # (jobs.errors.IntegerOverflow, from the manager) instead of wrapping around.
             return _to_int64(_BINARY[node.op](self.lower(left).cast(pl.Int128), self.lower(right).cast(pl.Int128)))
+        if node.op == "**" and self.integer(left) and self.integer(right):
+            return _checked_power(self.lower(left), self.lower(right))
         return _BINARY[node.op](self.lower(left), self.lower(right))
 
     def call(self, node: ir.Call) -> pl.Expr:
@@ -248,8 +250,8 @@ class PolarsLowering:
 
 
 def has_integer_arithmetic(node: ir.Node) -> bool:
-    """Whether ``node`` has a ``+``, ``-``, ``*`` or unary ``-``: the operations checked for integer overflow."""
-    if (isinstance(node, ir.Binary) and node.op in ("+", "-", "*")) or (isinstance(node, ir.Unary) and node.op == "-"):
+    """Whether ``node`` has a ``+``, ``-``, ``*``, ``**`` or unary ``-``: the operations checked for integer overflow."""
+    if (isinstance(node, ir.Binary) and node.op in ("+", "-", "*", "**")) or (isinstance(node, ir.Unary) and node.op == "-"):
         return True
     return any(has_integer_arithmetic(child) for child in ir.children(node))
 
@@ -260,6 +262,20 @@ def _to_int64(expr: pl.Expr) -> pl.Expr:
 
 #: What Polars says when a checked integer result (see PolarsLowering.binary) is outside int64.
 INT64_OVERFLOW = "conversion from `i128` to `i64` failed"
+
+
+def _checked_power(base: pl.Expr, exponent: pl.Expr) -> pl.Expr:
+    """Integer ``base ** exponent`` that fails as the other checked operations do where the result leaves int64.
+
+    128 bits do not hold a power (``x ** 70``), so the int64 power, which wraps around, is compared
+    with the same power in float64, which misses the exact one by rounding alone: a wrapped result
+    is off by at least 2**63, a rounded one by at most about 2**11 (float64's own overflow, an
+    infinity, is off by more than anything). There, a value outside int64 is converted strictly.
+    """
+    wrapped = base.pow(exponent)
+    approximate = base.cast(pl.Float64).pow(exponent.cast(pl.Float64))
+    overflowed = (approximate - wrapped.cast(pl.Float64)).abs() > 2.0**62
+    return _to_int64(pl.when(overflowed).then(pl.lit(2**63, dtype=pl.Int128)).otherwise(wrapped.cast(pl.Int128)))
 
 
 def to_polars(

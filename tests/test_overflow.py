@@ -1,6 +1,6 @@
 """Integer overflow is an error on both engines, never a wrapped-around answer (issue 16 item 12).
 
-Integer ``+``, ``-``, ``*`` and unary ``-`` over int64 columns: a result outside int64 fails the
+Integer ``+``, ``-``, ``*``, ``**`` and unary ``-`` over int64 columns: a result outside int64 fails the
 job as ``integer_overflow`` naming the expression; a constant outside int64 is a 422 at submit.
 """
 
@@ -24,7 +24,8 @@ def assign(sample_data: dict[str, Path], tmp_path: Path, expr: str) -> dict[str,
             "sink": {"path": str(tmp_path / "out")}}
 
 
-@pytest.mark.parametrize("expr", ["quantity + 9223372036854775807", "quantity * 4611686018427387904", "-(quantity - 9223372036854775807 - 2)"])
+@pytest.mark.parametrize("expr", ["quantity + 9223372036854775807", "quantity * 4611686018427387904", "-(quantity - 9223372036854775807 - 2)",
+                                  "quantity ** 70", "(quantity + 1) ** 64", "(quantity + 1) ** 700"])
 def test_an_overflowing_integer_result_fails_the_job_naming_the_expression(
     api: SpillwayClient, sample_data: dict[str, Path], tmp_path: Path, expr: str
 ) -> None:
@@ -45,6 +46,16 @@ def test_integer_arithmetic_within_int64_is_exact(api: SpillwayClient, sample_da
     expected = sales_frame.sort_values("order_id")["quantity"] * 2 - 1
     assert out["x"].tolist() == expected.tolist()
     assert str(out["x"].dtype) == "int64"
+
+
+@pytest.mark.parametrize(("expr", "value"), [("(quantity * 0 + 3) ** 39", 3**39), ("(quantity * 0 - 2) ** 63", -(2**63)),
+                                             ("(quantity * 0 - 3) ** 39", -(3**39)), ("(quantity * 0 + 7) ** 0", 1)])
+def test_an_integer_power_within_int64_is_exact(api: SpillwayClient, sample_data: dict[str, Path], tmp_path: Path, expr: str, value: int) -> None:
+    # 3 ** 39 and -2 ** 63 lie near the bounds, where float64 cannot hold them exactly: the answer is the int64 one.
+    job = wait_terminal(api, api.submit(assign(sample_data, tmp_path, expr)).id)
+    assert job.state.value == "SUCCEEDED", job.error
+    out = pd.read_parquet(tmp_path / "out")
+    assert set(out["x"].tolist()) == {value} and str(out["x"].dtype) == "int64"
 
 
 def test_float_arithmetic_is_not_checked(api: SpillwayClient, sample_data: dict[str, Path], tmp_path: Path) -> None:
