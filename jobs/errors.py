@@ -94,8 +94,8 @@ class IntegerOverflow(SpillwayError):
     code = "integer_overflow"
 
 
-class TooManyPartitions(SpillwayError):
-    """A job's graph is over the configured partition limit."""
+class TooManyPartitions(SpecError):
+    """A job's graph is over the configured partition limit (at submit, a 422 naming the blocksize)."""
 
     code = "too_many_partitions"
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from contextvars import ContextVar
 
+from jobs.engine_choice import EngineName, choose_engine
 from jobs.errors import SpecError, TypeMismatch, UnknownColumn
 from jobs.expr import parse_expression, shorten
 from jobs.kinds import kinds_compatible
@@ -378,17 +379,28 @@ def _check_join(schema: Schema, step: JoinStep, where: str, field: str, schema_o
     return out
 
 
-def validate_submission(spec: JobSpec, allowed_roots: list[str]) -> LogicalPlan:
+def validate_submission(
+    spec: JobSpec, allowed_roots: list[str], *, max_partitions: int | None = None, default_engine: EngineName = "auto"
+) -> LogicalPlan:
     """Every check a job passes before it is accepted: data roots, sources' schemas, a free sink; its plan.
+
+    With ``max_partitions``, a job that will run on the Dask engine (``engine: dask``, or
+    ``default_engine`` for a spec without one) has its partitions estimated from its files' sizes
+    and blocksize, as the manager estimates them before building its graph: over the limit it is
+    refused now, not failed once it was queued.
 
     Raises
     ------
-    PathNotAllowed, SourceNotFound, UnknownColumn, ExpressionError, TypeMismatch, SpecError, SinkExists
+    PathNotAllowed, SourceNotFound, UnknownColumn, ExpressionError, TypeMismatch, SpecError, SinkExists, TooManyPartitions
     """
+    from jobs.dask_read import check_partitions
     from jobs.sandbox import check_paths
     from jobs.sink import ensure_sink_free
 
     check_paths(spec, allowed_roots)
     plan = plan_spec(spec)
     ensure_sink_free(spec.sink, columns=plan.output)
+    # The backend changes the device, never the engine: "pandas" stands for either.
+    if max_partitions is not None and choose_engine(spec, default_engine, "pandas").engine == "dask":
+        check_partitions(spec, max_partitions)
     return plan

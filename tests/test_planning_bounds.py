@@ -95,18 +95,23 @@ def terminal(service: ServiceProcess, job_id: str, timeout: float = 120) -> dict
                          what=f"job {job_id} to finish"))
 
 
-def test_partitions_are_estimated_before_the_graph_is_built(busy_service: ServiceProcess, tmp_path: Path) -> None:
+def test_too_many_partitions_is_a_422_at_submit_naming_the_blocksize(busy_service: ServiceProcess, tmp_path: Path) -> None:
+    # Estimated from the file's size and blocksize before the job is queued (it used to fail once it ran).
     csv = tmp_path / "t.csv"
     rows = 40_000
     pd.DataFrame({"a": np.arange(rows), "s": ["x" * 20] * rows}).to_csv(csv, index=False)  # about 1.1 MB
     body = {"source": {"format": "csv", "path": str(csv), "blocksize": "1KiB"}, "sink": {"path": str(tmp_path / "out")}, "engine": "dask"}
-    finished = terminal(busy_service, submit(busy_service, body))
-    assert finished["state"] == "FAILED"
-    error = finished["error"]
-    assert error["code"] == "too_many_partitions" and error["field"] == "source.blocksize"
-    assert "estimated from the files' sizes" in error["message"] and "over the limit of 500" in error["message"]
-    logs = httpx.get(f"{busy_service.url}/jobs/{finished['id']}/logs", timeout=30).json()["lines"]
-    assert not any("graph:" in line for line in logs), "a graph was built"
+    before = httpx.get(f"{busy_service.url}/jobs", timeout=30).json()["total"]
+    for route in ("/jobs", "/jobs:validate"):
+        response = httpx.post(f"{busy_service.url}{route}", json=body, timeout=60)
+        assert response.status_code == 422, response.text
+        error = response.json()["error"]
+        assert error["code"] == "too_many_partitions" and error["field"] == "source.blocksize"
+        assert "estimated from the files' sizes" in error["message"] and "over the limit of 500" in error["message"]
+    assert httpx.get(f"{busy_service.url}/jobs", timeout=30).json()["total"] == before, "no job was stored"
+    # The limit is the Dask engine's: Polars does not split a source by blocksize, and runs the same spec.
+    finished = terminal(busy_service, submit(busy_service, {**body, "engine": "polars"}))
+    assert finished["state"] == "SUCCEEDED", finished["error"]
 
 
 def test_one_jobs_planning_does_not_stop_the_next_and_cancel_is_prompt(

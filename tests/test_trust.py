@@ -123,14 +123,23 @@ def test_queue_limit_answers_429_with_retry_after(tmp_path: Path, big_data: dict
         service.stop()
 
 
-def test_partition_limit_fails_the_job_before_it_runs(tmp_path: Path, sample_data: dict[str, Path]) -> None:
-    # The partition limit bounds a Dask engine graph; a Polars job is one task.
-    service = start_service(tmp_path / "svc", extra_env={"SPILLWAY_MAX_PARTITIONS": "3", "SPILLWAY_DEFAULT_ENGINE": "dask"})
-    try:
-        with service.client() as client:
-            job = wait_terminal(client, client.submit(spec(str(sample_data["sales"]), str(tmp_path / "out"))).id)
-    finally:
-        service.stop()
-    assert job.state == JobStatus.FAILED and job.error is not None
-    assert job.error.code == "too_many_partitions" and "over the limit of 3" in job.error.message
-    assert not (tmp_path / "out").exists()
+def test_partition_limit_refuses_the_spec_or_fails_the_job_before_it_runs(tmp_path: Path, sample_data: dict[str, Path]) -> None:
+    # The partition limit bounds a Dask engine graph; a Polars job is one task. The sample's 4 files
+    # are estimated as 4 partitions: over a limit of 3 that is a 422 at submit; at 4 the spec passes,
+    # and the built graph (reads, then writes: more than 4 tasks) fails the job before anything runs.
+    for limit in (3, 4):
+        service = start_service(tmp_path / f"svc{limit}", extra_env={"SPILLWAY_MAX_PARTITIONS": str(limit), "SPILLWAY_DEFAULT_ENGINE": "dask"})
+        try:
+            body = spec(str(sample_data["sales"]), str(tmp_path / "out"))
+            if limit == 3:
+                response = httpx.post(f"{service.url}/jobs", json=body, timeout=60)
+                assert response.status_code == 422, response.text
+                assert response.json()["error"]["code"] == "too_many_partitions" and response.json()["error"]["field"] == "source.blocksize"
+                continue
+            with service.client() as client:
+                job = wait_terminal(client, client.submit(body).id)
+        finally:
+            service.stop()
+        assert job.state == JobStatus.FAILED and job.error is not None
+        assert job.error.code == "too_many_partitions" and "over the limit of 4" in job.error.message
+        assert not (tmp_path / "out").exists()

@@ -25,7 +25,7 @@ from service.auth import CallerDep, Scope, accepts_query_token, require
 from service.retention import JobActive
 from service.retention import delete_job as delete_record
 from service.routes.dashboard import dashboard_link
-from service.routes.deps import MAX_OFFSET, ServicesDep
+from service.routes.deps import MAX_OFFSET, ServicesDep, submission_limits
 from service.schemas import ErrorBody, JobAccepted, JobDeleted, JobLinks, JobLogs, JobPage, JobView, OutputDeletion
 
 router = APIRouter(prefix="/jobs", tags=["jobs"], dependencies=[require(Scope.READ)])
@@ -82,7 +82,7 @@ async def submit_job(
     queued = (await asyncio.to_thread(services.store.count_by_state))[JobStatus.PENDING]
     if queued >= limit:
         raise QueueFull(f"{queued} jobs are waiting; the limit is {limit}. Retry later.")
-    plan = await asyncio.to_thread(validate_submission, spec, services.settings.allowed_roots)
+    plan = await asyncio.to_thread(validate_submission, spec, **submission_limits(services.settings))
     if services.cluster.backend == "cudf":
         await asyncio.to_thread(check_gpu_submission, plan, services.settings.default_engine, services.cluster.backend)
     job, created = await asyncio.to_thread(

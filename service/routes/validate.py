@@ -14,7 +14,7 @@ from jobs.spec import JobSpec, SourceSpec
 from jobs.storage import filesystem
 from jobs.validate import plan_spec, validate_submission
 from service.auth import Scope, require
-from service.routes.deps import ServicesDep
+from service.routes.deps import ServicesDep, submission_limits
 from service.schemas import ErrorBody
 from service.validation import CHECKS, InputFiles, StepColumns, ValidationReport
 
@@ -31,7 +31,7 @@ _ERRORS = {
 async def validate_job(spec: JobSpec, services: ServicesDep) -> ValidationReport:
     """Check a JobSpec exactly as ``POST /jobs`` does (a failure is the same error) and say which
     engine would run it; no job is stored, queued or run. Needs the ``submit`` scope, as submitting does."""
-    await asyncio.to_thread(validate_submission, spec, services.settings.allowed_roots)
+    await asyncio.to_thread(validate_submission, spec, **submission_limits(services.settings))
     return await asyncio.to_thread(_report, spec, services.settings.default_engine, services.cluster.backend)
 
 
