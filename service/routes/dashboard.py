@@ -173,8 +173,9 @@ async def dashboard_root(request: Request) -> RedirectResponse:
 @router.api_route(DASHBOARD_PREFIX + "/{path:path}", methods=["GET", "HEAD"])
 async def dashboard_page(path: str, request: Request, proxy: ProxyDep) -> Response:
     """A page, a JSON feed or a static file of the dashboard, streamed from its own server."""
+    # In a thread: the token check reads the store (and may write its last use), like require()'s.
+    checked = await asyncio.to_thread(authorize, request)
     upstream = _upstream(request)
-    checked = authorize(request)
     if not path:
         return await dashboard_root(request)
     if checked is not None and checked[1]:
@@ -199,8 +200,8 @@ async def dashboard_page(path: str, request: Request, proxy: ProxyDep) -> Respon
 async def dashboard_socket(websocket: WebSocket, path: str) -> None:
     """The Bokeh websocket of a dashboard page, relayed frame by frame in both directions."""
     try:
+        await asyncio.to_thread(authorize, websocket)
         upstream = _upstream(websocket)
-        authorize(websocket)
         url = "ws" + upstream.removeprefix("http") + _upstream_path(websocket) + _forwarded_query(websocket)
     except SpillwayError as exc:
         await _deny(websocket, exc)
