@@ -5,7 +5,8 @@ between that check and the moment a reader opens the file, someone who may creat
 root could swap a folder on the path, or the file, for a link that leads out. Here the path is
 walked from the root's directory one component at a time with ``O_NOFOLLOW`` (``openat`` on
 directory fds), so a link anywhere below the root makes the open fail instead of following it,
-and the file opened must be the one checked (its device and inode, from ``os.fstat``).
+and the file opened must be the one checked (its device and inode, from ``os.fstat``; on a worker
+of another host, whose device numbers for a shared file system are its own, the inode).
 
 * :func:`open_checked` opens one :class:`~jobs.sandbox.CheckedFile` that way.
 * :class:`RootBoundFileSystem` is an fsspec local file system whose reads go through it: the
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import errno
 import os
+import socket
 from typing import Any
 
 from fsspec import register_implementation
@@ -99,7 +101,8 @@ def open_checked(file: CheckedFile) -> int:
     finally:
         os.close(parent)
     stat = os.fstat(fd)
-    if (stat.st_dev, stat.st_ino) != (file.device, file.inode):
+    here = socket.gethostname() == file.host
+    if stat.st_ino != file.inode or (here and stat.st_dev != file.device):
         os.close(fd)
         raise SourceChanged(f"'{file.path}' was replaced after it was checked; it was not read", field=field)
     os.set_blocking(fd, True)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import glob
 import os
+import socket
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -39,7 +40,8 @@ class CheckedFile:
     """A source file as it was checked: its resolved path, the resolved root it lies in, and its identity.
 
     Where it is opened, the path is walked from ``root`` without following links and the file
-    opened must be this ``(device, inode)`` (:func:`jobs.safe_open.open_checked`).
+    opened must be this ``(device, inode)`` (:func:`jobs.safe_open.open_checked`); on a worker of
+    another ``host`` (a shared file system, whose device numbers are each host's own) this inode.
     """
 
     path: str
@@ -48,6 +50,8 @@ class CheckedFile:
     inode: int
     #: The spec's field of the source that lists it, for errors.
     field: str = "source.path"
+    #: The host that checked it.
+    host: str = ""
 
 
 @dataclass(frozen=True)
@@ -204,7 +208,7 @@ def checked_files(files: list[str], *, field: str) -> list[str]:
         if root is None:
             raise PathNotAllowed(f"'{path}' now leads to '{real}', outside the allowed roots: {', '.join(enforcement.roots)}", field=field)
         stat = os.stat(real)
-        enforcement.checked[real] = CheckedFile(real, root, stat.st_dev, stat.st_ino, field)
+        enforcement.checked[real] = CheckedFile(real, root, stat.st_dev, stat.st_ino, field, socket.gethostname())
         resolved.append(real)
     return resolved
 

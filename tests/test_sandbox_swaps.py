@@ -10,6 +10,7 @@ later checks on their own (a swap after the job started).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -270,3 +271,18 @@ def test_a_staging_directory_swapped_for_a_link_is_not_committed(tmp_path: Path)
     assert caught.value.field == "sink.path"
     assert not (root / "parent" / "out").exists() and not os.path.lexists(root / "parent" / "out"), "nothing is committed"
     assert sorted(p.name for p in (secret / "staged").iterdir()) == ["part.000000.parquet"], "nothing is written outside the root"
+
+
+def test_on_another_host_the_inode_alone_identifies_a_checked_file(tmp_path: Path) -> None:
+    # A worker on another host of a shared file system sees its own device number for it.
+    root, _ = _source_and_secret(tmp_path)
+    with enforce_roots([str(root)]):
+        resolve_files(SourceSpec(format="parquet", path=str(root / "src" / "in.parquet")))
+        [checked] = checked_so_far()
+    elsewhere = dataclasses.replace(checked, host=f"not-{checked.host}", device=checked.device + 1)
+    os.close(open_checked(elsewhere))
+    with pytest.raises(SourceChanged):
+        open_checked(dataclasses.replace(checked, device=checked.device + 1))  # on this host the device counts
+    os.replace(root / "src" / "in.csv", root / "src" / "in.parquet")
+    with pytest.raises(SourceChanged):
+        open_checked(elsewhere)
