@@ -74,6 +74,14 @@ def test_pipelines_page_shows_schedule_runs_and_triggers_and_backfills(ui_servic
     facts = js(browser, "return document.getElementById('pipeline-facts').textContent")
     assert f"Next run{expected_next} (Europe/Berlin)" in facts and "Schedule30 2 * * *" in facts
 
+    # Pause and resume: no next run while paused, as the API says.
+    click(browser, "#pause-toggle")
+    until(browser, "return document.getElementById('paused') && document.getElementById('pipeline-facts').textContent.includes('Next runnone while paused')", what="the paused pipeline")
+    assert http.get("/pipelines/ui_daily").json()["paused"] is True
+    click(browser, "#pause-toggle")
+    until(browser, "return !document.getElementById('paused') && document.getElementById('pause-toggle').textContent === 'Pause'", what="the resumed pipeline")
+    assert http.get("/pipelines/ui_daily").json()["paused"] is False
+
     # A manual run for one logical date: the answer beside the form, then the run in the history.
     set_text(browser, "trigger-date", "2026-01-05T00:00")
     click(browser, "#trigger-form button")

@@ -93,7 +93,7 @@ export function pipelineDetailView(name) {
     const p = pipeline;
     show(
       h("p", {}, h("a", { href: "#/pipelines" }, "← all pipelines")),
-      h("div", { class: "toolbar" }, h("h1", {}, p.name), p.paused ? h("span", { class: "state state-paused" }, "paused") : null),
+      h("div", { class: "toolbar" }, h("h1", {}, p.name), p.paused ? h("span", { class: "state state-paused", id: "paused" }, "paused") : null, pauseButton(p)),
       section("Schedule", h("div", { id: "pipeline-facts" }, facts([
         ["Schedule", h("code", {}, p.schedule)], ["Time zone", p.timezone],
         ["Next run", p.paused ? "none while paused" : `${fmtInZone(p.next_run_at, p.timezone)} (${p.timezone})`],
@@ -128,6 +128,24 @@ export function pipelineDetailView(name) {
     } catch (err) {
       if (!closed) showError(`Could not load the runs: ${err.message}`);
     }
+  }
+
+  // Pausing starts no more runs (those in flight finish); resuming runs from the next firing on.
+  function pauseButton(p) {
+    const button = h("button", { type: "button", id: "pause-toggle" }, p.paused ? "Resume" : "Pause");
+    button.addEventListener("click", async () => {
+      button.disabled = true;
+      try {
+        pipeline = await api(`${pipelinePath(p.name)}/${p.paused ? "resume" : "pause"}`, { method: "POST" });
+        if (closed) return;
+        render();
+        await refreshRuns();
+      } catch (err) {
+        showError(`Could not ${p.paused ? "resume" : "pause"} ${p.name}: ${err.message}`);
+        button.disabled = false;
+      }
+    });
+    return button;
   }
 
   function attemptLink(attempt) {
