@@ -6,6 +6,7 @@ Imported only when the backend is cudf, so CPU installs never need dask-cuda.
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import os
 from typing import Any
@@ -86,9 +87,29 @@ def cuda_cluster_kwargs(settings: ClusterSettings, visible_gpus: int) -> dict[st
 
 
 def local_cuda_cluster(settings: ClusterSettings) -> Any:
-    """Start a LocalCUDACluster (blocking; run it off the event loop)."""
+    """Start a LocalCUDACluster (blocking; run it off the event loop).
+
+    A GPU listed twice (``0,0``, with ``allow_gpu_sharing``) gets a second worker of its own:
+    dask-cuda names its workers after their GPUs and will not start two on one, so the cluster
+    starts one per distinct GPU and each further worker is a copy of its GPU's worker spec.
+    """
     from dask_cuda import LocalCUDACluster
 
     from cluster.factory import visible_gpu_count
 
-    return LocalCUDACluster(**cuda_cluster_kwargs(settings, visible_gpu_count()))
+    kwargs = cuda_cluster_kwargs(settings, visible_gpu_count())
+    devices = kwargs["CUDA_VISIBLE_DEVICES"].split(",")
+    distinct = list(dict.fromkeys(devices))
+    cluster = LocalCUDACluster(**{**kwargs, "CUDA_VISIBLE_DEVICES": ",".join(distinct), "n_workers": len(distinct)})
+    if len(distinct) < len(devices):
+        add_shared_workers(cluster, devices)
+    return cluster
+
+
+def add_shared_workers(cluster: Any, devices: list[str]) -> None:
+    """Give each GPU as many workers as ``devices`` lists it, copying the spec of its first one."""
+    specs = {str(name): spec for name, spec in cluster.worker_spec.items()}
+    for device in dict.fromkeys(devices):
+        for copy_number in range(1, devices.count(device)):
+            cluster.worker_spec[f"{device}-{copy_number}"] = copy.deepcopy(specs[device])
+    cluster.sync(cluster._correct_state)  # starts the new workers, as scale() does

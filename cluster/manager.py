@@ -244,10 +244,14 @@ class JobManager:
             await self._fail(active.job_id, INTERRUPTED, reason, active.progress)
             active.cancel_requested = True
             active.cancelled.set()
-            try:
-                await self._stop_tasks(active, reason, restart=active.engine is not None and active.engine.engine == "polars")
-            except Exception as exc:  # noqa: BLE001 - the job is failed whatever the cluster says
-                log.warning("job %s: could not stop its tasks: %s: %s", active.job_id, type(exc).__name__, exc)
+            # In the background: a worker restart can take longer than a heartbeat, which must go on.
+            self._spawn(self._stop_quietly(active, reason))
+
+    async def _stop_quietly(self, active: _ActiveJob, reason: str) -> None:
+        try:
+            await self._stop_tasks(active, reason, restart=active.engine is not None and active.engine.engine == "polars")
+        except Exception as exc:  # noqa: BLE001 - the job is failed whatever the cluster says
+            log.warning("job %s: could not stop its tasks: %s: %s", active.job_id, type(exc).__name__, exc)
 
     async def _recover(self, job: JobView) -> None:
         """Settle a job a dead replica (or this one's previous run) left RUNNING: SUCCEEDED if its

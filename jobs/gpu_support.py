@@ -4,8 +4,10 @@ cudf-polars translates a Polars plan into its own before it runs anything; what 
 translate it collects as errors (and, with ``raise_on_fail=True``, refuses at ``collect``).
 :func:`gpu_refusal` runs that translation alone, the way cudf-polars' own test helper
 ``assert_ir_translation_raises`` does: no file is read and no kernel runs. The service uses
-it at submit (``engine: polars`` on a GPU cluster: a 422 saying why) and when a job starts
-(``engine: auto``: dask-cudf from the start, with the reason recorded).
+it at submit, where a refusal is a 422 saying why (``engine: polars`` on a GPU cluster, or a
+SQL source), and in ``POST /jobs:validate``. Under ``engine: auto`` the service does not
+translate: the worker's cudf-polars does so anyway before it runs anything, and its refusal
+moves the job to dask-cudf with the reason recorded (one translation a job instead of two).
 """
 
 from __future__ import annotations
@@ -71,7 +73,8 @@ def settle_on_gpu(choice: EngineChoice, asked: str, refusal: str | None) -> Engi
 def check_gpu_submission(plan: LogicalPlan, default: EngineName, backend: str) -> None:
     """At submit: a job that must run on cudf-polars (``engine: polars`` on a GPU cluster) and cannot is a 422 now.
 
-    Under ``auto`` nothing is refused: the job starts on dask-cudf instead (decided when it starts),
+    Under ``auto`` nothing is refused: the worker's cudf-polars refuses it before running anything
+    and the job moves to dask-cudf (``JobManager._gpu_fallback``),
     unless it has a SQL source, which only Polars runs: then a refusal is a 422 under ``auto`` too.
     """
     choice = choose_engine(plan.spec, default, backend)

@@ -103,16 +103,19 @@ def test_engine_polars_with_a_query_cudf_polars_refuses_is_a_422_at_submit(gpu_s
 
 
 @pytest.mark.gpu
-def test_engine_auto_with_a_query_cudf_polars_refuses_runs_on_dask_cudf_from_the_start(
+def test_engine_auto_with_a_query_cudf_polars_refuses_moves_to_dask_cudf_when_the_worker_refuses_it(
     gpu_service: ServiceProcess, sample_data: dict[str, Path], tmp_path: Path
 ) -> None:
+    # The service does not translate the plan itself under auto: the worker's cudf-polars does,
+    # before it runs anything, and its refusal sends the job to dask-cudf with the reason.
     with gpu_service.client() as client:
         job = wait_terminal(client, client.submit(month_shift_spec(sample_data, tmp_path / "out", "auto")).id, timeout=300)
         lines = client.logs(job.id)
     assert job.state == JobStatus.SUCCEEDED, job.error
     assert job.progress.engine is not None and (job.progress.engine.engine, job.progress.engine.device) == ("dask", "gpu")
     assert "cudf-polars cannot run it" in job.progress.engine.reason
-    assert not any("Polars query built" in line for line in lines)  # no Polars task was ever sent
+    assert any("engine: dask on gpu" in line for line in lines), lines
+    assert not any("Polars ran on" in line for line in lines)  # the Polars task ran nothing
     shifted = pl.read_parquet(tmp_path / "out" / "*.parquet")
     assert shifted.height > 0 and (shifted["due"] > shifted["ts"]).all()
 

@@ -6,6 +6,7 @@ timeout, settled by the survivor, which also takes over the pipeline scheduler's
 next pipeline run (one run per logical date still). The job is held mid-run by stopping its worker
 with SIGSTOP, so it is still running when its replica dies, however slow the machine.
 Skipped without SPILLWAY_TEST_POSTGRES_URL (SQLite is the one-replica case: tests/test_restart.py).
+The last test, on SQLite, is one replica that finds itself taken for dead.
 """
 
 from __future__ import annotations
@@ -148,4 +149,36 @@ def test_two_replicas_share_the_queue_cancel_each_others_jobs_and_survive_a_kill
                 os.kill(pid, signal.SIGKILL)
         if b is not None:
             b.stop()
+        store.close()
+
+
+def test_a_replica_taken_for_dead_stops_its_job_and_runs_on(tmp_path: Path, big_data: dict[str, Path], sample_data: dict[str, Path]) -> None:
+    """One replica (SQLite) whose heartbeat row another replica deleted, as after a stall past the timeout:
+    it fails its running job as interrupted, saying why, registers again and runs the next job."""
+    workdir = tmp_path / "svc"
+    service = start_service(workdir, extra_env={**REPLICA_ENV, "SPILLWAY_REPLICA_NAME": "stalled"})
+    store = JobStore(f"sqlite:///{workdir / 'spillway.db'}", migrate=False)
+    stopped: list[int] = []
+    try:
+        with service.client() as api, Client(api.cluster().scheduler_address, timeout=30) as dask_client:
+            pids = dask_client.run(os.getpid)
+            job_id = api.submit(slow_spec("polars", big_data, tmp_path / "held")).id
+            worker = wait_for(lambda: polars_task_worker(dask_client, job_id), timeout=90, interval=0.05, what="the job's task to run")
+            os.kill(pids[worker], signal.SIGSTOP)
+            stopped.append(pids[worker])
+            me = api.get(job_id).replica
+            assert me is not None and me.startswith("stalled-")
+            store.replicas.remove(me)  # what another replica does to one silent past the timeout
+            failed = wait_terminal(api, job_id, timeout=60)
+            assert failed.state == JobStatus.FAILED and failed.error is not None and failed.error.code == "interrupted"
+            assert "taken for dead" in failed.error.message and "SPILLWAY_REPLICA_TIMEOUT_S" in failed.error.message
+            wait_for(lambda: me in [r for r, _ in store.replicas.live()], timeout=30, what="the replica to register again")
+            after = wait_terminal(api, api.submit(quick(sample_data, tmp_path / "after")).id, timeout=120)
+            assert after.state == JobStatus.SUCCEEDED and after.replica == me
+        assert not (tmp_path / "held").exists()
+    finally:
+        for pid in stopped:
+            if psutil.pid_exists(pid):
+                os.kill(pid, signal.SIGKILL)
+        service.stop()
         store.close()
