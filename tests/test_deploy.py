@@ -426,7 +426,11 @@ def test_each_target_serves_as_non_root_with_a_healthcheck(target: str) -> None:
     health = " ".join(stage.healthcheck())
     assert HEALTH_PATH in health and f"'SPILLWAY_PORT', '{API_PORT}'" in health
     exposed = {int(p.split("/")[0]) for rest in stage.all("EXPOSE") for p in rest.split()}
-    assert {API_PORT, DASHBOARD_PORT} <= exposed
+    # The API serves the local cluster's dashboard behind its tokens (/dashboard/), which reaches
+    # it on the container's loopback: the dashboard's own, unauthenticated port stays inside.
+    assert API_PORT in exposed and DASHBOARD_PORT not in exposed
+    dashboard = stage.env()["SPILLWAY_CLUSTER__DASHBOARD_ADDRESS"]
+    assert dashboard.startswith("127.0.0.1:") and address_port(dashboard) == DASHBOARD_PORT
     # Settings only from the environment: no config file is copied in or pointed at.
     assert not [c for c in stage.all("COPY") if re.search(r"\.(env|ya?ml|toml|ini|json)\b", c) and "pyproject.toml" not in c]
 
@@ -651,24 +655,25 @@ def test_compose_api_ports_and_healthcheck() -> None:
         assert any(v.endswith(":" + DATA_ROOT) for v in service["volumes"]) and DATA_ROOT in json.loads(env["SPILLWAY_ALLOWED_ROOTS"])
 
 
-def test_compose_dashboard_is_published_where_it_listens() -> None:
+def test_compose_dashboard_is_reached_through_the_api() -> None:
     services = compose()["services"]
     for name, service in _api_services().items():
         env = container_env(service)
+        assert env.get("SPILLWAY_CLUSTER__DASHBOARD_PROXY", "true").lower() != "false", f"{name}: the dashboard goes through the API's tokens"
         address = env.get("SPILLWAY_CLUSTER__SCHEDULER_ADDRESS")
-        if address:  # joined: the dashboard is the scheduler's
+        if address:  # joined: the dashboard is the scheduler's, under the proxy's prefix
             scheduler = _compose_scheduler(services, urlsplit(address).hostname or "")
             argv = compose_argv(scheduler)
             assert address_port(option(argv, "--dashboard-address") or "") == DASHBOARD_PORT
-            server = scheduler
-        else:  # its own local cluster: the dashboard must listen beyond the container's loopback
-            assert address_port(env["SPILLWAY_CLUSTER__DASHBOARD_ADDRESS"]) == DASHBOARD_PORT
-            assert env["SPILLWAY_CLUSTER__DASHBOARD_ADDRESS"].startswith("0.0.0.0:"), name
-            server = service
-        published = {p.container: p.host for p in compose_ports(server)}
-        assert DASHBOARD_PORT in published, f"{name}: the dashboard's port is not published"
-        public = env["SPILLWAY_CLUSTER__DASHBOARD_PUBLIC_URL"]
-        assert urlsplit(public).port == published[DASHBOARD_PORT], f"{name}: the dashboard link must use the published port"
+            assert option(argv, "--dashboard-prefix") == DASHBOARD_PREFIX
+            # Published on the host's loopback for the proxy-off case: the link then uses that port.
+            published = {p.container: p.host for p in compose_ports(scheduler)}
+            public = urlsplit(env["SPILLWAY_CLUSTER__DASHBOARD_PUBLIC_URL"])
+            assert public.port == published[DASHBOARD_PORT] and public.path == DASHBOARD_PREFIX, f"{name}: the proxy-off link"
+        else:  # its own local cluster: the API reaches it on the container's loopback, and only the API is published
+            dashboard = env["SPILLWAY_CLUSTER__DASHBOARD_ADDRESS"]
+            assert dashboard.startswith("127.0.0.1:") and address_port(dashboard) == DASHBOARD_PORT, name
+            assert DASHBOARD_PORT not in {p.container for p in compose_ports(service)}, f"{name}: publish the API, not the dashboard's own port"
 
 
 def test_compose_multinode_profile() -> None:
