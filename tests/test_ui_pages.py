@@ -16,7 +16,8 @@ from jobs.status import JobStatus
 from service.client import SpillwayClient
 from service.launcher import ServiceProcess
 from tests.conftest import wait_for, wait_terminal
-from tests.test_ui_browser import api, browser, js, no_console_errors, open_page, pytestmark, screenshot, ui_service, until
+from tests.test_auth import create_token
+from tests.test_ui_browser import api, browser, js, no_console_errors, open_page, pytestmark, screenshot, start_ui_service, ui_service, until
 
 __all__ = ["api", "browser", "no_console_errors", "pytestmark", "ui_service"]  # fixtures and marks, shared
 
@@ -227,3 +228,41 @@ def test_submit_form_places_an_unknown_step_in_json(ui_service: ServiceProcess, 
     error = refusal(browser, "#validate-spec", 422)
     assert error["field"] == "steps[0].op" and "did you mean 'filter'" in error["message"]
     assert error["where"] == "line 5" and error["bad"] == [["5", '    {"op": "fliter", "expr": "a > 1"}']]
+
+
+# ---------------------------------------------------------------- auth
+
+
+def test_with_auth_on_the_pages_ask_for_a_token_and_respect_its_scope(browser: Any, sample_data: dict[str, Path], tmp_path_factory: Any) -> None:
+    """The new pages go through the same token handling as the old ones: a 401 says where the
+    token goes; a saved token is sent; a read token may parse but not validate (the API's 403)."""
+    service = start_ui_service(tmp_path_factory.mktemp("ui-auth"), {"SPILLWAY_AUTH": "on"})
+    try:
+        submit_token, read_token = create_token(service, "submit"), create_token(service, "read")
+        open_page(browser, f"{service.url}/#/pipelines", "#token-form")
+        alert = until(browser, "return document.getElementById('alert').textContent", what="the 401")
+        assert "Could not load pipelines" in alert and "set a token at the top right" in alert, alert
+        refused_requests(browser, 401)
+
+        for token in (submit_token, read_token):
+            browser.find_element("id", "token").clear()
+            browser.find_element("id", "token").send_keys(token)
+            click(browser, "#token-form button")
+        js(browser, "location.hash = '#/submit'")
+        until(browser, "return document.getElementById('spec-text')", what="the submit page")
+        set_text(browser, "spec-text", f"name: scoped\nsource: {{format: parquet, path: '{sample_data['sales']}/*.parquet'}}\nsink: {{path: /tmp/never-written}}\n")
+        error = refusal(browser, "#validate-spec", 403)  # parsing needs read, validating submit
+        assert error["status"] == "403" and error["where"] is None and error["bad"] == []
+
+        browser.find_element("id", "token").clear()
+        browser.find_element("id", "token").send_keys(submit_token)
+        click(browser, "#token-form button")
+        until(browser, "return document.getElementById('spec-text')", what="the submit page again")
+        click(browser, "#validate-spec")
+        assert "Would run on" in until(browser, "return document.getElementById('validation-report')?.textContent", what="the report")
+        js(browser, "location.hash = '#/pipelines'")
+        assert "No pipelines yet" in until(browser, "return document.getElementById('pipelines')?.textContent", what="the pipelines page")
+    finally:
+        js(browser, "sessionStorage.clear()")  # the next test's service has auth off
+        browser.get("about:blank")  # stop the page's polling before its service goes
+        service.stop()
