@@ -6,6 +6,7 @@
 #     bash bench/gpu_session.sh tpch10 [--rmm-pool 32GB]   # TPC-H SF 10 over REST, side by side with cudf-polars and DuckDB
 #     bash bench/gpu_session.sh tpch100    # TPC-H SF 100, the same, two iterations each (data generated first, ~90 s)
 #     bash bench/gpu_session.sh spill [--limit 2GB]   # after tpch10: jobs over a device limit below their working set
+#     bash bench/gpu_session.sh concurrent # after tpch10: eight jobs at once on one GPU, 1, 2 and 4 workers
 #
 # Logs and JSON go under $OUT; bench/RESULTS.md records what they said.
 set -u
@@ -34,11 +35,15 @@ tpch100)
         > "$OUT/tpch100.log" 2>&1
     echo "tpch100 rc=$?"; tail -40 "$OUT/tpch100.log"
     ;;
+concurrent)
+    timeout 560 python3 bench/gpu_concurrent.py --out "$OUT" --data /tmp/spw_tpch/sf10 "$@" > "$OUT/concurrent.log" 2>&1
+    echo "concurrent rc=$?"; tail -12 "$OUT/concurrent.log"
+    ;;
 spill)
     timeout 560 python3 bench/gpu_spill.py --out "$OUT" --data /tmp/spw_tpch/sf10 --queries q01,q09,q18,q21 "$@" > "$OUT/spill.log" 2>&1
     echo "spill rc=$?"; tail -30 "$OUT/spill.log"
     ;;
 *)
-    echo "usage: bash bench/gpu_session.sh tests|tpch10|tpch100|spill" >&2; exit 2
+    echo "usage: bash bench/gpu_session.sh tests|tpch10|tpch100|spill|concurrent" >&2; exit 2
     ;;
 esac

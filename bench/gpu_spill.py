@@ -3,8 +3,10 @@
 Two services on the same GPU and the same files, one after the other: ``device_memory_limit``
 left to dask-cuda's default (the jobs fit, so they run in memory), then set below the jobs'
 working sets, so Spillway places them on cudf-polars' streaming executor, which spills to host
-above the limit (jobs/gpu_placement.py). For each query: the seconds both ways, the executor
-each ran on, the bytes spilled, and whether the two answers are equal::
+above the limit (jobs/gpu_placement.py). Then, as the peer, the same LazyFrames collected by
+cudf-polars' streaming executor directly, in a fresh process under the same spill limit. For
+each query: the seconds each way, the executor each ran on, the bytes spilled, and whether the
+answers are equal::
 
     source /tmp/site/gpu-env.sh && PYTHONPATH=$PWD:/tmp/site \\
         python3 bench/gpu_spill.py --out $OUT --data /tmp/spw_tpch/sf10 --limit 2GB --queries q01,q09,q18
@@ -16,17 +18,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import shutil
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import log, service_env  # noqa: E402
 from bench.gpu_tpch import committed, same_answer  # noqa: E402
 from bench.tpch_examples import load_spec  # noqa: E402
+from cluster.settings import parse_memory  # noqa: E402
 from service.launcher import launch_service  # noqa: E402
 
 
@@ -58,6 +64,43 @@ def run(data: Path, work: Path, queries: list[str], limit: str | None, iteration
     return results
 
 
+def _direct_runs(data: Path, work: Path, queries: list[str], limit_bytes: int, iterations: int, queue: Any) -> None:
+    """In a fresh process: each query's LazyFrame collected by cudf-polars' streaming executor under ``limit_bytes``."""
+    from jobs.gpu_streaming import streaming_gpu_engine, take_spilled_bytes
+    from jobs.polars_frame import build_lazyframe
+    from jobs.spec import JobSpec
+    from jobs.validate import plan_spec
+
+    engine = streaming_gpu_engine(limit_bytes)  # the limit is read when the engine is first built: before any query
+    results: dict[str, Any] = {}
+    for query in queries:
+        sink = work / "out_direct" / query
+        sink.mkdir(parents=True, exist_ok=True)
+        frame = build_lazyframe(plan_spec(JobSpec.model_validate(load_spec(query, data, sink))))
+        for _ in range(iterations):
+            start = time.perf_counter()
+            frame.collect(engine=engine).write_parquet(sink / "part.0.parquet")
+            seconds = time.perf_counter() - start
+            spilled = take_spilled_bytes()
+        results[query] = {"seconds": round(seconds, 3), "spilled_bytes": spilled, "sink": str(sink)}
+    queue.put(results)
+
+
+def direct(data: Path, work: Path, queries: list[str], limit: str, iterations: int) -> dict[str, Any]:
+    """cudf-polars streaming without the service, under the limit the constrained service ran with."""
+    limit_bytes = parse_memory(limit, field="limit")
+    assert limit_bytes is not None
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    child = context.Process(target=_direct_runs, args=(data, work, queries, limit_bytes, iterations, queue))
+    child.start()
+    results = queue.get(timeout=580)
+    child.join()
+    for query, result in results.items():
+        log(f"direct streaming {query}: {result['seconds']:.2f} s, spilled {result['spilled_bytes']}")
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
@@ -74,13 +117,22 @@ def main() -> None:
     data = args.data.resolve()
     roomy = run(data, args.work, queries, None, args.iterations)
     tight = run(data, args.work, queries, args.limit, args.iterations)
-    table = ["| query | default limit, s | placement | limit " + args.limit + ", s | placement | spilled, GiB | same answer |", "|---|---|---|---|---|---|---|"]
+    peer = direct(data, args.work, queries, args.limit, args.iterations)
+    table = [
+        f"| query | default limit, s | placement | limit {args.limit}, s | placement | spilled, GiB | cudf-polars streaming direct, limit {args.limit}, s "
+        "| its spilled, GiB | Spillway ÷ direct | same answers |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for query in queries:
-        a, b = roomy[query], tight[query]
-        same = same_answer(committed(Path(b["sink"])), committed(Path(a["sink"])), rtol=1e-6) is None
-        spilled = f"{b['spilled_bytes'] / 2**30:.2f}" if b["spilled_bytes"] is not None else "n/a"
-        table.append(f"| {query} | {a['seconds']:.2f} | {a['placement']} | {b['seconds']:.2f} | {b['placement']} | {spilled} | {same} |")
-    (args.out / "gpu_spill.json").write_text(json.dumps({"args": vars(args) | {"out": str(args.out), "data": str(args.data), "work": str(args.work)}, "default": roomy, "limited": tight}, indent=1))
+        a, b, c = roomy[query], tight[query], peer[query]
+        expected = committed(Path(a["sink"]))
+        same = (same_answer(committed(Path(b["sink"])), expected, rtol=1e-6) is None
+                and same_answer(pd.read_parquet(Path(c["sink"]) / "part.0.parquet"), expected, rtol=1e-6) is None)
+        spilled = [f"{x['spilled_bytes'] / 2**30:.2f}" if x["spilled_bytes"] is not None else "n/a" for x in (b, c)]
+        table.append(f"| {query} | {a['seconds']:.2f} | {a['placement']} | {b['seconds']:.2f} | {b['placement']} | {spilled[0]} "
+                     f"| {c['seconds']:.2f} | {spilled[1]} | {b['seconds'] / c['seconds']:.2f}× | {same} |")
+    (args.out / "gpu_spill.json").write_text(json.dumps(
+        {"args": vars(args) | {"out": str(args.out), "data": str(args.data), "work": str(args.work)}, "default": roomy, "limited": tight, "direct": peer}, indent=1))
     (args.out / "gpu_spill.md").write_text("\n".join(table) + "\n")
     print("\n".join(table))
 
