@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import sys
+from collections.abc import Collection
 from typing import Any
 
 import dask
 import dask.dataframe as dd
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -31,8 +34,10 @@ def read_source(source: SourceSpec, *, field: str = "source") -> dd.DataFrame:
     see :func:`jobs.sources.plain_types`. On pandas the decimals and dates are converted
     in each partition's Arrow table (:class:`PlainArrowEngine`); what still differs (hive
     partition columns; everything on cuDF, whose reader gives decimals and dates natively)
-    is cast afterwards. Object-store options go into the graph as ``storage_options``, so
-    the workers open the files exactly as the service listed them.
+    is cast afterwards. On pandas, integer columns of every format are read as pandas'
+    nullable integers (``Int64``), so a column with nulls stays an integer, as on Polars
+    and cuDF, whose integers hold nulls already. Object-store options go into the graph as
+    ``storage_options``, so the workers open the files exactly as the service listed them.
     """
     files = resolve_files(source, field=field)
     options = storage_options(files[0]) or None
@@ -53,12 +58,33 @@ def read_source(source: SourceSpec, *, field: str = "source") -> dd.DataFrame:
         # A gzipped file cannot be split: one partition per file (dask warns and does the same).
         blocksize = None if files[0].endswith(".gz") else source.blocksize or TEXT_BLOCKSIZE
         urls, options = _text_reads(files, options, checked)
-        frame = dd.read_csv(urls, usecols=source.columns, blocksize=blocksize, storage_options=options)
+        frame = dd.read_csv(urls, usecols=source.columns, blocksize=blocksize, storage_options=options, **_integer_dtypes(source, urls[0], options))
         # usecols keeps the file's column order; the spec's order is the one validation assumed.
         return frame[list(source.columns)] if source.columns else frame
     urls, options = _text_reads(files, options, checked)
-    frame = dd.read_json(urls, lines=True, blocksize=source.blocksize or TEXT_BLOCKSIZE, storage_options=options)
+    frame = dd.read_json(urls, lines=True, blocksize=source.blocksize or TEXT_BLOCKSIZE, storage_options=options, **_integer_dtypes(source, urls[0], options))
     return frame[list(source.columns)] if source.columns else frame
+
+
+#: Rows of a text file's head read to find its integer columns, as :func:`jobs.sources.read_schema` reads for kinds.
+_HEAD_ROWS = 1000
+
+
+def _integer_dtypes(source: SourceSpec, first: str, options: dict[str, Any] | None) -> dict[str, Any]:
+    """``dtype=`` for a CSV or JSON-lines read on pandas: every integer column of the first file's head as ``Int64``.
+
+    pandas' own inference reads an integer column with an empty field as float64, and a
+    block without one as int64 (dask's partitions would then disagree with their metadata);
+    its nullable inference tells the integers apart. ``first`` and ``options`` are the URL and
+    options dask reads the file with. cuDF's reader keeps integers with nulls integers already.
+    """
+    if dask.config.get("dataframe.backend") != "pandas":
+        return {}
+    reader = pd.read_csv if source.format == "csv" else functools.partial(pd.read_json, lines=True)
+    head = reader(first, nrows=_HEAD_ROWS, storage_options=options, dtype_backend="numpy_nullable")
+    wanted = set(source.columns) if source.columns else None
+    integers = {str(name): "Int64" for name, dtype in head.dtypes.items() if isinstance(dtype, pd.Int64Dtype) and (wanted is None or name in wanted)}
+    return {"dtype": integers} if integers else {}
 
 
 def _checked_reads(files: list[str]) -> RootBoundFileSystem | None:
@@ -152,11 +178,44 @@ class PlainArrowEngine(ArrowDatasetEngine):
     objects: on TPC-H lineitem that conversion was nine tenths of a pandas job's time.
     Here they are converted in Arrow (:func:`plain_arrow_table`), so partitions and the
     metadata dask derives from an empty table come out float64 and datetime64[us].
+    Integers come out as pandas' nullable integers (``to_pandas`` alone makes an integer
+    column with a null float64, and one without int64, in the same source).
     """
+
+    @classmethod
+    def _determine_type_mapper(cls, **kwargs: Any) -> Any:
+        mapper = super()._determine_type_mapper(**kwargs)
+
+        def types_mapper(dtype: pa.DataType) -> Any:
+            nullable = NULLABLE_INTEGERS.get(dtype)
+            return nullable if nullable is not None or mapper is None else mapper(dtype)
+
+        return types_mapper
 
     @classmethod
     def _arrow_table_to_pandas(cls, arrow_table: pa.Table, categories: Any, **kwargs: Any) -> Any:
         return super()._arrow_table_to_pandas(plain_arrow_table(arrow_table), categories, **kwargs)
+
+
+#: Arrow's integer types → pandas' nullable integer dtypes, which hold a null without becoming floats.
+NULLABLE_INTEGERS: dict[pa.DataType, pd.api.extensions.ExtensionDtype] = {
+    pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(), pa.int32(): pd.Int32Dtype(), pa.int64(): pd.Int64Dtype(),
+    pa.uint8(): pd.UInt8Dtype(), pa.uint16(): pd.UInt16Dtype(), pa.uint32(): pd.UInt32Dtype(), pa.uint64(): pd.UInt64Dtype(),
+}
+_NUMPY_TO_NULLABLE = {np.dtype(arrow.to_pandas_dtype()): nullable for arrow, nullable in NULLABLE_INTEGERS.items()}
+
+
+def nullable_integers(frame: dd.DataFrame, keep: Collection[str] = ()) -> dd.DataFrame:
+    """``frame`` with its numpy integer columns (but those in ``keep``) as pandas' nullable integers, on pandas.
+
+    A side of an outer join gets nulls in its unmatched rows, and pandas' merge makes a
+    numpy integer column float64 for them (``3.0``); as ``Int64`` it stays an integer, as on
+    Polars and SQL. cuDF's integers hold nulls already: a cuDF frame is returned as it is.
+    """
+    if not isinstance(frame._meta, pd.DataFrame):
+        return frame
+    casts = {column: _NUMPY_TO_NULLABLE[dtype] for column, dtype in frame.dtypes.items() if dtype in _NUMPY_TO_NULLABLE and column not in keep}
+    return frame.astype(casts) if casts else frame
 
 
 def plain_arrow_table(table: pa.Table) -> pa.Table:

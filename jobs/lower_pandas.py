@@ -192,11 +192,17 @@ _BINARY: dict[str, Callable[[Any, Any], Any]] = {
 
 
 def _widen(value: Any, other: Any) -> Any:
-    """float64 for a numpy-int column whose other branch is float or null. pandas widens only
-    the partitions that take that branch, so dask partitions would disagree with the meta."""
+    """A numpy-int column whose other branch is float or null, widened before ``where``: pandas
+    widens only the partitions that take that branch, so dask partitions would disagree with
+    the meta. Against a float it becomes float64; against a null, on pandas, a nullable
+    integer (an integer with nulls, as on Polars); on cuDF still float64."""
     dtype = None if _is_scalar(value) else value.dtype
+    if not (isinstance(dtype, np.dtype) and dtype.kind in "iu"):
+        return value
+    if other is None and isinstance(getattr(value, "_meta", value), pd.Series):
+        return value.astype(dtype.name.replace("u", "U").replace("int", "Int", 1))
     other_float = other is None or isinstance(other, float) or getattr(getattr(other, "dtype", None), "kind", "") == "f"
-    return value.astype("float64") if isinstance(dtype, np.dtype) and dtype.kind in "iu" and other_float else value
+    return value.astype("float64") if other_float else value
 
 
 def _broadcast(value: Any, like: Any) -> Any:

@@ -20,7 +20,7 @@ from typing import Any, Literal
 import dask
 import dask.dataframe as dd
 
-from jobs.dask_read import read_source
+from jobs.dask_read import nullable_integers, read_source
 from jobs.logical import LogicalPlan
 from jobs.named_sources import NamedSources
 from jobs.group_pandas import OTHER, VALUE, group_mode, group_moment, group_string_agg
@@ -190,9 +190,10 @@ def _equi_join(frame: dd.DataFrame, right: dd.DataFrame, step: JoinStep) -> dd.D
     if step.how == "inner":
         return merge(frame.dropna(subset=left_keys), right.dropna(subset=right_keys), "inner")
     if step.how == "left":
-        return merge(frame, right.dropna(subset=right_keys), "left")
+        return merge(frame, nullable_integers(right.dropna(subset=right_keys)), "left")
     if step.how == "right":
-        return merge(frame.dropna(subset=left_keys), right, "right")
+        return merge(nullable_integers(frame.dropna(subset=left_keys)), right, "right")
+    frame, right = nullable_integers(frame), nullable_integers(right)
     joined = merge(frame.dropna(subset=left_keys), right.dropna(subset=right_keys), "outer")
     shared = set(step.on or [])
     renamed = {c: c + step.right_suffix for c in right.columns if c in frame.columns and c not in shared}

@@ -170,3 +170,36 @@ def test_auto_picks_polars_and_says_why() -> None:
     assert choose_engine(spec.model_copy(update={"engine": "dask"}), "auto", "cudf").model_dump() == {
         "engine": "dask", "device": "gpu", "reason": "engine: dask — the spec asks for it"}
     assert choose_engine(spec, "dask", "pandas").engine == "dask"
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv", "jsonl"])
+def test_an_integer_column_with_nulls_stays_an_integer_on_both_engines(tmp_path: Path, fmt: str) -> None:
+    """Read from every format and through an outer join's unmatched rows: '7', never '7.0'."""
+    rows = pd.DataFrame({"k": [1, 2, 3], "a": pd.array([7, None, -3], dtype="Int64")})
+    path = tmp_path / f"left.{fmt}"
+    if fmt == "parquet":
+        rows.to_parquet(path)
+    elif fmt == "csv":
+        rows.to_csv(path, index=False)
+    else:
+        rows.to_json(path, orient="records", lines=True)
+    pd.DataFrame({"k": [1, 3, 4], "n": [10, 20, 30]}).to_parquet(tmp_path / "right.parquet")
+    spec = JobSpec.model_validate({
+        "source": {"format": fmt, "path": str(path)},
+        "steps": [{"op": "join", "right": {"format": "parquet", "path": str(tmp_path / "right.parquet")}, "on": ["k"], "how": "outer"},
+                  {"op": "assign", "column": "a_text", "expr": "cast(a, 'string')"},
+                  {"op": "assign", "column": "n_text", "expr": "cast(n, 'string')"},
+                  {"op": "assign", "column": "k_or_null", "expr": "cast(k if k > 1 else None, 'string')"},
+                  {"op": "sort", "by": ["k"]}],
+        "sink": {"path": str(tmp_path / "out")},
+    })
+    plan = plan_spec(spec)
+    with backend_config("pandas"), dask.config.set(scheduler="sync"):
+        on_dask = build_frame(spec, plan).compute().reset_index(drop=True)
+    on_polars = build_lazyframe(plan).collect()
+    assert str(on_dask["a"].dtype) == "Int64" and str(on_dask["n"].dtype) == "Int64"
+    assert on_polars.schema["a"] == pl.Int64 and on_polars.schema["n"] == pl.Int64
+    want = {"a_text": ["7", None, "-3", None], "n_text": ["10", None, "20", "30"], "k_or_null": [None, "2", "3", "4"]}
+    for column, values in want.items():
+        assert on_dask[column].astype(object).where(on_dask[column].notna(), None).tolist() == values, column
+        assert on_polars[column].to_list() == values, column

@@ -194,7 +194,7 @@ CONDITIONALS: dict[str, Ref] = {
     "amount if flag else qty": lambda df: pd.Series(np.where(df.flag, df.amount, df.qty), index=df.index),
     "amount if flag else 0": lambda df: pd.Series(np.where(df.flag, df.amount, 0.0), index=df.index),
     "0 if flag else amount": lambda df: pd.Series(np.where(df.flag, 0.0, df.amount), index=df.index),
-    "qty if flag else None": lambda df: pd.Series(np.where(df.flag, df.qty, np.nan), index=df.index),
+    "qty if flag else None": lambda df: df.qty.astype("Int64").where(df.flag),  # an integer with nulls, not float64 (7, not 7.0)
     "'big' if amount > 100 else 'small'": lambda df: _strs(np.where(df.amount > 100, "big", "small"), df),
     "1 if flag else 2.5": lambda df: pd.Series(np.where(df.flag, 1.0, 2.5), index=df.index),
     "name if flag else 'x'": lambda df: df.name.where(df.flag, "x"),
