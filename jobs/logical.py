@@ -25,14 +25,16 @@ class LogicalPlan:
     Fields are the spec's own locations: ``steps[2].expr``, ``sources.late.steps[0].aggs.n.expr``;
     schemas are keyed by the source's field (``source``, ``sources.orders``,
     ``steps[1].right``) and by each step's (``steps[3]``: the columns after step 3); ``inputs``
-    holds the columns going into each step; ``queries`` the checked SQL of each SQL source,
-    by its field (``sources.q``).
+    holds the columns going into each step; ``joined`` the columns of the joined row that a
+    join's ``where`` reads, by the join's field (a semi or anti join outputs only the left's);
+    ``queries`` the checked SQL of each SQL source, by its field (``sources.q``).
     """
 
     spec: JobSpec | None
     expressions: dict[str, Expression] = field(default_factory=dict)
     schemas: dict[str, Schema] = field(default_factory=dict)
     inputs: dict[str, Schema] = field(default_factory=dict)
+    joined: dict[str, Schema] = field(default_factory=dict)
     output: Schema = field(default_factory=dict)
     queries: dict[str, SqlPlan] = field(default_factory=dict)
 

@@ -23,6 +23,7 @@ import dask.dataframe as dd
 from jobs.dask_read import nullable_integers, read_source
 from jobs.logical import LogicalPlan
 from jobs.named_sources import NamedSources
+from jobs.join_condition_dask import join_with_condition
 from jobs.group_pandas import OTHER, VALUE, group_mode, group_moment, group_string_agg
 from jobs.spec import (
     PAIR_AGGS,
@@ -144,10 +145,12 @@ def apply_step(frame: dd.DataFrame, step: Step, field: str, frame_of: FrameOf, p
         return _union(frame, others, step.distinct)
     if isinstance(step, JoinStep):
         right = frame_of(step.right, f"{field}.right")
+        if step.where is not None and step.how not in ("inner", "cross"):
+            inner = step.model_copy(update={"how": "inner"})
+            return join_with_condition(frame, right, step, lambda left, other: _joined(left, other, inner, field, plan), plan.columns_after(field))
         if step.how in ("semi", "anti"):
             return _filtering_join(frame, right, step)
-        joined = _equi_join(frame, right, step) if step.left_keys else _cross_join(frame, right, step.right_suffix)
-        return joined if step.where is None else _filter(joined, plan.expression(f"{field}.where", step.where).evaluate(joined))
+        return _joined(frame, right, step, field, plan)
     if isinstance(step, PivotStep):
         for index, part in enumerate(pivot_steps(step)):
             frame = apply_step(frame, part, f"{field}.expanded[{index}]", frame_of, plan)
@@ -155,6 +158,12 @@ def apply_step(frame: dd.DataFrame, step: Step, field: str, frame_of: FrameOf, p
     if isinstance(step, UnpivotStep):
         return _unpivot(frame, step)
     raise TypeError(f"unsupported step {step!r}")  # pragma: no cover - the union is closed
+
+
+def _joined(frame: dd.DataFrame, right: dd.DataFrame, step: JoinStep, field: str, plan: LogicalPlan) -> dd.DataFrame:
+    """An inner, left, right, outer or cross join, then the ``where`` of an inner or cross one."""
+    joined = _equi_join(frame, right, step) if step.left_keys else _cross_join(frame, right, step.right_suffix)
+    return joined if step.where is None else _filter(joined, plan.expression(f"{field}.where", step.where).evaluate(joined))
 
 
 def _unpivot(frame: dd.DataFrame, step: UnpivotStep) -> dd.DataFrame:

@@ -13,6 +13,7 @@ from typing import Any
 
 import polars as pl
 
+from jobs.join_condition_polars import LEFT_ROW, RIGHT_ROW, join_with_condition
 from jobs.logical import LogicalPlan
 from jobs.named_sources import NamedSources
 from jobs.lower_polars import has_integer_arithmetic, to_polars
@@ -188,6 +189,15 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
 
     def join(self, frame: pl.LazyFrame, step: JoinStep, field: str) -> pl.LazyFrame:
         right = self.frame_of(step.right, f"{field}.right")
+        if step.where is not None and step.how not in ("inner", "cross"):
+            inner = step.model_copy(update={"how": "inner"})
+            columns = list(self.plan.joined[field])
+            return join_with_condition(frame, right, step, lambda left, other: self.pairs(left, other, inner, field, [*columns, LEFT_ROW, RIGHT_ROW]),
+                                       self.plan.columns_after(field))
+        return self.pairs(frame, right, step, field, self.plan.columns_after(field))
+
+    def pairs(self, frame: pl.LazyFrame, right: pl.LazyFrame, step: JoinStep, field: str, columns: list[str]) -> pl.LazyFrame:
+        """``frame`` joined with ``right`` as ``step`` says (``where`` only for inner and cross), as ``columns``."""
         how: Any = _HOW[step.how]
         if step.how in ("semi", "anti"):
             return frame.join(right, left_on=step.left_keys, right_on=step.right_keys, how=how)
@@ -204,8 +214,8 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
                 coalesce=shared,
             )
         if step.where is not None:
-            joined = joined.filter(self.expr(f"{field}.where", step.where, self.plan.schemas.get(field, {})))
-        return joined.select(self.plan.columns_after(field))
+            joined = joined.filter(self.expr(f"{field}.where", step.where, self.plan.joined.get(field, {})))
+        return joined.select(columns)
 
 
 def build_lazyframe(plan: LogicalPlan) -> pl.LazyFrame:

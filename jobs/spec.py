@@ -321,8 +321,11 @@ class JoinStep(_Strict):
     rows that have a match and ``anti`` those that have none, adding no column; as
     in SQL's ``EXISTS``, a null key matches nothing. ``cross`` pairs every row with
     every right row and takes no keys. ``where``, a condition over the joined row's
-    columns (right-side names suffixed where they clash), keeps the pairs for which it
-    holds, as more of SQL's ``ON``: with ``inner`` (keys optional then) or ``cross``.
+    columns (right-side names suffixed where they clash), is more of SQL's ``ON``: a pair
+    of rows matches when its keys match (keys are optional then) and the condition holds.
+    ``inner`` and ``cross`` keep the matching pairs; ``left``, ``right`` and ``outer`` also
+    keep each row of their kept side that matches nothing, with nulls for the other side;
+    ``semi`` and ``anti`` keep the left rows with at least one match, or none.
     """
 
     model_config = ConfigDict(extra="forbid", json_schema_extra=_KEYLESS_JOIN)
@@ -335,23 +338,23 @@ class JoinStep(_Strict):
     right_on: ColumnList | None = None
     right_suffix: str = Field(default="_right", min_length=1, max_length=64)
     where: Expr | None = Field(
-        default=None, description="inner and cross: a condition over the joined columns that each pair must meet, e.g. a range."
+        default=None,
+        description="A condition over the joined columns that a pair of rows must meet to match, as in SQL's ON (e.g. a range); "
+                    "left, right and outer joins keep their unmatched rows with nulls, semi and anti test for a matching pair.",
     )
 
     @model_validator(mode="after")
     def _keys_given_once(self) -> JoinStep:
-        keyless = self.how == "cross" or (self.how == "inner" and self.where is not None)
+        keyless = self.how == "cross" or self.where is not None
         if self.how == "cross" and (self.on is not None or self.left_on is not None or self.right_on is not None):
             raise ValueError("a cross join pairs every row with every right row and takes no keys: drop 'on', 'left_on' and 'right_on'")
-        if self.where is not None and self.how not in ("inner", "cross"):
-            raise ValueError(f"'where' works with how 'inner' or 'cross', not '{self.how}' (whose unmatched rows it would have to keep)")
         if self.on is not None:
             if self.left_on is not None or self.right_on is not None:
                 raise ValueError("give either 'on' or 'left_on' and 'right_on', not both")
         elif keyless and self.left_on is None and self.right_on is None:
             pass
         elif self.left_on is None or self.right_on is None:
-            raise ValueError("give 'on', or both 'left_on' and 'right_on'" + ("" if keyless else " (or 'where' with how 'inner')"))
+            raise ValueError("give 'on', or both 'left_on' and 'right_on'" + ("" if keyless else " (or a 'where' condition)"))
         elif len(self.left_on) != len(self.right_on):
             raise ValueError("'left_on' and 'right_on' must have the same number of columns")
         return self

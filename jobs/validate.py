@@ -354,7 +354,7 @@ def _check_join(schema: Schema, step: JoinStep, where: str, field: str, schema_o
                 f"with right key '{right_key}' ({right[right_key]}): join keys must have matching kinds",
                 field=f"{field}.{'on' if step.on else 'left_on'}",
             )
-    if step.how in ("semi", "anti"):
+    if step.how in ("semi", "anti") and step.where is None:
         return dict(schema)
     out = dict(schema)
     shared_keys = set(step.on or [])
@@ -376,7 +376,8 @@ def _check_join(schema: Schema, step: JoinStep, where: str, field: str, schema_o
         if kind not in _CONDITION_KINDS:
             raise TypeMismatch(f"{where}: a join's where needs a condition (bool), got '{shorten(step.where)}' ({kind})",
                                field=f"{field}.where")
-    return out
+        _PLAN.get().joined[field] = dict(out)
+    return dict(schema) if step.how in ("semi", "anti") else out
 
 
 def validate_submission(

@@ -97,13 +97,48 @@ def test_cross_join_then_a_filter_on_left_and_right_names(data: Path) -> None:
     ("step", "message"),
     [
         ({"how": "cross", "on": ["k"]}, "a cross join pairs every row with every right row and takes no keys"),
-        ({"how": "left", "on": ["k"], "where": "x > lo"}, "'where' works with how 'inner' or 'cross', not 'left'"),
-        ({}, "give 'on', or both 'left_on' and 'right_on' (or 'where' with how 'inner')"),
+        ({}, "give 'on', or both 'left_on' and 'right_on' (or a 'where' condition)"),
+        ({"how": "left"}, "give 'on', or both 'left_on' and 'right_on' (or a 'where' condition)"),
     ],
 )
 def test_join_shape_errors(data: Path, step: dict[str, Any], message: str) -> None:
     with pytest.raises(ValidationError, match=message.replace("(", r"\(").replace(")", r"\)")):
         job(data, step)
+
+
+_RIGHT = "b.lo, b.hi, b.label, b.note AS note_right"
+_CONDITION = "b.lo <= e.x AND e.x <= b.hi"
+
+
+def duckdb_answer(how: str, keyed: bool) -> pd.DataFrame:
+    """The SQL answer, from DuckDB: the condition in ON (and the keys, as USING would match them)."""
+    duckdb = pytest.importorskip("duckdb")
+    connection = duckdb.connect()
+    connection.register("e", events())
+    connection.register("b", bands())
+    on = f"e.k = b.k AND {_CONDITION}" if keyed else _CONDITION
+    if how in ("semi", "anti"):
+        exists = "EXISTS" if how == "semi" else "NOT EXISTS"
+        query = f"SELECT e.* FROM e WHERE {exists} (SELECT 1 FROM b WHERE {on})"
+    else:
+        # on: [k] gives one key column, the matched side's key (SQL's USING); without keys both sides' k.
+        keys = "COALESCE(e.k, b.k) AS k" if keyed else "e.k"
+        right = _RIGHT if keyed else f"b.k AS k_right, {_RIGHT}"
+        query = f"SELECT e.id, {keys}, e.x, e.note, {right} FROM e {how.upper()} JOIN b ON {on}"
+    return connection.sql(query).df()
+
+
+@pytest.mark.parametrize("how", ["left", "right", "outer", "semi", "anti"])
+@pytest.mark.parametrize("keyed", [True, False], ids=["keys", "no_keys"])
+def test_a_where_on_an_outer_semi_or_anti_join_is_part_of_on_as_in_sql(data: Path, how: str, keyed: bool) -> None:
+    """Unmatched rows are kept (or tested for) after the keys and the condition, not filtered after the join."""
+    expected = duckdb_answer("full" if how == "outer" else how, keyed)
+    step = {"how": how, "where": "lo <= x and x <= hi", **({"on": ["k"]} if keyed else {})}
+    assert list(check_spec(job(data, step))) == list(expected.columns)
+    for result in run_both(job(data, step)):
+        assert_same_rows(result, expected, ordered=False)
+    inner = duckdb_answer("inner", keyed)
+    assert len(expected) != len(inner) if how not in ("semi", "anti") else 0 < len(expected) < len(events())
 
 
 def test_join_where_is_checked_against_the_joined_columns(data: Path) -> None:
