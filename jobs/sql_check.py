@@ -22,6 +22,7 @@ from sqlglot.tokens import Token, TokenType
 
 from jobs.errors import SpecError
 from jobs.expr import MAX_PAD
+from jobs.sql_windows import window_refusal
 
 #: The dialect user text is read in: PostgreSQL's grammar with case-sensitive names.
 DIALECT = sqlglot.Dialect.get_or_raise("postgres, normalization_strategy=case_sensitive")
@@ -52,7 +53,6 @@ SQL_FUNCTIONS: dict[str, type[exp.Expression]] = {
     "extract": exp.Extract, "date_part": exp.Extract, "cast": exp.Cast,
 }
 _FUNCTION_NODES = frozenset(SQL_FUNCTIONS.values())
-_AGGREGATES = (exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max)
 #: How deep parentheses (subqueries included) may nest, and how deep the parsed tree may be.
 MAX_NESTING = 64
 MAX_DEPTH = 512
@@ -255,12 +255,10 @@ class _Checker:
                                   ": write the tables before it as explicit JOINs (SQL binds it to the last table only)")
 
     def window(self, node: exp.Window) -> None:
-        # Polars' SQL windows order nulls first and rank them as null, unlike PostgreSQL and DuckDB;
-        # until that is settled only unordered aggregates over a partition run (the spec's window step orders).
-        if node.args.get("order") or node.args.get("spec") or not isinstance(node.this, _AGGREGATES):
-            raise self.refuse(node, f"window '{node.sql(dialect=DIALECT)[:80]}' is not run",
-                              ": only an aggregate (count, sum, avg, min, max) OVER (PARTITION BY ...) without ORDER BY or a frame "
-                              "runs in SQL for now; for row_number, rank, lag, lead and running totals use the spec's window step")
+        # Polars' SQL answers ordered windows differently from PostgreSQL and DuckDB: jobs/sql_windows.py says how.
+        refused = window_refusal(node, DIALECT)
+        if refused is not None:
+            raise self.refuse(node, *refused)
 
 
 def _construct(node: exp.Expression) -> str:

@@ -250,7 +250,7 @@ REFUSED = {
     "hidden_after_block_comment": ("SELECT * FROM sales /* ; */ ; DELETE FROM sales", "a second statement begins with 'DELETE'"),
     "unknown_column": ("SELECT amout FROM sales", "did you mean 'amount'?"),
     "parameter": ("SELECT * FROM sales WHERE amount > $1", "a parameter ($1) is not allowed"),
-    "ordered_window": ("SELECT row_number() OVER (ORDER BY amount) AS r FROM sales", "use the spec's window step"),
+    "ordered_window": ("SELECT row_number() OVER (ORDER BY amount) AS r FROM sales", "with the spec's window step after the SQL source"),
     "cast_to_unlisted_type": ("SELECT CAST(amount AS INTERVAL) FROM sales", "CAST to INTERVAL is not allowed"),
     "polars_cannot": ("SELECT s.order_id FROM sales s JOIN products p ON s.amount > p.unit_cost OR s.quantity = 1",
                       "Polars' SQL cannot run this query: unsupported join constraint operator 'Or'"),
