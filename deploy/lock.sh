@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Regenerate deploy/requirements.lock: every package the images install from PyPI, pinned with
 # its hashes, resolved from pyproject.toml's ranges (the runtime, the postgres and oidc extras,
-# and setuptools to build the project itself) for the images' Python 3.12 on x86-64 Linux.
+# setuptools to build the project itself, and the gpu extra's packages outside RAPIDS) for the
+# images' Python 3.12 on x86-64 Linux.
 # `make lock` runs this; run it after changing a dependency, and commit the result.
 # Needs uv: the one on PATH, else the project venv's (installed there when missing).
 set -euo pipefail
@@ -14,8 +15,10 @@ if [ -z "$UV" ]; then
         .venv/bin/pip install --quiet 'uv>=0.5'
     fi
 fi
-# setuptools: the images build the project with --no-build-isolation, so the build backend is pinned too.
-printf 'setuptools>=69\n' | "$UV" pip compile pyproject.toml - \
+# Besides pyproject's: setuptools (the images build the project with --no-build-isolation, so
+# the build backend is pinned too) and the gpu extra's packages that are not RAPIDS' own, which
+# the gpu image adds to its base (tests/test_deploy.py checks this list against the extra).
+printf 'setuptools>=69\nstructlog>=24.1\n' | "$UV" pip compile pyproject.toml - \
     --extra postgres --extra oidc \
     --python-version 3.12 --python-platform x86_64-manylinux_2_28 \
     --generate-hashes --custom-compile-command 'make lock' \

@@ -475,6 +475,12 @@ def lock_pins() -> dict[str, tuple[str, list[str]]]:
     return pins
 
 
+def _is_rapids(requirement: str) -> bool:
+    """Whether a gpu-extra requirement is one the RAPIDS base image brings (CUDA wheels, dask-cuda, NVML)."""
+    name = re.split(r"[=<>!~\[ ;]", requirement, maxsplit=1)[0]
+    return name.endswith("-cu13") or name in {"dask-cuda", "nvidia-ml-py"}
+
+
 def _pip_installs(stage: Stage) -> list[str]:
     """Each ``pip install`` command of a stage's RUN lines (split at ``&&``)."""
     return [part.strip() for run in stage.all("RUN") for part in run.split("&&") if "pip install" in part]
@@ -503,6 +509,11 @@ def test_the_gpu_image_pins_what_pip_adds_to_rapids_at_the_locks_versions() -> N
     constraints = re.search(r"deploy/requirements\.lock > (\S+)", runs)[1]
     for command in _pip_installs(gpu):
         assert f"--constraint {constraints}" in command and f"PIP_CONSTRAINT={constraints}" in command, command
+    # What the gpu extra needs beyond RAPIDS is installed by name (the extra itself is not: see above).
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["gpu"]
+    for requirement in (r for r in extra if not _is_rapids(r)):
+        name = re.split(r"[=<>!~\[ ;]", requirement, maxsplit=1)[0]
+        assert any(re.search(rf"\s{re.escape(name)}(\s|$)", c) for c in _pip_installs(gpu)), f"the gpu image must install {name}"
 
 
 @pytest.mark.parametrize("target", ["gpu", "cpu"])
@@ -524,6 +535,8 @@ def test_the_lock_pins_every_dependency_within_pyprojects_ranges() -> None:
     project = pyproject["project"]
     wanted = [*project["dependencies"], *(r for extra in IMAGE_EXTRAS for r in project["optional-dependencies"][extra])]
     wanted += pyproject["build-system"]["requires"]  # the project is built with the lock's setuptools
+    # The gpu image adds to its RAPIDS base what the gpu extra asks for beyond RAPIDS itself.
+    wanted += [r for r in project["optional-dependencies"]["gpu"] if not _is_rapids(r)]
     pins = lock_pins()
     assert len(pins) >= len(project["dependencies"])
     for text in wanted:
