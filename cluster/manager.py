@@ -323,12 +323,16 @@ class JobManager:
         poll interval. ``owner`` is accepted for the callers' sake: the claim reads it from the row.
         """
         self._wakeups += 1
-        asyncio.get_running_loop().create_task(self._notify())
+        asyncio.get_running_loop().create_task(self._notify(1))
 
-    async def _notify(self) -> None:
+    async def _notify(self, runners: int | None = None) -> None:
+        """Wake ``runners`` idle runners (None: all) to claim; one per job spares the others an empty claim."""
         async with self._changed:
             self._wakeups += 1
-            self._changed.notify_all()
+            if runners is None:
+                self._changed.notify_all()
+            else:
+                self._changed.notify(runners)
 
     async def _poll_database(self) -> None:
         """Wake the runners for jobs queued on other replicas; pass on cancels asked there of jobs running here."""
@@ -447,7 +451,7 @@ class JobManager:
             except Exception:  # a bug here must not kill the runner
                 log.exception("job %s: unexpected error in the runner", job.id)
             finally:
-                await self._notify()  # a slot is free, and an owner may be under its limit again
+                await self._notify(1)  # a slot is free, and an owner may be under its limit again
 
     async def _run(self, job: JobView) -> None:
         """Run a job this replica claimed (it is RUNNING here) to a terminal state."""
@@ -792,7 +796,7 @@ class JobManager:
             stages=[StageProgress(name=row[0], done=row[1], total=row[2], unit=row[3] if len(row) > 3 else None) for row in message["stages"]],
             tasks_per_worker=message.get("workers", {}),
             engine=active.engine,
-            note=active.progress.note,
+            note=message.get("note") or active.progress.note,  # a Polars GPU task says what its counts mean
             elapsed_s=message.get("elapsed_s"),
             tasks_done=message["tasks"][0] if "tasks" in message else None,  # the Dask engine's distinct tasks
             tasks_total=message["tasks"][1] if "tasks" in message else None,
