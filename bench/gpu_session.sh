@@ -25,7 +25,7 @@ tests)
     ;;
 tpch10)
     timeout 560 python3 bench/gpu_tpch.py --out "$OUT" --work /tmp/spw_tpch --sf 10 --parts 1 --gpus 0 \
-        --engines spillway,spillway-plan,cudf-polars,duckdb --spillway-engines auto --iterations 2 --deadline 520 "$@" \
+        --engines spillway,spillway-plan,cudf-polars,duckdb --spillway-engines auto --gpu-trace-progress on,off --iterations 2 --deadline 520 "$@" \
         > "$OUT/tpch10.log" 2>&1
     echo "tpch10 rc=$?"; tail -40 "$OUT/tpch10.log"
     ;;

@@ -226,6 +226,7 @@ def main() -> None:
     parser.add_argument("--cpu-threads", type=int, default=1, help="Threads per Spillway worker on the pandas backend.")
     parser.add_argument("--spillway-engines", default="auto,dask",
                         help="Spillway's engines to run (the spec's engine field), comma-separated: auto (a user's default), polars, dask.")
+    parser.add_argument("--gpu-trace-progress", default="on", help="on, off or on,off: Spillway's GPU runs with cudf-polars' traces (live progress) on, off, or both.")
     parser.add_argument("--iterations", type=int, default=2, help="Runs per query; the last is reported as warm.")
     parser.add_argument("--rtol", type=float, default=1e-6, help="Relative tolerance against DuckDB.")
     parser.add_argument("--deadline", type=float, default=1e9, help="Seconds; what would start later is skipped.")
@@ -264,17 +265,21 @@ def main() -> None:
         device = "gpu" if args.backend == "cudf" else "cpu"
         time_engine(run, f"spillway-plan-{device}", queries, args.iterations, plan_engine(data, args.work, device), expected, args.rtol)
 
-    spillway_runs = [(gpus, engine) for gpus in args.gpus or ["0"] for engine in args.spillway_engines.split(",")]
+    traces = args.gpu_trace_progress.split(",") if args.backend == "cudf" else ["on"]
+    spillway_runs = [(gpus, engine, trace) for gpus in args.gpus or ["0"] for engine in args.spillway_engines.split(",") for trace in traces]
     if "spillway" in engines:
-        for gpus, engine in spillway_runs:
+        for gpus, engine, trace in spillway_runs:
             name = f"spillway-{engine}-{args.backend}" + (f"-{len(gpus.split(','))}gpu" if args.backend == "cudf" else "")
+            name += "-notrace" if trace == "off" else ""
             if run.left() < 60:
                 run.data["errors"][name] = "skipped: deadline"
                 continue
             scratch = args.work / f"out_{name}"
             shutil.rmtree(scratch, ignore_errors=True)
             scratch.mkdir(parents=True)
-            service = launch_service(args.work / f"svc_{name}", service_env(args.work, args.backend, gpus=gpus, protocol=args.protocol, rmm_pool=args.rmm_pool, cpu_workers=args.cpu_workers, cpu_threads=args.cpu_threads), timeout=300)
+            env = service_env(args.work, args.backend, gpus=gpus, protocol=args.protocol, rmm_pool=args.rmm_pool, cpu_workers=args.cpu_workers,
+                              cpu_threads=args.cpu_threads, SPILLWAY_CLUSTER__GPU_TRACE_PROGRESS="false" if trace == "off" else "true")
+            service = launch_service(args.work / f"svc_{name}", env, timeout=300)
             try:
                 execute = spillway_engine(service, data, scratch, timeout=max(60.0, run.left()), engine=engine)
                 time_engine(run, name, queries, args.iterations, execute, expected, args.rtol)

@@ -14,6 +14,7 @@ from typing import Any
 from cluster.local_process import dashboard_options
 from cluster.settings import ClusterSettings, parse_memory
 from jobs.errors import ClusterConfigError
+from jobs.gpu_trace_progress import TRACES_ENV
 
 UCX_HINT = "protocol=ucx needs distributed-ucxx: pip install '.[gpu]' (or set SPILLWAY_CLUSTER__PROTOCOL=tcp)"
 
@@ -67,6 +68,8 @@ def cuda_cluster_kwargs(settings: ClusterSettings, visible_gpus: int) -> dict[st
     if spill_limit is not None:
         # cuDF reads its spill threshold from the environment of each worker process.
         os.environ["CUDF_SPILL_DEVICE_LIMIT"] = str(spill_limit)
+    # cudf-polars reads it when imported in a worker: its per-node trace events are the GPU's live progress.
+    os.environ[TRACES_ENV] = "1" if settings.gpu_trace_progress else "0"
     kwargs: dict[str, Any] = {
         "CUDA_VISIBLE_DEVICES": ",".join(devices),
         "n_workers": len(devices),

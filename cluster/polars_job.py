@@ -90,7 +90,8 @@ def submit(
     On the GPU, ``placement`` picks cudf-polars' executor (jobs/gpu_placement.py).
     """
     # Dataclasses, not tuples: dask reads tuples in task arguments as keys of other tasks.
-    stages = [StagePlan(stage.name, stage.total, stage.unit) for stage in progress.stages]
+    read_stages = {read.stage for read in reads}
+    stages = [StagePlan(stage.name, stage.total, stage.unit, reads=stage.name in read_stages) for stage in progress.stages]
     metered = reads if device == "cpu" else []
     # The plan travels as Polars' own bytes: the scheduler unpickles every task's arguments,
     # and bytes cost it nothing where a LazyFrame would be rebuilt there (and again on the worker).

@@ -59,6 +59,11 @@ class ClusterSettings(BaseModel):
     device_memory_limit: str = Field(
         default="auto", description="Per-worker device memory limit: bytes ('40GB'), a fraction in (0, 1] or 'auto'."
     )
+    gpu_trace_progress: bool = Field(
+        default=True,
+        description="Live progress of Polars jobs on the GPU from cudf-polars' traces (CUDF_POLARS_LOG_TRACES in the workers): "
+        "the plan's nodes evaluated so far. Off: stages show 0 of 1 until the query ends.",
+    )
     enable_cudf_spill: bool = Field(default=True, description="Let cuDF spill device buffers to host memory under pressure.")
     cudf_spill_device_limit: str | None = Field(
         default=None, description="Spill above this many device bytes per worker (CUDF_SPILL_DEVICE_LIMIT), e.g. '20GB'."

@@ -15,6 +15,7 @@ from typing import Any
 
 import polars as pl
 
+from jobs import gpu_trace_progress
 from jobs.gpu_placement import GpuPlacement
 from jobs.gpu_support import gpu_engine
 from jobs.gpu_streaming import streaming_gpu_engine, take_spilled_bytes
@@ -60,11 +61,12 @@ def _cannot_run_on_gpu(exc: BaseException) -> bool:
 
 @dataclass(frozen=True)
 class StagePlan:
-    """One stage a job shows: its name, its total and unit (None: the stage counts 1)."""
+    """One stage a job shows: its name, its total and unit (None: the stage counts 1), and whether it reads a source."""
 
     name: str
     total: int
     unit: str | None = None
+    reads: bool = False
 
 
 def run_polars_job(
@@ -84,17 +86,29 @@ def run_polars_job(
     worker = get_worker()
     plans = stages or [StagePlan("query", 1), StagePlan("write", 1)]
     meter = ReadMeter(reads or [])
+    # On the GPU, cudf-polars' own trace events count the plan's nodes as they run (jobs/gpu_trace_progress.py).
+    shape = None
+    if device == "gpu" and gpu_trace_progress.install():
+        shape = gpu_trace_progress.plan_shape(frame)
+        gpu_trace_progress.COUNTER.reset()
     started = time.perf_counter()
     done = threading.Event()
 
-    def publish(finished: bool) -> None:
-        elapsed = time.perf_counter() - started
+    def stages_now(finished: bool) -> list[tuple[str, int, int, str | None]]:
+        if shape is not None:
+            planned = [(p.name, 1 if p.reads else None) for p in plans]
+            return gpu_trace_progress.stage_rows(planned, shape, gpu_trace_progress.COUNTER.counts(), finished)
         read = {} if finished else meter.sample()
-        stage_rows = [(p.name, p.total if finished else min(to_mib(read.get(p.name, 0)), p.total), p.total, p.unit) for p in plans]
-        worker.log_event(PROGRESS_TOPIC, {
-            "job_id": job_id, "stages": stage_rows, "workers": {worker.address: 1 if finished else 0},
-            "elapsed_s": round(elapsed, 3), "ended": finished, "engine": "polars",
-        })
+        return [(p.name, p.total if finished else min(to_mib(read.get(p.name, 0)), p.total), p.total, p.unit) for p in plans]
+
+    def publish(finished: bool) -> None:
+        message = {
+            "job_id": job_id, "stages": stages_now(finished), "workers": {worker.address: 1 if finished else 0},
+            "elapsed_s": round(time.perf_counter() - started, 3), "ended": finished, "engine": "polars",
+        }
+        if shape is not None:
+            message["note"] = gpu_trace_progress.TRACE_NOTE
+        worker.log_event(PROGRESS_TOPIC, message)
 
     def heartbeat() -> None:
         while not done.wait(0.5):

@@ -1,0 +1,167 @@
+"""Live progress of a Polars job on the GPU, from cudf-polars' own traces.
+
+With ``CUDF_POLARS_LOG_TRACES=1`` in a worker's environment (set before cudf-polars is
+imported: the GPU cluster's workers inherit it, cluster/gpu.py), cudf-polars logs one
+structlog event per plan node it evaluates (``Execute IR``, with the node's ``type``) and, on
+the streaming executor, the query's plan first (``Query Plan``) and one ``Streaming Actor``
+event per node it streamed through (seen on 26.10: bench/gpu_trace_probe.py, RESULTS.md). Those
+events happen in the worker thread that runs the query, where the worker's event loop cannot
+see them; :func:`install` routes them to one :class:`PlanNodeCounter` per worker process,
+which the job's heartbeat (jobs/polars_run.py) reads twice a second.
+
+What the counts mean: the optimized Polars plan's distinct nodes (:func:`plan_node_count`,
+about one cudf-polars node each) and how many cudf-polars has evaluated so far; a scan's
+node counts for its source. Never 100 % before the query ends.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+TRACES_ENV = "CUDF_POLARS_LOG_TRACES"
+#: What the GPU's stages count when traces are on.
+NODE_UNIT = "plan nodes"
+#: Shown with such a job's progress.
+TRACE_NOTE = (
+    "cudf-polars runs all of a job's steps as one query on one GPU worker. The steps stage counts the nodes of the "
+    "optimized query plan cudf-polars has evaluated so far (its trace events) out of the plan's nodes; each source's "
+    "read shows 1 of 1 once every scan in the plan has run; the write completes with the query. elapsed_s counts the seconds so far."
+)
+
+
+def traces_enabled() -> bool:
+    """Whether this process was started with cudf-polars' traces on."""
+    return os.environ.get(TRACES_ENV, "0").lower() in {"1", "true", "y", "yes"}
+
+
+@dataclass(frozen=True)
+class NodeCounts:
+    """Plan nodes cudf-polars has evaluated so far: all of them, and its scans."""
+
+    nodes: int
+    scans: int
+    #: On the streaming executor: the nodes of the plan it logged, and the nodes streamed through.
+    plan_nodes: int | None = None
+    actors_done: int = 0
+
+
+class PlanNodeCounter:
+    """Counts cudf-polars' trace events of the query running in this worker (one GPU query at a time)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._nodes = self._scans = self._actors = 0
+        self._plan_nodes: int | None = None
+
+    def reset(self) -> None:
+        """Start counting a new query."""
+        with self._lock:
+            self._nodes = self._scans = self._actors = 0
+            self._plan_nodes = None
+
+    def record(self, event: dict[str, Any]) -> None:
+        """Count one structlog event of cudf-polars (others are ignored)."""
+        name = event.get("event")
+        with self._lock:
+            if name == "Execute IR":
+                self._nodes += 1
+                self._scans += event.get("type") == "Scan"
+            elif name == "Streaming Actor":
+                self._actors += 1
+            elif name == "Query Plan":
+                plan = event.get("plan")
+                nodes = plan.get("nodes") if isinstance(plan, dict) else None
+                self._plan_nodes = len(nodes) if isinstance(nodes, dict) else None
+
+    def counts(self) -> NodeCounts:
+        with self._lock:
+            return NodeCounts(self._nodes, self._scans, self._plan_nodes, self._actors)
+
+
+COUNTER = PlanNodeCounter()
+_installed = False
+_install_lock = threading.Lock()
+
+
+def install() -> bool:
+    """Route cudf-polars' structlog events in this process to :data:`COUNTER`; whether traces are on.
+
+    Idempotent. The events are counted and dropped: nothing is printed or kept per event.
+    """
+    global _installed
+    if not traces_enabled():
+        return False
+    with _install_lock:
+        if not _installed:
+            import structlog
+
+            def count(_logger: Any, _method: str, event: dict[str, Any]) -> dict[str, Any]:
+                COUNTER.record(event)
+                raise structlog.DropEvent
+
+            structlog.configure(processors=[count], logger_factory=structlog.ReturnLoggerFactory(), cache_logger_on_first_use=True)
+            _installed = True
+    return True
+
+
+@dataclass(frozen=True)
+class PlanShape:
+    """The optimized plan's distinct nodes, and of those its scans (what the counts are out of)."""
+
+    nodes: int
+    scans: int
+
+
+def plan_shape(frame: pl.LazyFrame) -> PlanShape:
+    """Count the distinct nodes of ``frame``'s optimized plan (a node shared by two branches once, as it runs once)."""
+    traverser = frame._ldf.visit()
+    seen: set[int] = set()
+    scans = 0
+    pending = [traverser.get_node()]
+    while pending:
+        node = pending.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        traverser.set_node(node)
+        scans += type(traverser.view_current_node()).__name__ == "Scan"
+        pending.extend(traverser.get_inputs())
+    return PlanShape(nodes=len(seen), scans=scans)
+
+
+def stage_rows(plans: list[tuple[str, int | None]], shape: PlanShape, counts: NodeCounts, finished: bool) -> list[tuple[str, int, int, str | None]]:
+    """Each stage's (name, done, total, unit) from the node counts.
+
+    ``plans`` are the job's stages in order, each with its read total (None for a stage that is
+    not a source's read). Read stages complete once every scan node has been evaluated; the
+    last non-write stage (the steps, or the last source's when there are none) counts the
+    plan's nodes; the write completes with the query. Nothing shows done before the end.
+    """
+    reads_done = int(finished or (shape.scans > 0 and counts.scans >= shape.scans))
+    rows: list[tuple[str, int, int, str | None]] = []
+    compute = _compute_stage(plans)
+    for index, (name, read_total) in enumerate(plans):
+        if index == compute:
+            total = max(counts.plan_nodes or shape.nodes, 1)
+            done = counts.actors_done if counts.plan_nodes else counts.nodes
+            rows.append((name, total if finished else min(done, total - 1), total, NODE_UNIT))
+        elif finished:
+            rows.append((name, 1, 1, None))
+        elif read_total is not None:
+            rows.append((name, reads_done, 1, None))
+        else:
+            rows.append((name, 0, 1, None))
+    return rows
+
+
+def _compute_stage(plans: list[tuple[str, int | None]]) -> int:
+    """The stage that counts the plan's nodes: the last before the write (the write is always last)."""
+    return max(len(plans) - 2, 0)
+
+
+__all__ = ["COUNTER", "NODE_UNIT", "TRACE_NOTE", "NodeCounts", "PlanNodeCounter", "PlanShape", "install", "plan_shape", "stage_rows", "traces_enabled"]
