@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import AsyncIterator
 from typing import Annotated
 from urllib.parse import urlencode
 
@@ -24,7 +25,6 @@ import httpx
 import websockets
 from fastapi import APIRouter, Depends, Request, WebSocket
 from fastapi.responses import RedirectResponse, Response, StreamingResponse
-from starlette.background import BackgroundTask
 from starlette.requests import HTTPConnection
 from starlette.websockets import WebSocketDisconnect
 from websockets.asyncio.client import ClientConnection, connect
@@ -193,7 +193,17 @@ async def dashboard_page(path: str, request: Request, proxy: ProxyDep) -> Respon
     returned = {k: v for k, v in answer.headers.items() if k.lower() not in _NOT_RETURNED}
     if location := returned.get("location"):
         returned["location"] = location.removeprefix(upstream)  # absolute redirects stay on this proxy
-    return StreamingResponse(answer.aiter_raw(), status_code=answer.status_code, headers=returned, background=BackgroundTask(answer.aclose))
+    return StreamingResponse(_body(answer), status_code=answer.status_code, headers=returned)
+
+
+async def _body(answer: httpx.Response) -> AsyncIterator[bytes]:
+    """The upstream body as it comes (still encoded, so its length holds); the connection goes back to the pool
+    however the stream ends, a browser that leaves mid-file included."""
+    try:
+        async for chunk in answer.aiter_raw():
+            yield chunk
+    finally:
+        await answer.aclose()
 
 
 @router.websocket(DASHBOARD_PREFIX + "/{path:path}")
