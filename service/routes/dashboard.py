@@ -16,7 +16,6 @@ pages need nothing else, and so a cookie can never carry a state-changing reques
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import AsyncIterator
 from typing import Annotated
 from urllib.parse import urlencode
@@ -34,8 +33,6 @@ from jobs.errors import SpillwayError
 from service.auth import Forbidden, Scope, Unauthenticated, identify
 from service.dashboard_errors import DashboardOff, DashboardUnavailable
 from service.errors import error_response, status_for
-
-log = logging.getLogger(__name__)
 
 #: The cookie a first visit with ``?token=`` sets; sent back only under the dashboard's path.
 COOKIE = "spillway_dashboard"
