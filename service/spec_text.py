@@ -8,7 +8,9 @@ lets the page put an error's ``field`` (``steps[2].expr``) beside the line that 
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,28 +48,75 @@ def parse_spec_text(text: str, *, json_syntax: bool = False) -> ParsedText:
     SpecTextError
         Naming the line and column of a syntax error, or saying what the text holds instead of a mapping.
     """
-    loader = SpecLoader(text)
+    lines: dict[str, int] = {}
     try:
-        try:
-            node = loader.get_single_node()
-        except yaml.MarkedYAMLError as exc:
-            if not json_syntax:
-                raise SpecTextError(_yaml_message(exc)) from exc
-            node = None  # valid JSON that PyYAML cannot read (rare): no line numbers
-        except yaml.YAMLError as exc:
-            raise SpecTextError(f"not valid YAML: {exc}") from exc
-        lines: dict[str, int] = {}
-        if node is not None:
-            _walk(node, "", lines, depth=0, budget=[MAX_NODES], open_nodes=set())
-        if json_syntax:
-            data = _json(text)
-        else:
-            data = loader.construct_document(node) if node is not None else None
-    finally:
-        loader.dispose()
+        data = _read_yaml(text, lines)
+    except yaml.YAMLError as exc:  # syntax, a control character, an unknown or bad tag (!!python/..., !!binary)
+        if not json_syntax:
+            message = _yaml_message(exc) if isinstance(exc, yaml.MarkedYAMLError) else f"not valid YAML: {exc}"
+            raise SpecTextError(message) from exc
+        lines.clear()  # JSON that PyYAML cannot read (a tab, a control character): no line numbers
+        data = None
+    except RecursionError as exc:  # PyYAML composes recursively: a 1 MiB body of "[" gets this far
+        raise SpecTextError(f"the document nests deeper than {MAX_DEPTH} levels") from exc
+    if json_syntax:
+        data = _json(text)  # the values as json.loads reads them, as the CLI reads a .json file
     if not isinstance(data, dict):
         raise SpecTextError(f"the text must hold a mapping (name, source, steps, sink), not {type(data).__name__}")
-    return ParsedText(data=data, lines=lines)
+    return ParsedText(data=_as_json(data, "", lines), lines=lines)
+
+
+def _read_yaml(text: str, lines: dict[str, int]) -> Any:
+    """The document's value; ``lines`` gets each field's line, and aliases are counted before anything is built."""
+    loader = SpecLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _walk(node, "", lines, depth=0, budget=[MAX_NODES], open_nodes=set())
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def _as_json(value: Any, path: str, lines: dict[str, int]) -> Any:
+    """``value`` as JSON carries it, or a :class:`SpecTextError` naming the line of what it cannot carry.
+
+    YAML has keys that are not text (``1:``, ``null:``), dates, binary, NaN and infinities; JSON
+    escapes may hold lone surrogates. A spec has none of these where it means anything (the
+    CLI's JobSpec check refuses them there too), so they are refused here rather than turned into
+    something else, or into a 500 when the answer is written.
+    """
+    where = f"line {lines[path]}: " if path in lines else ""
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            child = f"{path}.{key}" if path else str(key)
+            if not isinstance(key, str):
+                line = f"line {lines[child]}: " if child in lines else where
+                raise SpecTextError(f"{line}the key {key!r} is not text: quote it")
+            out[_text(key, child, lines)] = _as_json(item, child, lines)
+        return out
+    if isinstance(value, list):
+        return [_as_json(item, f"{path}[{i}]", lines) for i, item in enumerate(value)]
+    if isinstance(value, str):
+        return _text(value, path, lines)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise SpecTextError(f"{where}{value!r} at {path or 'the top'} has no JSON form: write it as text or leave it out")
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    if isinstance(value, dt.date):  # an unquoted 2026-01-01 in YAML: as text, as JSON would have it
+        return value.isoformat()
+    raise SpecTextError(f"{where}a {type(value).__name__} value at {path or 'the top'} has no JSON form")
+
+
+def _text(value: str, path: str, lines: dict[str, int]) -> str:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        where = f"line {lines[path]}: " if path in lines else ""
+        raise SpecTextError(f"{where}text at {path or 'the top'} holds a lone surrogate (\\u{ord(value[exc.start]):04x})") from exc
+    return value
 
 
 def _json(text: str) -> Any:
@@ -75,6 +124,8 @@ def _json(text: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise SpecTextError(f"line {exc.lineno}, column {exc.colno}: not valid JSON: {exc.msg}") from exc
+    except RecursionError as exc:
+        raise SpecTextError(f"the document nests deeper than {MAX_DEPTH} levels") from exc
 
 
 def _yaml_message(exc: yaml.MarkedYAMLError) -> str:

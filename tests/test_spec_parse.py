@@ -49,12 +49,27 @@ def test_read_as_the_cli_reads_files() -> None:
         ('{"name": "x",,}', True, "line 1, column 14: not valid JSON"),
         ("a: &a [*a]\n", False, "line 1: a YAML alias refers to a node that contains it"),
         ("x: " + "[" * 70 + "]" * 70 + "\n", False, "nests deeper than 64"),
+        ("[" * 200_000, False, "nests deeper than 64"),  # PyYAML's composer recurses: no RecursionError escapes
+        ("[" * 200_000, True, "nests deeper than 64"),
+        # What the JSON answer cannot carry is refused with its line, not a 500 when it is written.
+        ("name: x\nsink:\n  rows: .nan\n", False, "line 3: nan at sink.rows has no JSON form"),
+        ('{\n"a": Infinity}', True, "line 2: inf at a has no JSON form"),
+        ('{"a": "\\ud800"}', True, "line 1: text at a holds a lone surrogate"),
+        ("name: x\n1: y\n", False, "line 2: the key 1 is not text: quote it"),
+        ("blob: !!binary aGVsbG8=\n", False, "line 1: a bytes value at blob has no JSON form"),
+        ("a: !!python/object:os.system x\n", False, "line 1, column 4: not valid YAML"),  # a safe loader: no such tag
+        ("a: 1\x00\n", False, "not valid YAML: unacceptable character #x0000"),
+        ('{"a": "\x00"}', True, "line 1, column 8: not valid JSON: Invalid control character"),
     ],
 )
 def test_bad_text_is_an_error_with_its_line(text: str, json_syntax: bool, message: str) -> None:
     with pytest.raises(SpecTextError) as caught:
         parse_spec_text(text, json_syntax=json_syntax)
     assert caught.value.code == "invalid_document" and message in caught.value.message, caught.value.message
+
+
+def test_an_unquoted_date_is_its_text() -> None:
+    assert parse_spec_text("params: {day: 2026-01-02}\n").data == {"params": {"day": "2026-01-02"}}
 
 
 def test_aliases_cannot_blow_up_the_answer() -> None:
