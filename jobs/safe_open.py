@@ -50,8 +50,10 @@ def _components(path: str, root: str) -> list[str]:
     return parts
 
 
-def open_directory(path: str, root: str, *, field: str = "sink.path") -> int:
+def open_directory(path: str, root: str, *, field: str = "sink.path", opening: str | None = None) -> int:
     """An fd of directory ``path``, walked from ``root`` (which may itself be a link: roots are configured) without following links.
+
+    ``field`` and ``opening`` (the file opened through it, if any) name it in the error.
 
     Raises
     ------
@@ -67,7 +69,10 @@ def open_directory(path: str, root: str, *, field: str = "sink.path") -> int:
                 child = os.open(part, _DIRECTORY_FLAGS, dir_fd=fd)
             except OSError as exc:
                 if exc.errno in _LINK_ERRORS:
-                    raise PathNotAllowed(f"'{path}': '{part}' is now a link or not a directory; links are not followed here", field=field) from None
+                    raise PathNotAllowed(
+                        f"'{opening or path}': the folder '{part}' on its path is now a link or not a directory; links are not followed here",
+                        field=field,
+                    ) from None
                 raise
             os.close(fd)
             fd = child
@@ -91,7 +96,7 @@ def open_checked(file: CheckedFile) -> int:
     parts = _components(file.path, file.root)
     if not parts:
         raise PathNotAllowed(f"'{file.path}' is a root, not a file", field=field)
-    parent = open_directory(os.path.join(file.root, *parts[:-1]), file.root, field=field)
+    parent = open_directory(os.path.join(file.root, *parts[:-1]), file.root, field=field, opening=file.path)
     try:
         fd = os.open(parts[-1], _FILE_FLAGS, dir_fd=parent)
     except OSError as exc:
@@ -141,6 +146,8 @@ class RootBoundFileSystem(LocalFileSystem):
     """
 
     protocol = (PROTOCOL,)
+    # One instance per job's files: fsspec's instance cache would keep every job's list for the process's life.
+    cachable = False
 
     def __init__(self, checked: tuple[CheckedFile, ...] = (), **kwargs: Any) -> None:
         super().__init__(**kwargs)
