@@ -22,6 +22,7 @@ import pandas as pd
 
 from jobs import ir
 from jobs.errors import ExpressionError, UnknownColumn
+from jobs.decimal_cast import MAX_PRECISION, decimal_type
 from jobs.lower_pandas import evaluate, fold
 
 MAX_LENGTH = 2000
@@ -113,7 +114,8 @@ _LITERALS: dict[str, tuple[str, Any]] = {
     "pattern": ("a LIKE pattern literal ('%' any run of characters, '_' one character)", lambda v: isinstance(v, str) and len(v) <= 200),
     "int": ("an integer literal", lambda v: type(v) is int),  # not bool
     "count": ("a non-negative integer literal", lambda v: type(v) is int and v >= 0),
-    "dtype": ("one of " + ", ".join(map(repr, CAST_TYPES)), lambda v: isinstance(v, str) and v in CAST_TYPES),
+    "dtype": ("one of " + ", ".join(map(repr, CAST_TYPES)) + f", or 'decimal(p, s)' (p from 1 to {MAX_PRECISION}, s from 0 to p)",
+              lambda v: isinstance(v, str) and (v in CAST_TYPES or decimal_type(v) is not None)),
     "number_type": ("one of " + ", ".join(map(repr, TRY_CAST_TYPES)), lambda v: isinstance(v, str) and v in TRY_CAST_TYPES),
     "unit": ("one of " + ", ".join(map(repr, _UNITS)), lambda v: isinstance(v, str) and v in _UNITS),
     "part": ("one of " + ", ".join(map(repr, DATE_PARTS)), lambda v: isinstance(v, str) and v in DATE_PARTS),

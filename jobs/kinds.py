@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from jobs import ir
+from jobs.decimal_cast import decimal_type
 from jobs.errors import TypeMismatch
 from jobs.expr import TIMESTAMP_PATTERN
 
@@ -234,6 +235,11 @@ class _KindChecker:
             return "bool"
         if name == "cast":  # any kind may be cast: a bad value fails on the workers, naming it
             target = args[1].value if isinstance(args[1], ir.Lit) else None
+            if decimal_type(target) is not None:  # from numbers only: Polars would cut text's extra digits off, not round them
+                if kinds[0] not in ("numeric", *_LOOSE):
+                    raise self.mismatch(f"cast to '{target}' takes a number, got {self.show(args[0], kinds[0])} at col {args[0].start}"
+                                        "; for text, cast it to 'float64' first")
+                return "numeric"
             return _CAST_KINDS.get(target, "unknown")
         if name == "try_cast":
             if kinds[0] not in _TRY_CAST_INPUTS and kinds[0] not in _LOOSE:

@@ -20,6 +20,7 @@ import pandas as pd
 from pandas.api.types import is_bool_dtype, is_object_dtype
 
 from jobs import ir
+from jobs.decimal_cast import is_decimal_cast
 from jobs.errors import ExpressionError, IntegerOverflow
 from jobs.pandas_functions import FUNCTIONS, cast_values
 
@@ -398,6 +399,8 @@ def fold(node: ir.Node, text: str, field: str | None) -> ir.Node:
     for child in (node, *(() if isinstance(node, ir.Unary) else ir.children(node))):
         _within_int64(child, text, field)
     if isinstance(node, (ir.Lit, ir.Col)) or not all(isinstance(child, ir.Lit) for child in ir.children(node)):
+        return node
+    if is_decimal_cast(node):  # pandas has no exact decimal to fold it into; the Polars engine computes it
         return node
     folded = ir.Lit(node.start, node.end, PandasLowering(text, field).lower(node)(None))
     _within_int64(folded, text, field)

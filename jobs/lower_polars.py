@@ -17,6 +17,7 @@ import pandas as pd
 import polars as pl
 
 from jobs import ir
+from jobs.decimal_cast import decimal_type
 from jobs.errors import ExpressionError
 from jobs.number_text import DECIMAL_TEXT, INTEGER_RANGES, INTEGER_TEXT
 from jobs.kinds import kind_of_node
@@ -26,6 +27,12 @@ _CASTS: dict[str, Any] = {
     "int64": pl.Int64, "int32": pl.Int32, "float64": pl.Float64, "float32": pl.Float32, "bool": pl.Boolean,
     "datetime64[ns]": pl.Datetime("ns"), "string": pl.String,
 }
+def _cast_type(name: str) -> Any:
+    """The Polars type of a cast type name: one of _CASTS, or ``decimal(p, s)`` (jobs.decimal_cast)."""
+    exact = decimal_type(name)
+    return pl.Decimal(*exact) if exact is not None else _CASTS[name]
+
+
 def _try_cast(x: pl.Expr, name: str, *, text: bool) -> pl.Expr:
     """``cast``, with a null where it would fail: text that is not a number of the type, a value out of range, NaN.
 
@@ -113,7 +120,7 @@ _CALLS: dict[str, Callable[..., pl.Expr]] = {
 #: Functions whose arguments after the first are literals, passed as Python values.
 _LITERAL_CALLS: dict[str, Callable[..., pl.Expr]] = {
     "round": lambda x, digits=0: x.round(digits),
-    "cast": lambda x, name: x.cast(_CASTS[name]),
+    "cast": lambda x, name: x.cast(_cast_type(name)),
     "contains": lambda s, text: _false_if_null(s.str.contains(text, literal=True)),
     "like": lambda s, pattern: _false_if_null(s.str.contains(like_regex(pattern))),
     "startswith": lambda s, text: _false_if_null(s.str.starts_with(text)),

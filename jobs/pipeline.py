@@ -21,6 +21,7 @@ import dask
 import dask.dataframe as dd
 
 from jobs.dask_read import nullable_integers, read_source
+from jobs.decimal_cast import decimal_casts, refuse_on_dask
 from jobs.logical import LogicalPlan
 from jobs.named_sources import NamedSources
 from jobs.join_condition_dask import join_with_condition
@@ -454,5 +455,13 @@ def build_frame(spec: JobSpec, plan: LogicalPlan | None = None) -> dd.DataFrame:
 
     ``plan`` (from :func:`jobs.validate.plan_spec`) gives the parsed expressions; without
     one they are parsed here, as for a spec that tests build by hand.
+
+    Raises
+    ------
+    SpecError
+        For a cast to ``decimal(p, s)``, which only the Polars engine computes (a job moved here
+        from the GPU Polars engine; at submit, one for this engine is refused already).
     """
+    for field in decimal_casts(plan.expressions if plan is not None else {}):
+        raise refuse_on_dask(field)
     return NamedFrames(spec, plan).output()

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from contextvars import ContextVar
 
+from jobs.decimal_cast import decimal_casts, refuse_on_dask
 from jobs.engine_choice import EngineName, choose_engine
 from jobs.errors import SpecError, TypeMismatch, UnknownColumn
 from jobs.expr import parse_expression, shorten
@@ -390,6 +391,8 @@ def validate_submission(
     and blocksize, as the manager estimates them before building its graph: over the limit it is
     refused now, not failed once it was queued.
 
+    A job for the Dask engine that casts to ``decimal(p, s)`` is refused (only Polars computes decimals).
+
     Raises
     ------
     PathNotAllowed, SourceNotFound, UnknownColumn, ExpressionError, TypeMismatch, SpecError, SinkExists, TooManyPartitions
@@ -402,6 +405,9 @@ def validate_submission(
     plan = plan_spec(spec)
     ensure_sink_free(spec.sink, columns=plan.output)
     # The backend changes the device, never the engine: "pandas" stands for either.
-    if max_partitions is not None and choose_engine(spec, default_engine, "pandas").engine == "dask":
-        check_partitions(spec, max_partitions)
+    if choose_engine(spec, default_engine, "pandas").engine == "dask":
+        for field in decimal_casts(plan.expressions):
+            raise refuse_on_dask(field)
+        if max_partitions is not None:
+            check_partitions(spec, max_partitions)
     return plan

@@ -30,6 +30,7 @@ import pytest
 import yaml
 
 from jobs import expr as expr_module
+from jobs.decimal_cast import decimal_casts
 from jobs.errors import SpecError
 from jobs.pipeline import backend_config, build_frame
 from jobs.polars_frame import build_lazyframe
@@ -301,12 +302,17 @@ def assert_output(example: Example, frame: pd.DataFrame) -> None:
 def run_pipeline(spec: dict[str, Any], engine: str = "dask") -> pd.DataFrame:
     """Validate as the service does before accepting a job, then run it in-process on ``engine``.
 
-    A job with a SQL source runs on Polars only: on ``dask`` the Dask lowering must refuse it, saying why.
+    A job with a SQL source or a cast to a decimal runs on Polars only: on ``dask`` the Dask
+    lowering must refuse it, saying why.
     """
     job = JobSpec.model_validate(spec)
     plan = plan_spec(job)
     if engine == "dask" and job.sql_sources():
         with pytest.raises(SpecError, match="only the Polars engine runs"):
+            build_frame(job, plan)
+        engine = "polars"
+    if engine == "dask" and decimal_casts(plan.expressions):
+        with pytest.raises(SpecError, match="runs only on the Polars engine"):
             build_frame(job, plan)
         engine = "polars"
     if engine == "polars":
