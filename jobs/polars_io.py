@@ -29,7 +29,7 @@ from urllib.parse import quote, unquote
 
 import polars as pl
 
-from jobs.safe_open import open_checked, verify_checked
+from jobs.safe_open import open_checked, open_for_writing, verify_checked
 from jobs.sandbox import CheckedFile, checked_file
 from jobs.sources import resolve_files
 from jobs.spec import SinkSpec, SourceSpec
@@ -158,6 +158,9 @@ class OutputTarget:
     #: The local source files the job checked against the data roots, verified on the worker
     #: before and after the query runs (:func:`write_output`).
     checked: tuple[CheckedFile, ...] = ()
+    #: The resolved data root a local ``location`` (then resolved too) lies in: the files are
+    #: written below it without following links (:func:`jobs.safe_open.open_for_writing`). None: no roots.
+    root: str | None = None
 
     def path(self, directory: str = "") -> str:
         extension = ".parquet" if self.sink.format == "parquet" else ".csv.gz" if self.sink.codec == "gzip" else ".csv"
@@ -165,10 +168,12 @@ class OutputTarget:
         return f"{folder}/{self.stem.format(0)}{extension}"
 
 
-def _open(path: str) -> Any:
+def _open(path: str, root: str | None) -> Any:
     import fsspec
 
     if not is_url(path):
+        if root is not None:
+            return open_for_writing(path, root)
         os.makedirs(os.path.dirname(path), exist_ok=True)
     return fsspec.open(path, "wb", **storage_options(path)).open()
 
@@ -195,13 +200,13 @@ def write_output(frame: pl.LazyFrame, target: OutputTarget, engine: Any = "auto"
     if sink.partition_on:
         keys = list(sink.partition_on)
         for values, part in table.partition_by(keys, as_dict=True, maintain_order=True).items():
-            with _open(target.path(partition_directory(keys, values))) as handle:
+            with _open(target.path(partition_directory(keys, values)), target.root) as handle:
                 part.drop(keys).write_parquet(handle, compression=codec, row_group_size=sink.row_group_size)
     elif sink.format == "parquet":
-        with _open(target.path()) as handle:
+        with _open(target.path(), target.root) as handle:
             table.write_parquet(handle, compression=codec, row_group_size=sink.row_group_size)
     else:
-        with _open(target.path()) as raw:
+        with _open(target.path(), target.root) as raw:
             handle = gzip.open(raw, "wb") if sink.codec == "gzip" else raw
             try:
                 table.write_csv(handle)

@@ -12,7 +12,8 @@ of another host, whose device numbers for a shared file system are its own, the 
 * :class:`RootBoundFileSystem` is an fsspec local file system whose reads go through it: the
   Dask engine reads sources with it, so every partition a worker reads is opened this way.
 * :func:`open_directory` opens a directory below a root that way, for a sink's commit
-  (:mod:`jobs.commit` renames relative to it).
+  (:mod:`jobs.commit` renames relative to it); :func:`open_for_writing`, a file the Polars
+  engine's worker writes into the staging directory.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 import errno
 import os
 import socket
-from typing import Any
+from typing import Any, BinaryIO
 
 from fsspec import register_implementation
 from fsspec.implementations.local import LocalFileOpener, LocalFileSystem
@@ -50,10 +51,11 @@ def _components(path: str, root: str) -> list[str]:
     return parts
 
 
-def open_directory(path: str, root: str, *, field: str = "sink.path", opening: str | None = None) -> int:
+def open_directory(path: str, root: str, *, field: str = "sink.path", opening: str | None = None, create: bool = False) -> int:
     """An fd of directory ``path``, walked from ``root`` (which may itself be a link: roots are configured) without following links.
 
-    ``field`` and ``opening`` (the file opened through it, if any) name it in the error.
+    ``field`` and ``opening`` (the file opened through it, if any) name it in the error; with
+    ``create``, folders that are missing are made.
 
     Raises
     ------
@@ -65,6 +67,11 @@ def open_directory(path: str, root: str, *, field: str = "sink.path", opening: s
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         for part in _components(path, root):
+            if create:
+                try:
+                    os.mkdir(part, dir_fd=fd)
+                except FileExistsError:
+                    pass
             try:
                 child = os.open(part, _DIRECTORY_FLAGS, dir_fd=fd)
             except OSError as exc:
@@ -112,6 +119,27 @@ def open_checked(file: CheckedFile) -> int:
         raise SourceChanged(f"'{file.path}' was replaced after it was checked; it was not read", field=field)
     os.set_blocking(fd, True)
     return fd
+
+
+def open_for_writing(path: str, root: str, *, field: str = "sink.path") -> BinaryIO:
+    """``path`` below ``root`` opened for writing (created or emptied), its folders made where missing; no link is followed.
+
+    Raises
+    ------
+    PathNotAllowed
+        A folder on the path, or the file, is a link (or not what it should be).
+    """
+    folder, name = os.path.split(path)
+    directory = open_directory(folder, root, field=field, opening=path, create=True)
+    try:
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=directory)
+    except OSError as exc:
+        if exc.errno in _LINK_ERRORS:
+            raise PathNotAllowed(f"'{path}' is a link; links are not followed here", field=field) from None
+        raise
+    finally:
+        os.close(directory)
+    return os.fdopen(fd, "wb")
 
 
 def verify_checked(files: tuple[CheckedFile, ...] | list[CheckedFile]) -> None:

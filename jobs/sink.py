@@ -141,11 +141,23 @@ class SinkWriter:
         return self.location if self.remote else str(self.staging)
 
     def polars_target(self, columns: list[ColumnSchema]) -> OutputTarget:
-        """Where a Polars job writes its part files; ``columns`` describe them for the manifest."""
+        """Where a Polars job writes its part files; ``columns`` describe them for the manifest.
+
+        With data roots, a local staging directory is given resolved, with its root: the worker
+        writes below the root without following links, so a link swapped in for the staging
+        directory (or a folder in it) is refused instead of written through.
+        """
         location = self.prepare([c.name for c in columns])
         self._planned_columns = columns
+        root = None
+        if not self.remote and self.allowed_roots is not None:
+            location = os.path.join(os.path.realpath(self.final.parent), self.staging.name)
+            root = local_root_of(location, self.allowed_roots)
+            if root is None:  # _check_parent has just passed: a swap since then
+                raise PathNotAllowed(f"the sink '{self.location}' now lies outside the allowed roots", field="sink.path")
         return OutputTarget(
-            location=location, stem=self._stem, sink=self.sink, storage=storage.current() if is_url(location) else None, checked=checked_so_far()
+            location=location, stem=self._stem, sink=self.sink, storage=storage.current() if is_url(location) else None,
+            checked=checked_so_far(), root=root,
         )
 
     def write_graph(self, frame: dd.DataFrame) -> Any:

@@ -286,3 +286,20 @@ def test_on_another_host_the_inode_alone_identifies_a_checked_file(tmp_path: Pat
     os.replace(root / "src" / "in.csv", root / "src" / "in.parquet")
     with pytest.raises(SourceChanged):
         open_checked(elsewhere)
+
+
+def test_a_polars_worker_does_not_write_through_a_staging_directory_swapped_for_a_link(tmp_path: Path) -> None:
+    root, secret = _source_and_secret(tmp_path)
+    writer = SinkWriter(SinkSpec(path=str(root / "out")), "job1", allowed_roots=[str(root)])
+    with enforce_roots([str(root)]):
+        frame = scan_source(SourceSpec(format="parquet", path=str(root / "src" / "in.parquet")))
+        target = writer.polars_target([ColumnSchema(name="a", type="int64")])
+    assert target.root == str(root.resolve())
+    (secret / "staged").mkdir()
+    os.symlink(secret / "staged", target.location)  # where the worker will write, before it does
+    with pytest.raises(PathNotAllowed, match="is now a link") as caught:
+        write_output(frame, target)
+    assert caught.value.field == "sink.path"
+    assert list((secret / "staged").iterdir()) == [], "nothing is written outside the root"
+    os.unlink(target.location)
+    assert write_output(frame, target) == 3 and (Path(target.location) / "part.000000.parquet").is_file()
