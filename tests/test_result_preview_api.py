@@ -65,6 +65,21 @@ def test_partition_columns_come_from_the_paths(service: ServiceProcess, sample_d
     assert regions == ["east", "north", "south", "test", "west"]
 
 
+def test_a_csv_sink_reads_back_the_same_rows_as_the_sdk(service: ServiceProcess, sample_data: dict[str, Path], tmp_path: Path) -> None:
+    spec = {
+        "name": "preview-csv",
+        "source": {"format": "parquet", "path": str(sample_data["sales"] / "*.parquet")},
+        "steps": [{"op": "sort", "by": ["order_id"]}, {"op": "select", "columns": ["order_id", "region", "amount"]}],
+        "sink": {"path": str(tmp_path / "csv"), "format": "csv"},
+    }
+    job_id = _succeeded(service, spec)
+    body = httpx.get(f"{service.url}/jobs/{job_id}/result", params={"head": 5}).json()
+    with service.client() as client:
+        head = client.head(job_id, 5)
+    assert [c["name"] for c in body["columns"]] == ["order_id", "region", "amount"]
+    assert body["rows"] == [list(r.values()) for r in head.to_pylist()] and [r[0] for r in body["rows"]] == [0, 1, 2, 3, 4]
+
+
 @pytest.mark.parametrize("head", ["0", "1001", "ten"])
 def test_head_out_of_range_is_a_422_naming_it(service: ServiceProcess, head: str) -> None:
     answer = httpx.get(f"{service.url}/jobs/nosuchjob/result", params={"head": head})

@@ -76,7 +76,7 @@ export function jobsView(stateFilter) {
         if (!seen.has(id)) { rows.delete(id); streams.get(id)?.close(); streams.delete(id); }
       }
       tbody.replaceChildren(...page.items.map(upsert)); // re-appends existing rows: newest first
-      if (!page.items.length) tbody.append(h("tr", {}, h("td", { colspan: 6, class: "muted" }, "No jobs yet. Submit one with `spillway submit spec.yaml` or POST /jobs.")));
+      if (!page.items.length) tbody.append(h("tr", {}, h("td", { colspan: 6, class: "muted" }, "No jobs yet. Submit one on the Submit page, with `spillway submit spec.yaml`, or POST /jobs.")));
       count.textContent = `${fmtInt(page.total)} job${page.total === 1 ? "" : "s"}${page.total > page.items.length ? `, newest ${page.items.length} shown` : ""}`;
       showError("");
     } catch (err) {
