@@ -24,6 +24,9 @@ from typing import Any
 import polars as pl
 
 TRACES_ENV = "CUDF_POLARS_LOG_TRACES"
+#: What cudf-polars 26.10 adds to each event unless told not to (read off its tracing module on an H200).
+TRACES_MEMORY_ENV = "CUDF_POLARS_LOG_TRACES_MEMORY"
+TRACES_FRAMES_ENV = "CUDF_POLARS_LOG_TRACES_DATAFRAMES"
 #: What the GPU's stages count when traces are on.
 NODE_UNIT = "plan nodes"
 #: Shown with such a job's progress.
@@ -164,4 +167,4 @@ def _compute_stage(plans: list[tuple[str, int | None]]) -> int:
     return max(len(plans) - 2, 0)
 
 
-__all__ = ["COUNTER", "NODE_UNIT", "TRACE_NOTE", "NodeCounts", "PlanNodeCounter", "PlanShape", "install", "plan_shape", "stage_rows", "traces_enabled"]
+__all__ = ["COUNTER", "NODE_UNIT", "TRACES_ENV", "TRACES_FRAMES_ENV", "TRACES_MEMORY_ENV", "TRACE_NOTE", "NodeCounts", "PlanNodeCounter", "PlanShape", "install", "plan_shape", "stage_rows", "traces_enabled"]
