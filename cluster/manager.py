@@ -40,7 +40,7 @@ from jobs.polars_frame import build_lazyframe
 from jobs.read_progress import SourceRead, source_reads
 from jobs.sandbox import check_paths, enforce_roots
 from jobs.sink import SinkWriter
-from jobs.status import PROGRESS_TOPIC, EngineChoice, ErrorDetail, JobProgress, JobStatus, StageProgress
+from jobs.status import PROGRESS_TOPIC, EngineChoice, ErrorDetail, JobProgress, JobStatus, ResultManifest, StageProgress
 from jobs.validate import plan_spec
 
 if TYPE_CHECKING:
@@ -82,6 +82,12 @@ class _NoMetrics:
 
 class _JobCancelled(Exception):
     pass
+
+
+class _NoLongerOurs(SpillwayError):
+    """At its commit, the job is no longer this replica's: another took this one for dead and settled it."""
+
+    code = INTERRUPTED
 
 
 class _JobTimedOut(Exception):
@@ -720,7 +726,7 @@ class JobManager:
         # SUCCEEDED: whoever sees the job succeed sees its resources too.
         sampled = asyncio.create_task(self._record_resources(active, job.id))
         try:
-            manifest = await asyncio.to_thread(active.writer.commit)
+            manifest = await asyncio.to_thread(self._fenced_commit, job.id, active)
         finally:
             await sampled
         committed_s = time.perf_counter() - phase
@@ -729,6 +735,23 @@ class JobManager:
         timings = f"{timings}, commit {committed_s:.3f} s"
         active.log.add(f"{self._now()} {timings}")
         log.info("job %s: succeeded, %d rows in %d files at %s (%s)", job.id, manifest.total_rows, len(manifest.files), manifest.location, timings)
+
+    def _fenced_commit(self, job_id: str, active: _ActiveJob) -> ResultManifest:
+        """Commit the output, unless the job is no longer this replica's to commit (in the committing thread).
+
+        A replica silent past the timeout (stalled, not dead) is taken for dead by another, which
+        settles its jobs; if this one then reaches its commit, it must not land output under a job
+        already FAILED. The row is read again right before the rename (a window of one read remains).
+        """
+        now = self.store.get(job_id)
+        if now.state != JobStatus.RUNNING or (now.replica is not None and now.replica != self.replica_id):
+            elsewhere = f" on {now.replica}" if now.replica and now.replica != self.replica_id else ""
+            message = (f"this replica ({self.replica_id}) was taken for dead while the job ran and the job is now "
+                       f"{now.state.value}{elsewhere}; its output was not committed")
+            active.log.add(f"{self._now()} {message}")
+            log.warning("job %s: %s", job_id, message)
+            raise _NoLongerOurs(message)
+        return active.writer.commit()
 
     async def _record_resources(self, active: _ActiveJob, job_id: str) -> None:
         """Stop the job's GPU sampler (if it has one still running) and record what it measured.

@@ -182,3 +182,40 @@ def test_a_replica_taken_for_dead_stops_its_job_and_runs_on(tmp_path: Path, big_
                 os.kill(pid, signal.SIGKILL)
         service.stop()
         store.close()
+
+
+def test_a_replica_that_reaches_its_commit_after_another_settled_its_job_commits_nothing(
+    tmp_path: Path, big_data: dict[str, Path]
+) -> None:
+    """A replica stalled past the timeout (here: its job's worker held with SIGSTOP) while another
+    replica settles its job FAILED: when the query then finishes, the commit is refused — the job
+    stays as the other replica left it and no output lands (cluster/manager.py ``_fenced_commit``)."""
+    from jobs.status import ErrorDetail
+
+    workdir = tmp_path / "svc"
+    service = start_service(workdir, extra_env={**REPLICA_ENV, "SPILLWAY_REPLICA_NAME": "late"})
+    store = JobStore(f"sqlite:///{workdir / 'spillway.db'}", migrate=False)
+    stopped: list[int] = []
+    try:
+        with service.client() as api, Client(api.cluster().scheduler_address, timeout=30) as dask_client:
+            pids = dask_client.run(os.getpid)
+            job_id = api.submit(slow_spec("polars", big_data, tmp_path / "late_out")).id
+            worker = wait_for(lambda: polars_task_worker(dask_client, job_id), timeout=90, interval=0.05, what="the job's task to run")
+            os.kill(pids[worker], signal.SIGSTOP)
+            stopped.append(pids[worker])
+            # What another replica does to a job whose replica it took for dead.
+            settled = ErrorDetail(code="interrupted", message="settled by another replica")
+            assert store.finish(job_id, JobStatus.FAILED, error=settled)
+            os.kill(pids[worker], signal.SIGCONT)
+            stopped.clear()
+            wait_for(lambda: any("was not committed" in line for line in api.logs(job_id)), timeout=120, what="the refused commit")
+            job = api.get(job_id)
+            assert job.state == JobStatus.FAILED and job.error is not None and job.error.message == "settled by another replica"
+            assert job.result is None
+        assert not (tmp_path / "late_out").exists()
+    finally:
+        for pid in stopped:
+            if psutil.pid_exists(pid):
+                os.kill(pid, signal.SIGCONT)
+        service.stop()
+        store.close()

@@ -262,6 +262,11 @@ def test_with_auth_on_the_pages_ask_for_a_token_and_respect_its_scope(browser: A
         assert "Would run on" in until(browser, "return document.getElementById('validation-report')?.textContent", what="the report")
         js(browser, "location.hash = '#/pipelines'")
         assert "No pipelines yet" in until(browser, "return document.getElementById('pipelines')?.textContent", what="the pipelines page")
+        # The dashboard proxy takes the token once as ?token= (then a cookie): the links carry it, to this origin only.
+        js(browser, "location.hash = '#/cluster'")
+        links = until(browser, "const a = [...document.querySelectorAll('.dashboard a')].map(a => a.href); return a.length ? a : null",
+                      what="the dashboard links")
+        assert all(link.startswith(f"{service.url}/dashboard/") and link.endswith(f"?token={submit_token}") for link in links), links
     finally:
         js(browser, "sessionStorage.clear()")  # the next test's service has auth off
         browser.get("about:blank")  # stop the page's polling before its service goes

@@ -1,5 +1,7 @@
 // Building the page (always as text, never as HTML) and formatting the API's numbers and times.
 
+import { token } from "./api.js";
+
 export const STATES = ["PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"];
 export const TERMINAL = new Set(["SUCCEEDED", "FAILED", "CANCELLED"]);
 export const POLL_MS = 2000;
@@ -129,6 +131,11 @@ export function dashboardLinks(link) {
   if (!link) return null;
   const base = link.replace(/\/status\/?$/, "").replace(/\/$/, "");
   const pages = [["Status", "/status"], ["Task stream", "/tasks"], ["Progress", "/individual-progress"], ["Workers", "/workers"]];
+  // The service's dashboard proxy takes the token once as ?token= (it answers with a cookie for
+  // /dashboard and a redirect without it); only ever sent to this page's own origin.
+  const sameOrigin = new URL(base, window.location.href).origin === window.location.origin;
+  const query = sameOrigin && token() ? `?token=${encodeURIComponent(token())}` : "";
   return h("p", { class: "dashboard" }, "Dask dashboard: ",
-    pages.map(([name, path], i) => [i ? " · " : "", h("a", { href: base + path, target: "_blank", rel: "noopener" }, name)]));
+    pages.map(([name, path], i) => [i ? " · " : "",
+      h("a", { href: base + path + query, target: "_blank", rel: "noopener noreferrer", referrerpolicy: "no-referrer" }, name)]));
 }
