@@ -15,6 +15,8 @@ import os
 import signal
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +25,8 @@ import psutil
 import pytest
 from distributed import Client
 
-from jobs.status import JobStatus
+from jobs.status import ErrorDetail, JobStatus
+from service.client import SpillwayClient
 from service.replica_heartbeat import SCHEDULER_LEASE
 from service.store import JobStore, make_engine
 from tests.conftest import POSTGRES_URL, ServiceProcess, start_service, wait_for, wait_terminal
@@ -152,70 +155,71 @@ def test_two_replicas_share_the_queue_cancel_each_others_jobs_and_survive_a_kill
         store.close()
 
 
+@dataclass
+class HeldJob:
+    """A job of a one-replica service (SQLite) whose Polars task runs on a worker held with SIGSTOP."""
+
+    api: SpillwayClient
+    store: JobStore
+    job_id: str
+    worker_pid: int | None
+
+    def release(self) -> None:
+        """Let the held worker run on."""
+        if self.worker_pid is not None:
+            os.kill(self.worker_pid, signal.SIGCONT)
+            self.worker_pid = None
+
+
+@contextmanager
+def held_job(tmp_path: Path, big_data: dict[str, Path], name: str, sink: Path) -> Iterator[HeldJob]:
+    """Start a replica named ``name``, submit a slow Polars job writing ``sink`` and hold its worker; kill it after if still held."""
+    workdir = tmp_path / "svc"
+    service = start_service(workdir, extra_env={**REPLICA_ENV, "SPILLWAY_REPLICA_NAME": name})
+    store = JobStore(f"sqlite:///{workdir / 'spillway.db'}", migrate=False)
+    held: HeldJob | None = None
+    try:
+        with service.client() as api, Client(api.cluster().scheduler_address, timeout=30) as dask_client:
+            pids = dask_client.run(os.getpid)
+            job_id = api.submit(slow_spec("polars", big_data, sink)).id
+            worker = wait_for(lambda: polars_task_worker(dask_client, job_id), timeout=90, interval=0.05, what="the job's task to run")
+            os.kill(pids[worker], signal.SIGSTOP)
+            held = HeldJob(api, store, job_id, pids[worker])
+            yield held
+    finally:
+        if held is not None and held.worker_pid is not None and psutil.pid_exists(held.worker_pid):
+            os.kill(held.worker_pid, signal.SIGKILL)
+        service.stop()
+        store.close()
+
+
 def test_a_replica_taken_for_dead_stops_its_job_and_runs_on(tmp_path: Path, big_data: dict[str, Path], sample_data: dict[str, Path]) -> None:
     """One replica (SQLite) whose heartbeat row another replica deleted, as after a stall past the timeout:
     it fails its running job as interrupted, saying why, registers again and runs the next job."""
-    workdir = tmp_path / "svc"
-    service = start_service(workdir, extra_env={**REPLICA_ENV, "SPILLWAY_REPLICA_NAME": "stalled"})
-    store = JobStore(f"sqlite:///{workdir / 'spillway.db'}", migrate=False)
-    stopped: list[int] = []
-    try:
-        with service.client() as api, Client(api.cluster().scheduler_address, timeout=30) as dask_client:
-            pids = dask_client.run(os.getpid)
-            job_id = api.submit(slow_spec("polars", big_data, tmp_path / "held")).id
-            worker = wait_for(lambda: polars_task_worker(dask_client, job_id), timeout=90, interval=0.05, what="the job's task to run")
-            os.kill(pids[worker], signal.SIGSTOP)
-            stopped.append(pids[worker])
-            me = api.get(job_id).replica
-            assert me is not None and me.startswith("stalled-")
-            store.replicas.remove(me)  # what another replica does to one silent past the timeout
-            failed = wait_terminal(api, job_id, timeout=60)
-            assert failed.state == JobStatus.FAILED and failed.error is not None and failed.error.code == "interrupted"
-            assert "taken for dead" in failed.error.message and "SPILLWAY_REPLICA_TIMEOUT_S" in failed.error.message
-            wait_for(lambda: me in [r for r, _ in store.replicas.live()], timeout=30, what="the replica to register again")
-            after = wait_terminal(api, api.submit(quick(sample_data, tmp_path / "after")).id, timeout=120)
-            assert after.state == JobStatus.SUCCEEDED and after.replica == me
-        assert not (tmp_path / "held").exists()
-    finally:
-        for pid in stopped:
-            if psutil.pid_exists(pid):
-                os.kill(pid, signal.SIGKILL)
-        service.stop()
-        store.close()
+    with held_job(tmp_path, big_data, "stalled", tmp_path / "held") as held:
+        api, store = held.api, held.store
+        me = api.get(held.job_id).replica
+        assert me is not None and me.startswith("stalled-")
+        store.replicas.remove(me)  # what another replica does to one silent past the timeout
+        failed = wait_terminal(api, held.job_id, timeout=60)
+        assert failed.state == JobStatus.FAILED and failed.error is not None and failed.error.code == "interrupted"
+        assert "taken for dead" in failed.error.message and "SPILLWAY_REPLICA_TIMEOUT_S" in failed.error.message
+        wait_for(lambda: me in [r for r, _ in store.replicas.live()], timeout=30, what="the replica to register again")
+        after = wait_terminal(api, api.submit(quick(sample_data, tmp_path / "after")).id, timeout=120)
+        assert after.state == JobStatus.SUCCEEDED and after.replica == me
+    assert not (tmp_path / "held").exists()
 
 
-def test_a_replica_that_reaches_its_commit_after_another_settled_its_job_commits_nothing(
-    tmp_path: Path, big_data: dict[str, Path]
-) -> None:
+def test_a_replica_that_reaches_its_commit_after_another_settled_its_job_commits_nothing(tmp_path: Path, big_data: dict[str, Path]) -> None:
     """A replica stalled past the timeout (here: its job's worker held with SIGSTOP) while another
     replica settles its job FAILED: when the query then finishes, the commit is refused — the job
     stays as the other replica left it and no output lands (cluster/manager.py ``_fenced_commit``)."""
-    from jobs.status import ErrorDetail
-
-    workdir = tmp_path / "svc"
-    service = start_service(workdir, extra_env={**REPLICA_ENV, "SPILLWAY_REPLICA_NAME": "late"})
-    store = JobStore(f"sqlite:///{workdir / 'spillway.db'}", migrate=False)
-    stopped: list[int] = []
-    try:
-        with service.client() as api, Client(api.cluster().scheduler_address, timeout=30) as dask_client:
-            pids = dask_client.run(os.getpid)
-            job_id = api.submit(slow_spec("polars", big_data, tmp_path / "late_out")).id
-            worker = wait_for(lambda: polars_task_worker(dask_client, job_id), timeout=90, interval=0.05, what="the job's task to run")
-            os.kill(pids[worker], signal.SIGSTOP)
-            stopped.append(pids[worker])
-            # What another replica does to a job whose replica it took for dead.
-            settled = ErrorDetail(code="interrupted", message="settled by another replica")
-            assert store.finish(job_id, JobStatus.FAILED, error=settled)
-            os.kill(pids[worker], signal.SIGCONT)
-            stopped.clear()
-            wait_for(lambda: any("was not committed" in line for line in api.logs(job_id)), timeout=120, what="the refused commit")
-            job = api.get(job_id)
-            assert job.state == JobStatus.FAILED and job.error is not None and job.error.message == "settled by another replica"
-            assert job.result is None
-        assert not (tmp_path / "late_out").exists()
-    finally:
-        for pid in stopped:
-            if psutil.pid_exists(pid):
-                os.kill(pid, signal.SIGCONT)
-        service.stop()
-        store.close()
+    with held_job(tmp_path, big_data, "late", tmp_path / "late_out") as held:
+        # What another replica does to a job whose replica it took for dead.
+        assert held.store.finish(held.job_id, JobStatus.FAILED, error=ErrorDetail(code="interrupted", message="settled by another replica"))
+        held.release()
+        wait_for(lambda: any("was not committed" in line for line in held.api.logs(held.job_id)), timeout=120, what="the refused commit")
+        job = held.api.get(held.job_id)
+        assert job.state == JobStatus.FAILED and job.error is not None and job.error.message == "settled by another replica"
+        assert job.result is None
+    assert not (tmp_path / "late_out").exists()
