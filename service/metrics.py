@@ -61,6 +61,8 @@ class _StoreCollector(Collector):
         # The queue wait histogram observes a job only once it starts: this shows a queue that is stuck.
         waited = 0.0 if oldest is None else max((self.clock() - aware(oldest)).total_seconds(), 0.0)  # type: ignore[operator]
         yield GaugeMetricFamily("spillway_queue_oldest_pending_seconds", "How long the oldest PENDING job has waited (0: none waits).", value=waited)
+        # Replicas with a heartbeat row: one taken for dead loses its row, so a drop here is a replica gone.
+        yield GaugeMetricFamily("spillway_replicas", "Service replicas with a heartbeat row in the database.", value=len(self.store.replicas.live()))
 
 
 class _ClusterCollector(Collector):

@@ -21,6 +21,7 @@ from service.client import SpillwayClient
 from service.launcher import launch_service
 from jobs.spec import JobSpec
 from service.metrics import _ClusterCollector, _StoreCollector
+from service.replicas import ReplicaIdentity
 from service.store import JobStore
 from service.pipeline_metrics import PipelineCollector
 from service.pipelines import PipelineStore
@@ -177,6 +178,9 @@ def test_the_oldest_pending_jobs_wait_shows_a_stuck_queue(tmp_path: Path) -> Non
         samples = _collect(collector)
         assert value(samples, "spillway_queue_oldest_pending_seconds") == 90
         assert value(samples, "spillway_queue_length") == 2
+        assert value(samples, "spillway_replicas") == 0
+        store.replicas.register(ReplicaIdentity.of_this_process("metrics"))  # what a starting service does
+        assert value(_collect(collector), "spillway_replicas") == 1
     finally:
         store.close()
 
