@@ -14,6 +14,7 @@ import os
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import dask
@@ -162,6 +163,10 @@ class _SlowWriter:
 class _Store:
     def __init__(self) -> None:
         self.finished: list[tuple[str, JobStatus]] = []
+
+    def get(self, job_id: str) -> Any:
+        """The job as the commit's fence reads it: still RUNNING here (no other replica settled it)."""
+        return SimpleNamespace(id=job_id, state=JobStatus.RUNNING, replica=None)
 
     def finish(self, job_id: str, to: JobStatus, **_: Any) -> bool:
         self.finished.append((job_id, to))
