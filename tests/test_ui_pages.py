@@ -214,7 +214,7 @@ def test_submit_form_shows_the_apis_errors_on_their_lines_then_submits(ui_servic
 
     # Edit as a new job: the spec comes back as JSON; the sink is now taken, a 409 placed on its line.
     click(browser, "#edit-spec")
-    until(browser, "return location.hash === '#/submit' && document.getElementById('spec-text').value.startsWith('{')", what="the spec in the form")
+    until(browser, "return location.hash === '#/submit' && document.getElementById('spec-text')?.value.startsWith('{')", what="the spec in the form")
     error = refusal(browser, "#validate-spec", 409)
     assert error["status"] == "409" and error["field"] == "sink.path", error
     number, line = error["bad"][0]
