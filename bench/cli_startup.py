@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from service.launcher import REPO_ROOT, launch_service
+from spillway.service.launcher import REPO_ROOT, launch_service
 
 SERVER_LIBRARIES = ("fastapi", "sqlalchemy", "dask", "distributed", "pandas", "uvicorn")
 
@@ -32,14 +32,14 @@ def time_command(repo: Path, args: list[str], repeat: int) -> tuple[float, float
     times: list[float] = []
     for _ in range(repeat):
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "service.cli", *args], cwd=repo, capture_output=True, check=False)
+        subprocess.run([sys.executable, "-m", "spillway", *args], cwd=repo, capture_output=True, check=False)
         times.append(time.perf_counter() - start)
     return min(times), statistics.median(times)
 
 
 def import_profile(repo: Path, args: list[str]) -> tuple[float, list[str]]:
     """Total import time (s) of one run, summed over top-level imports, and the server libraries loaded."""
-    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "service.cli", *args], cwd=repo, capture_output=True, text=True, check=False)
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "spillway", *args], cwd=repo, capture_output=True, text=True, check=False)
     total_us = 0
     loaded: set[str] = set()
     for line in done.stderr.splitlines():

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from service.launcher import ServiceProcess
+from spillway.service.launcher import ServiceProcess
 
 
 def log(message: str) -> None:

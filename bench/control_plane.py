@@ -33,11 +33,11 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from jobs.samples import write_sample_data  # noqa: E402
-from jobs.spec import JobSpec  # noqa: E402
-from jobs.status import JobStatus  # noqa: E402
-from service.client import SpillwayClient  # noqa: E402
-from service.launcher import launch_service  # noqa: E402
+from spillway.jobs.samples import write_sample_data  # noqa: E402
+from spillway.jobs.spec import JobSpec  # noqa: E402
+from spillway.jobs.status import JobStatus  # noqa: E402
+from spillway.service.client import SpillwayClient  # noqa: E402
+from spillway.service.launcher import launch_service  # noqa: E402
 
 
 def trivial_spec(data: Path, sink: Path) -> dict[str, Any]:
@@ -109,8 +109,8 @@ def through_service(work: Path, data: Path, runs: int, engine: str) -> dict[str,
 
 
 def _polars_runs(data: Path, sinks: list[Path], queue: Any) -> None:
-    from jobs.polars_frame import build_lazyframe
-    from jobs.validate import plan_spec
+    from spillway.jobs.polars_frame import build_lazyframe
+    from spillway.jobs.validate import plan_spec
 
     times = []
     for sink in sinks:
@@ -138,7 +138,7 @@ def direct_dask(work: Path, data: Path, runs: int) -> dict[str, Any]:
     import dask
     from distributed import Client, LocalCluster
 
-    from jobs.pipeline import backend_config, build_frame
+    from spillway.jobs.pipeline import backend_config, build_frame
 
     times: list[float] = []
     with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster, Client(cluster):

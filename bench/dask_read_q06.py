@@ -4,7 +4,7 @@
 ``astype`` per decimal and date column, which pandas does through ``decimal.Decimal`` and
 ``datetime.date`` objects), reproduced inline below; ``new`` is ``jobs.dask_read`` as it
 is (decimals and dates converted in each partition's Arrow table). Both build the frame
-of ``examples/tpch/q06.yaml`` with ``jobs.pipeline.build_frame`` under
+of ``examples/tpch/q06.yaml`` with ``spillway.jobs.pipeline.build_frame`` under
 ``backend_config("pandas")`` and compute its one-row answer on the same ``LocalCluster``
 (``--workers`` single-thread worker processes, as the service's CPU cluster), one run of
 each read after the other in every round; the first round is cold and left out of the
@@ -31,13 +31,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import dask.dataframe as dd  # noqa: E402
 
-import jobs.pipeline  # noqa: E402
+import spillway.jobs.pipeline  # noqa: E402
 from bench.common import build_once, log  # noqa: E402
 from bench.tpch_examples import QUERIES, load_spec, tpchgen, write_tables  # noqa: E402
-from jobs.dask_read import _read_parquet, read_source  # noqa: E402
-from jobs.sources import parquet_schema, plain_types, resolve_files  # noqa: E402
-from jobs.spec import JobSpec, SourceSpec  # noqa: E402
-from jobs.storage import storage_options  # noqa: E402
+from spillway.jobs.dask_read import _read_parquet, read_source  # noqa: E402
+from spillway.jobs.sources import parquet_schema, plain_types, resolve_files  # noqa: E402
+from spillway.jobs.spec import JobSpec, SourceSpec  # noqa: E402
+from spillway.jobs.storage import storage_options  # noqa: E402
 
 READS = ("old", "new")
 
@@ -55,19 +55,19 @@ def old_read_source(source: SourceSpec, *, field: str = "source") -> dd.DataFram
 @contextmanager
 def reading(read: str) -> Iterator[None]:
     """``jobs.pipeline`` reading its sources the ``read`` way."""
-    saved = jobs.pipeline.read_source
-    jobs.pipeline.read_source = old_read_source if read == "old" else read_source
+    saved = spillway.jobs.pipeline.read_source
+    spillway.jobs.pipeline.read_source = old_read_source if read == "old" else read_source
     try:
         yield
     finally:
-        jobs.pipeline.read_source = saved
+        spillway.jobs.pipeline.read_source = saved
 
 
 def run_once(spec: JobSpec, read: str) -> tuple[float, float, float]:
     """(seconds to build the frame, seconds to compute it, revenue) for one read."""
-    with reading(read), jobs.pipeline.backend_config("pandas"):
+    with reading(read), spillway.jobs.pipeline.backend_config("pandas"):
         start = time.perf_counter()
-        frame = jobs.pipeline.build_frame(spec)
+        frame = spillway.jobs.pipeline.build_frame(spec)
         built = time.perf_counter()
         answer = frame.compute()
         done = time.perf_counter()

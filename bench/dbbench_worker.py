@@ -171,7 +171,7 @@ class SpillwayEngine:
         import dask
         import pandas
 
-        from service.launcher import launch_service
+        from spillway.service.launcher import launch_service
 
         from bench.common import service_env
 

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import log, service_env  # noqa: E402
 from bench.tpch_examples import load_spec  # noqa: E402
-from service.launcher import ServiceProcess, launch_service  # noqa: E402
+from spillway.service.launcher import ServiceProcess, launch_service  # noqa: E402
 
 QUERIES = ("q01", "q03", "q05", "q06", "q09", "q10", "q12", "q18")
 

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import log, run_job  # noqa: E402
 from bench.gpu_service import gpu_env, make_data, versions  # noqa: E402
-from service.launcher import launch_service  # noqa: E402
+from spillway.service.launcher import launch_service  # noqa: E402
 
 AGGS = {"s": {"func": "sum", "column": "v"}, "m": {"func": "mean", "column": "v"}, "sd": {"func": "std", "column": "v"}}
 

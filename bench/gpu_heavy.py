@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.common import log, run_job  # noqa: E402
 from bench.gpu_service import gpu_env, make_data, versions  # noqa: E402
-from service.launcher import launch_service  # noqa: E402
+from spillway.service.launcher import launch_service  # noqa: E402
 
 RESULTS: dict[str, Any] = {}
 GB = 1e9
@@ -261,7 +261,7 @@ def long_jobs(work: Path, data: dict[str, Path], partner: Path, args: argparse.N
 
 def sample_worker(dask_worker: Any = None) -> dict[str, Any]:
     """One worker's memory reading: NVML in use, cuDF spill totals, dask-cuda buffers."""
-    from cluster.gpu_stats import worker_gpu_stats
+    from spillway.cluster.gpu_stats import worker_gpu_stats
 
     reading = worker_gpu_stats()
     try:

@@ -33,8 +33,8 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import log, run_job, service_env  # noqa: E402
-from jobs.status import JobStatus  # noqa: E402
-from service.launcher import ServiceProcess, launch_service  # noqa: E402
+from spillway.jobs.status import JobStatus  # noqa: E402
+from spillway.service.launcher import ServiceProcess, launch_service  # noqa: E402
 
 RESULTS: dict[str, Any] = {}
 

@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import log, service_env  # noqa: E402
 from bench.gpu_tpch import committed, same_answer  # noqa: E402
 from bench.tpch_examples import load_spec  # noqa: E402
-from cluster.settings import parse_memory  # noqa: E402
-from service.launcher import launch_service  # noqa: E402
+from spillway.cluster.settings import parse_memory  # noqa: E402
+from spillway.service.launcher import launch_service  # noqa: E402
 
 
 def run(data: Path, work: Path, queries: list[str], limit: str | None, iterations: int) -> dict[str, Any]:
@@ -66,10 +66,10 @@ def run(data: Path, work: Path, queries: list[str], limit: str | None, iteration
 
 def _direct_runs(data: Path, work: Path, queries: list[str], limit_bytes: int, iterations: int, queue: Any) -> None:
     """In a fresh process: each query's LazyFrame collected by cudf-polars' streaming executor under ``limit_bytes``."""
-    from jobs.gpu_streaming import streaming_gpu_engine, take_spilled_bytes
-    from jobs.polars_frame import build_lazyframe
-    from jobs.spec import JobSpec
-    from jobs.validate import plan_spec
+    from spillway.jobs.gpu_streaming import streaming_gpu_engine, take_spilled_bytes
+    from spillway.jobs.polars_frame import build_lazyframe
+    from spillway.jobs.spec import JobSpec
+    from spillway.jobs.validate import plan_spec
 
     engine = streaming_gpu_engine(limit_bytes)  # the limit is read when the engine is first built: before any query
     results: dict[str, Any] = {}

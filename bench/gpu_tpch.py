@@ -42,8 +42,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench.common import log, service_env  # noqa: E402
 from bench.tpch_examples import QUERIES, SPECS, TABLES, load_spec, plain_column, tpchgen, write_tables  # noqa: E402
-from jobs.sink import read_manifest  # noqa: E402
-from service.launcher import ServiceProcess, launch_service  # noqa: E402
+from spillway.jobs.sink import read_manifest  # noqa: E402
+from spillway.service.launcher import ServiceProcess, launch_service  # noqa: E402
 
 ENGINES = ("spillway", "spillway-plan", "cudf-polars", "polars-cpu", "duckdb")
 # Where the GPU machine's wheelhouse installs console scripts (see ../shared/gpu/README.md).
@@ -197,9 +197,9 @@ def plan_engine(data: Path, scratch: Path, device: str) -> Callable[[str], pd.Da
     """Spillway's own LazyFrame for each spec, collected in this process: the Polars engine without the service."""
     import polars as pl
 
-    from jobs.polars_frame import build_lazyframe
-    from jobs.spec import JobSpec
-    from jobs.validate import plan_spec
+    from spillway.jobs.polars_frame import build_lazyframe
+    from spillway.jobs.spec import JobSpec
+    from spillway.jobs.validate import plan_spec
 
     engine: Any = pl.GPUEngine(executor="in-memory", raise_on_fail=True) if device == "gpu" else "streaming"
 

@@ -28,9 +28,9 @@ structlog.configure(processors=[lambda logger, name, event: events.append(dict(e
 import polars as pl
 from pathlib import Path
 from bench.tpch_examples import load_spec
-from jobs.spec import JobSpec
-from jobs.validate import plan_spec
-from jobs.polars_frame import build_lazyframe
+from spillway.jobs.spec import JobSpec
+from spillway.jobs.validate import plan_spec
+from spillway.jobs.polars_frame import build_lazyframe
 executor = {executor!r}
 engine = pl.GPUEngine(executor=executor, raise_on_fail=True)
 out = {{}}

@@ -22,8 +22,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from jobs.samples import write_sample_data  # noqa: E402
-from service.launcher import launch_service  # noqa: E402
+from spillway.jobs.samples import write_sample_data  # noqa: E402
+from spillway.service.launcher import launch_service  # noqa: E402
 
 
 def percentile(values: list[float], q: float) -> float:

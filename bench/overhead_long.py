@@ -31,9 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.gpu_heavy import sort_spec  # noqa: E402
 from bench.common import build_once, log, service_env, side_by_side  # noqa: E402
-from jobs.pipeline import backend_config, build_frame  # noqa: E402
-from jobs.spec import JobSpec  # noqa: E402
-from service.launcher import launch_service  # noqa: E402
+from spillway.jobs.pipeline import backend_config, build_frame  # noqa: E402
+from spillway.jobs.spec import JobSpec  # noqa: E402
+from spillway.service.launcher import launch_service  # noqa: E402
 
 
 def make_data(root: Path, rows: int, files: int = 16) -> Path:

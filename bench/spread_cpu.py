@@ -20,8 +20,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from jobs.samples import write_sample_data  # noqa: E402
-from service.launcher import launch_service  # noqa: E402
+from spillway.jobs.samples import write_sample_data  # noqa: E402
+from spillway.service.launcher import launch_service  # noqa: E402
 
 
 def spread(counts: dict[str, int], workers: int) -> dict[str, Any]:

@@ -24,9 +24,9 @@ import numpy as np
 import pandas as pd
 
 from bench.tpch_examples import QUERIES, TABLES, plain_column, tpchgen, write_tables
-from jobs.polars_frame import build_lazyframe
-from jobs.spec import JobSpec
-from jobs.validate import plan_spec
+from spillway.jobs.polars_frame import build_lazyframe
+from spillway.jobs.spec import JobSpec
+from spillway.jobs.validate import plan_spec
 
 
 def same_answer(actual: pd.DataFrame, expected: pd.DataFrame) -> str | None:
@@ -70,7 +70,7 @@ def main() -> None:
         write_tables(binary, args.data, args.sf, 16)
     import duckdb
 
-    from jobs.gpu_support import gpu_engine, gpu_refusal
+    from spillway.jobs.gpu_support import gpu_engine, gpu_refusal
 
     con = duckdb.connect()
     for table in TABLES:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from service.documents import read_mapping
+from spillway.service.documents import read_mapping
 
 SPECS = Path(__file__).resolve().parents[1] / "examples" / "tpch"
 TABLES = ("region", "nation", "customer", "supplier", "part", "partsupp", "orders", "lineitem")

@@ -21,12 +21,12 @@ from urllib.parse import urlsplit
 
 from distributed import Client
 
-from cluster.gpu_stats import worker_gpu_stats
-from cluster.info import ClusterInfo, worker_info
-from cluster.local_process import HANDSHAKE
-from cluster.settings import DASHBOARD_PREFIX, ClusterSettings, parse_memory
-from jobs.errors import ClusterConfigError
-from jobs.pipeline import Backend
+from spillway.cluster.gpu_stats import worker_gpu_stats
+from spillway.cluster.info import ClusterInfo, worker_info
+from spillway.cluster.local_process import HANDSHAKE
+from spillway.cluster.settings import DASHBOARD_PREFIX, ClusterSettings, parse_memory
+from spillway.jobs.errors import ClusterConfigError
+from spillway.jobs.pipeline import Backend
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +178,7 @@ class LocalClusterProcess:
             If the cluster could not start; the child's reason is in the message.
         """
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "cluster.local_process"],
+            [sys.executable, "-m", "spillway.cluster.local_process"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -245,7 +245,7 @@ async def start_cluster(settings: ClusterSettings) -> ClusterHandle:
             client, planner, backend, "external", protocol, None, settings.dashboard_public_url, reason, dashboard_proxy=settings.dashboard_proxy
         )
     if backend == "cudf":
-        from cluster.gpu import cuda_cluster_kwargs
+        from spillway.cluster.gpu import cuda_cluster_kwargs
 
         cuda_cluster_kwargs(settings, visible_gpu_count())  # validate here, before a process starts
         kind, protocol = "LocalCUDACluster", settings.protocol

@@ -11,10 +11,10 @@ import importlib.util
 import os
 from typing import Any
 
-from cluster.local_process import dashboard_options
-from cluster.settings import ClusterSettings, parse_memory
-from jobs.errors import ClusterConfigError
-from jobs.gpu_trace_progress import TRACES_ENV, TRACES_FRAMES_ENV, TRACES_MEMORY_ENV
+from spillway.cluster.local_process import dashboard_options
+from spillway.cluster.settings import ClusterSettings, parse_memory
+from spillway.jobs.errors import ClusterConfigError
+from spillway.jobs.gpu_trace_progress import TRACES_ENV, TRACES_FRAMES_ENV, TRACES_MEMORY_ENV
 
 UCX_HINT = "protocol=ucx needs distributed-ucxx: pip install '.[gpu]' (or set SPILLWAY_CLUSTER__PROTOCOL=tcp)"
 
@@ -101,7 +101,7 @@ def local_cuda_cluster(settings: ClusterSettings) -> Any:
     """
     from dask_cuda import LocalCUDACluster
 
-    from cluster.factory import visible_gpu_count
+    from spillway.cluster.factory import visible_gpu_count
 
     kwargs = cuda_cluster_kwargs(settings, visible_gpu_count())
     devices = kwargs["CUDA_VISIBLE_DEVICES"].split(",")

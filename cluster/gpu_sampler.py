@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from jobs.status import JobResources
+from spillway.jobs.status import JobResources
 
 METHOD = (
     "sampled with client.run on every worker each progress interval: device memory in use from NVML "

@@ -19,7 +19,7 @@ import logging
 import sys
 from typing import Any
 
-from cluster.settings import DASHBOARD_PREFIX, ClusterSettings
+from spillway.cluster.settings import DASHBOARD_PREFIX, ClusterSettings
 
 HANDSHAKE = "SPILLWAY-CLUSTER"
 
@@ -42,12 +42,12 @@ def dashboard_options(settings: ClusterSettings) -> dict[str, Any]:
 
 def _start(settings: ClusterSettings, backend: str) -> object:
     if backend == "cudf":
-        from cluster.gpu import local_cuda_cluster
+        from spillway.cluster.gpu import local_cuda_cluster
 
         return local_cuda_cluster(settings)
     from distributed import LocalCluster
 
-    from cluster.settings import parse_memory
+    from spillway.cluster.settings import parse_memory
 
     return LocalCluster(
         n_workers=settings.n_workers,

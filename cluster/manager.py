@@ -18,37 +18,37 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from distributed.client import FutureCancelledError, FuturesCancelledError
 
-from cluster.factory import ClusterHandle
-from cluster.gpu_sampler import GpuSampler
-from cluster.hung_workers import restart_silent_workers, silent_workers
-from cluster.info import RunningJob
-from cluster.job_logs import JobLog
-from cluster import polars_job
-from cluster.plan import plan_job
-from cluster.planning import PlanningCancelled, PlanningTimedOut, run_planning, stop_planning
-from cluster.progress import JobProgressPlugin, plugin_name
-from jobs.dask_read import check_partitions
-from jobs.engine_choice import EngineName, choose_engine
-from jobs.gpu_placement import GpuPlacement, device_limit_bytes, place_on_gpu
-from jobs.gpu_support import settle_on_gpu
-from jobs.errors import IntegerOverflow, InvalidTransition, SpillwayError, TooManyPartitions
-from jobs.expr import shorten
-from jobs.lower_pandas import INT64_MAX, INT64_MIN
-from jobs.lower_polars import INT64_OVERFLOW, has_integer_arithmetic
-from jobs.logical import LogicalPlan
-from jobs.polars_frame import build_lazyframe
-from jobs.read_progress import SourceRead, source_reads
-from jobs.sandbox import check_paths, enforce_roots
-from jobs.sink import SinkWriter
-from jobs.status import PROGRESS_TOPIC, EngineChoice, ErrorDetail, JobProgress, JobStatus, ResultManifest, StageProgress
-from jobs.validate import plan_spec
+from spillway.cluster.factory import ClusterHandle
+from spillway.cluster.gpu_sampler import GpuSampler
+from spillway.cluster.hung_workers import restart_silent_workers, silent_workers
+from spillway.cluster.info import RunningJob
+from spillway.cluster.job_logs import JobLog
+from spillway.cluster import polars_job
+from spillway.cluster.plan import plan_job
+from spillway.cluster.planning import PlanningCancelled, PlanningTimedOut, run_planning, stop_planning
+from spillway.cluster.progress import JobProgressPlugin, plugin_name
+from spillway.jobs.dask_read import check_partitions
+from spillway.jobs.engine_choice import EngineName, choose_engine
+from spillway.jobs.gpu_placement import GpuPlacement, device_limit_bytes, place_on_gpu
+from spillway.jobs.gpu_support import settle_on_gpu
+from spillway.jobs.errors import IntegerOverflow, InvalidTransition, SpillwayError, TooManyPartitions
+from spillway.jobs.expr import shorten
+from spillway.jobs.lower_pandas import INT64_MAX, INT64_MIN
+from spillway.jobs.lower_polars import INT64_OVERFLOW, has_integer_arithmetic
+from spillway.jobs.logical import LogicalPlan
+from spillway.jobs.polars_frame import build_lazyframe
+from spillway.jobs.read_progress import SourceRead, source_reads
+from spillway.jobs.sandbox import check_paths, enforce_roots
+from spillway.jobs.sink import SinkWriter
+from spillway.jobs.status import PROGRESS_TOPIC, EngineChoice, ErrorDetail, JobProgress, JobStatus, ResultManifest, StageProgress
+from spillway.jobs.validate import plan_spec
 
 if TYPE_CHECKING:
     import polars as pl
 
-    from jobs.polars_io import OutputTarget
-    from service.schemas import JobView
-    from service.store import JobStore
+    from spillway.jobs.polars_io import OutputTarget
+    from spillway.service.schemas import JobView
+    from spillway.service.store import JobStore
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -10,13 +10,13 @@ from typing import Any
 from dask.typing import Key
 from distributed import Client
 
-from cluster.planning import ConcurrentBuilds
-from cluster.stages import DASK_NOTE, LabelledFrames, StageLabels, recording, sink_stage_name, stage_order, stages_of_keys
-from jobs.pipeline import Backend, backend_config
-from jobs.sink import SinkWriter
-from jobs.logical import LogicalPlan
-from jobs.spec import JobSpec
-from jobs.status import JobProgress, StageProgress
+from spillway.cluster.planning import ConcurrentBuilds
+from spillway.cluster.stages import DASK_NOTE, LabelledFrames, StageLabels, recording, sink_stage_name, stage_order, stages_of_keys
+from spillway.jobs.pipeline import Backend, backend_config
+from spillway.jobs.sink import SinkWriter
+from spillway.jobs.logical import LogicalPlan
+from spillway.jobs.spec import JobSpec
+from spillway.jobs.status import JobProgress, StageProgress
 
 
 # Graphs are built in several threads at once, one job's planning beside another's:

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any, TypeVar
 
-from jobs.errors import SpillwayError
+from spillway.jobs.errors import SpillwayError
 
 log = logging.getLogger(__name__)
 

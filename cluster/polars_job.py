@@ -19,15 +19,15 @@ from typing import Any
 import polars as pl
 from distributed import Client
 
-from jobs.gpu_placement import GpuPlacement
-from jobs.polars_io import OutputTarget
-from jobs.polars_run import PolarsRunResult, StagePlan, run_polars_job
-from jobs.read_progress import READ_UNIT, SourceRead, read_stage_name, to_mib
-from jobs.sink import SinkWriter
-from jobs.spec import DerivedSource, JobSpec, Step
-from jobs.status import ColumnSchema, JobProgress, StageProgress
-from jobs import storage
-from jobs.storage import is_url
+from spillway.jobs.gpu_placement import GpuPlacement
+from spillway.jobs.polars_io import OutputTarget
+from spillway.jobs.polars_run import PolarsRunResult, StagePlan, run_polars_job
+from spillway.jobs.read_progress import READ_UNIT, SourceRead, read_stage_name, to_mib
+from spillway.jobs.sink import SinkWriter
+from spillway.jobs.spec import DerivedSource, JobSpec, Step
+from spillway.jobs.status import ColumnSchema, JobProgress, StageProgress
+from spillway.jobs import storage
+from spillway.jobs.storage import is_url
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from typing import Any
 from dask.typing import Key
 from distributed.diagnostics.plugin import SchedulerPlugin
 
-from jobs.status import PROGRESS_TOPIC
+from spillway.jobs.status import PROGRESS_TOPIC
 
 _RECOMPUTE_STATES = frozenset({"released", "waiting", "processing", "queued", "no-worker"})
 

@@ -36,10 +36,10 @@ from dask.base import tokenize
 from dask.dataframe.dask_expr._expr import Fused
 from dask.typing import Key
 
-from jobs.logical import LogicalPlan
-from jobs.pipeline import NamedFrames, apply_step
-from jobs.read_progress import read_stage_name
-from jobs.spec import JobSpec, SourceSpec, Step
+from spillway.jobs.logical import LogicalPlan
+from spillway.jobs.pipeline import NamedFrames, apply_step
+from spillway.jobs.read_progress import read_stage_name
+from spillway.jobs.spec import JobSpec, SourceSpec, Step
 
 #: What the stage counts mean, shown with a Dask-engine job's progress.
 DASK_NOTE = (

@@ -12,8 +12,8 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from cluster.factory import ClusterHandle, start_cluster
-from cluster.settings import ClusterSettings
+from spillway.cluster.factory import ClusterHandle, start_cluster
+from spillway.cluster.settings import ClusterSettings
 
 log = logging.getLogger(__name__)
 

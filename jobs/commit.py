@@ -13,10 +13,10 @@ from typing import NamedTuple
 
 from fsspec import AbstractFileSystem
 
-from jobs.errors import SinkExists
-from jobs.spec import SinkSpec
-from jobs.status import ResultManifest
-from jobs.storage import MANIFEST_NAME, SUCCESS_MARKER, load_manifest
+from spillway.jobs.errors import SinkExists
+from spillway.jobs.spec import SinkSpec
+from spillway.jobs.status import ResultManifest
+from spillway.jobs.storage import MANIFEST_NAME, SUCCESS_MARKER, load_manifest
 
 OLD_PREFIX = ".spillway-old-"
 # Part files named after a job (part.<job>.<n>.<ext>): committed, in flight, or left by a failed job.

@@ -16,12 +16,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from dask.dataframe.io.parquet.arrow import ArrowDatasetEngine
 
-from jobs.errors import TooManyPartitions
-from jobs.safe_open import RootBoundFileSystem, checked_url
-from jobs.sandbox import checked_file
-from jobs.sources import parquet_schema, plain_arrow_type, plain_types, resolve_files
-from jobs.spec import JobSpec, SourceSpec, blocksize_bytes
-from jobs.storage import filesystem, storage_options
+from spillway.jobs.errors import TooManyPartitions
+from spillway.jobs.safe_open import RootBoundFileSystem, checked_url
+from spillway.jobs.sandbox import checked_file
+from spillway.jobs.sources import parquet_schema, plain_arrow_type, plain_types, resolve_files
+from spillway.jobs.spec import JobSpec, SourceSpec, blocksize_bytes
+from spillway.jobs.storage import filesystem, storage_options
 
 #: dask's default blocksize for CSV and JSON lines, which :func:`read_source` passes when a source sets none.
 TEXT_BLOCKSIZE = "64MiB"

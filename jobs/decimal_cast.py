@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import re
 
-from jobs import ir
-from jobs.errors import SpecError
+from spillway.jobs import ir
+from spillway.jobs.errors import SpecError
 
 #: The most digits a decimal holds (Arrow's decimal128, Polars' Decimal).
 MAX_PRECISION = 38

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from jobs.spec import JobSpec
-from jobs.status import EngineChoice
+from spillway.jobs.spec import JobSpec
+from spillway.jobs.status import EngineChoice
 
 EngineName = Literal["auto", "polars", "dask"]
 

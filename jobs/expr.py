@@ -20,10 +20,10 @@ from typing import Any
 
 import pandas as pd
 
-from jobs import ir
-from jobs.errors import ExpressionError, UnknownColumn
-from jobs.decimal_cast import MAX_PRECISION, decimal_type
-from jobs.lower_pandas import evaluate, fold
+from spillway.jobs import ir
+from spillway.jobs.errors import ExpressionError, UnknownColumn
+from spillway.jobs.decimal_cast import MAX_PRECISION, decimal_type
+from spillway.jobs.lower_pandas import evaluate, fold
 
 MAX_LENGTH = 2000
 MAX_DEPTH = 32  # dask recurses per nested operation; this keeps deep graphs well inside its limit
@@ -75,7 +75,7 @@ class Expression:
             Where kinds cannot meet, e.g. ``name > 5`` with ``name`` a string: the message
             quotes the parts and their kinds, and the column where the part starts.
         """
-        from jobs.kinds import infer_kind  # jobs.kinds builds on this module's text positions
+        from spillway.jobs.kinds import infer_kind  # jobs.kinds builds on this module's text positions
 
         return infer_kind(self, schema)
 

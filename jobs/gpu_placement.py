@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from jobs.read_progress import SourceRead
-from jobs.spec import JobSpec
-from jobs.storage import is_url
+from spillway.jobs.read_progress import SourceRead
+from spillway.jobs.spec import JobSpec
+from spillway.jobs.storage import is_url
 
 #: In-memory runs when the working set is at most this share of the device limit.
 IN_MEMORY_SHARE = 0.5

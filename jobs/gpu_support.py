@@ -16,10 +16,10 @@ from typing import Any
 
 import polars as pl
 
-from jobs.engine_choice import EngineName, choose_engine
-from jobs.errors import GpuUnsupported
-from jobs.logical import LogicalPlan
-from jobs.status import EngineChoice
+from spillway.jobs.engine_choice import EngineName, choose_engine
+from spillway.jobs.errors import GpuUnsupported
+from spillway.jobs.logical import LogicalPlan
+from spillway.jobs.status import EngineChoice
 
 #: What the GPU engine runs: cudf-polars' in-memory executor, never a silent CPU fallback.
 GPU_EXECUTOR = "in-memory"
@@ -82,7 +82,7 @@ def check_gpu_submission(plan: LogicalPlan, default: EngineName, backend: str) -
     sql = list(plan.spec.sql_sources())
     if choice.engine != "polars" or choice.device != "gpu" or (asked == "auto" and not sql):
         return
-    from jobs.polars_frame import build_lazyframe
+    from spillway.jobs.polars_frame import build_lazyframe
 
     refusal = gpu_refusal(build_lazyframe(plan))
     if sql and refusal is not None:  # no dask-cudf to move to: the Dask engine does not run SQL

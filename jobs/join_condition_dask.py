@@ -16,8 +16,8 @@ from typing import Any
 import dask.dataframe as dd
 import numpy as np
 
-from jobs.dask_read import nullable_integers
-from jobs.spec import JoinStep
+from spillway.jobs.dask_read import nullable_integers
+from spillway.jobs.spec import JoinStep
 
 LEFT_ROW, RIGHT_ROW = "__spillway_left_row", "__spillway_right_row"
 _MATCHED = "__spillway_matched"

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import polars as pl
 
-from jobs.spec import JoinStep
+from spillway.jobs.spec import JoinStep
 
 LEFT_ROW, RIGHT_ROW = "__spillway_left_row", "__spillway_right_row"
 

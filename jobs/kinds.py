@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from jobs import ir
-from jobs.decimal_cast import decimal_type
-from jobs.errors import TypeMismatch
-from jobs.expr import TIMESTAMP_PATTERN
+from spillway.jobs import ir
+from spillway.jobs.decimal_cast import decimal_type
+from spillway.jobs.errors import TypeMismatch
+from spillway.jobs.expr import TIMESTAMP_PATTERN
 
 if TYPE_CHECKING:
-    from jobs.expr import Expression
+    from spillway.jobs.expr import Expression
 
 
 def infer_kind(expression: Expression, schema: Mapping[str, str]) -> str:

@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from jobs.expr import Expression, parse_expression
-from jobs.sources import Schema
-from jobs.spec import JobSpec
+from spillway.jobs.expr import Expression, parse_expression
+from spillway.jobs.sources import Schema
+from spillway.jobs.spec import JobSpec
 
 if TYPE_CHECKING:
-    from jobs.sql_source import SqlPlan
+    from spillway.jobs.sql_source import SqlPlan
 
 
 @dataclass

@@ -19,10 +19,10 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import is_bool_dtype, is_object_dtype
 
-from jobs import ir
-from jobs.decimal_cast import is_decimal_cast
-from jobs.errors import ExpressionError, IntegerOverflow
-from jobs.pandas_functions import FUNCTIONS, cast_values
+from spillway.jobs import ir
+from spillway.jobs.decimal_cast import is_decimal_cast
+from spillway.jobs.errors import ExpressionError, IntegerOverflow
+from spillway.jobs.pandas_functions import FUNCTIONS, cast_values
 
 MAX_INT_BITS = 10_000  # caps constant integer powers such as 9 ** 9 ** 9
 _EVAL_ERRORS = (ArithmeticError, AttributeError, NotImplementedError, TypeError, ValueError)

@@ -16,12 +16,12 @@ from typing import Any
 import pandas as pd
 import polars as pl
 
-from jobs import ir
-from jobs.decimal_cast import decimal_type
-from jobs.errors import ExpressionError
-from jobs.number_text import DECIMAL_TEXT, INTEGER_RANGES, INTEGER_TEXT
-from jobs.kinds import kind_of_node
-from jobs.lower_pandas import like_regex
+from spillway.jobs import ir
+from spillway.jobs.decimal_cast import decimal_type
+from spillway.jobs.errors import ExpressionError
+from spillway.jobs.number_text import DECIMAL_TEXT, INTEGER_RANGES, INTEGER_TEXT
+from spillway.jobs.kinds import kind_of_node
+from spillway.jobs.lower_pandas import like_regex
 
 _CASTS: dict[str, Any] = {
     "int64": pl.Int64, "int32": pl.Int32, "float64": pl.Float64, "float32": pl.Float32, "bool": pl.Boolean,

@@ -14,7 +14,7 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 from fsspec import AbstractFileSystem
 
-from jobs.status import ColumnSchema, ResultFile
+from spillway.jobs.status import ColumnSchema, ResultFile
 
 
 def describe_files(

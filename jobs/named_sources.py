@@ -5,8 +5,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Generic, TypeVar
 
-from jobs.errors import SpecError
-from jobs.spec import DerivedSource, JobSpec, SourceSpec, SqlSource, Step
+from spillway.jobs.errors import SpecError
+from spillway.jobs.spec import DerivedSource, JobSpec, SourceSpec, SqlSource, Step
 
 Frame = TypeVar("Frame")
 

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from jobs.number_text import DECIMAL_TEXT, INTEGER_RANGES, INTEGER_TEXT
+from spillway.jobs.number_text import DECIMAL_TEXT, INTEGER_RANGES, INTEGER_TEXT
 
 _DAY = pd.Timedelta(days=1)
 _FLOORS = {"hour": "h", "minute": "min", "second": "s"}

@@ -20,13 +20,13 @@ from typing import Any, Literal
 import dask
 import dask.dataframe as dd
 
-from jobs.dask_read import nullable_integers, read_source
-from jobs.decimal_cast import decimal_casts, refuse_on_dask
-from jobs.logical import LogicalPlan
-from jobs.named_sources import NamedSources
-from jobs.join_condition_dask import join_with_condition
-from jobs.group_pandas import OTHER, VALUE, group_mode, group_moment, group_string_agg
-from jobs.spec import (
+from spillway.jobs.dask_read import nullable_integers, read_source
+from spillway.jobs.decimal_cast import decimal_casts, refuse_on_dask
+from spillway.jobs.logical import LogicalPlan
+from spillway.jobs.named_sources import NamedSources
+from spillway.jobs.join_condition_dask import join_with_condition
+from spillway.jobs.group_pandas import OTHER, VALUE, group_mode, group_moment, group_string_agg
+from spillway.jobs.spec import (
     PAIR_AGGS,
     Aggregation,
     AssignStep,
@@ -47,8 +47,8 @@ from jobs.spec import (
     UnpivotStep,
     WindowStep,
 )
-from jobs.reshape import pivot_steps
-from jobs.window_pandas import WindowOutput, compute_window
+from spillway.jobs.reshape import pivot_steps
+from spillway.jobs.window_pandas import WindowOutput, compute_window
 
 Backend = Literal["pandas", "cudf"]
 

@@ -13,12 +13,12 @@ from typing import Any
 
 import polars as pl
 
-from jobs.join_condition_polars import LEFT_ROW, RIGHT_ROW, join_with_condition
-from jobs.logical import LogicalPlan
-from jobs.named_sources import NamedSources
-from jobs.lower_polars import has_integer_arithmetic, to_polars
-from jobs.polars_io import scan_source
-from jobs.spec import (
+from spillway.jobs.join_condition_polars import LEFT_ROW, RIGHT_ROW, join_with_condition
+from spillway.jobs.logical import LogicalPlan
+from spillway.jobs.named_sources import NamedSources
+from spillway.jobs.lower_polars import has_integer_arithmetic, to_polars
+from spillway.jobs.polars_io import scan_source
+from spillway.jobs.spec import (
     Aggregation,
     AssignStep,
     DropDuplicatesStep,
@@ -37,9 +37,9 @@ from jobs.spec import (
     UnpivotStep,
     WindowStep,
 )
-from jobs.reshape import pivot_steps
-from jobs.sql_source import run_sql
-from jobs.window_polars import window_columns
+from spillway.jobs.reshape import pivot_steps
+from spillway.jobs.sql_source import run_sql
+from spillway.jobs.window_polars import window_columns
 
 _HIDDEN = "__spillway_"
 _HOW = {"inner": "inner", "left": "left", "right": "right", "outer": "full", "semi": "semi", "anti": "anti", "cross": "cross"}

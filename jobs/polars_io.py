@@ -29,11 +29,11 @@ from urllib.parse import quote, unquote
 
 import polars as pl
 
-from jobs.safe_open import open_checked, open_for_writing, verify_checked
-from jobs.sandbox import CheckedFile, checked_file
-from jobs.sources import resolve_files
-from jobs.spec import SinkSpec, SourceSpec
-from jobs.storage import StorageSettings, is_url, storage_options
+from spillway.jobs.safe_open import open_checked, open_for_writing, verify_checked
+from spillway.jobs.sandbox import CheckedFile, checked_file
+from spillway.jobs.sources import resolve_files
+from spillway.jobs.spec import SinkSpec, SourceSpec
+from spillway.jobs.storage import StorageSettings, is_url, storage_options
 
 # Characters kept as they are in a hive directory name; everything else is %-escaped, as Hive
 # and Spark escape partition values, so a value or a column name never forms a path of its own.

@@ -15,13 +15,13 @@ from typing import Any
 
 import polars as pl
 
-from jobs import gpu_trace_progress
-from jobs.gpu_placement import GpuPlacement
-from jobs.gpu_support import gpu_engine
-from jobs.gpu_streaming import streaming_gpu_engine, take_spilled_bytes
-from jobs.polars_io import OutputTarget, write_output
-from jobs.read_progress import ReadMeter, SourceRead, to_mib
-from jobs.status import PROGRESS_TOPIC
+from spillway.jobs import gpu_trace_progress
+from spillway.jobs.gpu_placement import GpuPlacement
+from spillway.jobs.gpu_support import gpu_engine
+from spillway.jobs.gpu_streaming import streaming_gpu_engine, take_spilled_bytes
+from spillway.jobs.polars_io import OutputTarget, write_output
+from spillway.jobs.read_progress import ReadMeter, SourceRead, to_mib
+from spillway.jobs.status import PROGRESS_TOPIC
 
 
 

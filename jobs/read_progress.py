@@ -26,9 +26,9 @@ from dataclasses import dataclass
 import polars as pl
 import pyarrow.parquet as pq
 
-from jobs.sources import file_version, resolve_files
-from jobs.spec import JobSpec, SourceSpec
-from jobs.storage import is_url
+from spillway.jobs.sources import file_version, resolve_files
+from spillway.jobs.spec import JobSpec, SourceSpec
+from spillway.jobs.storage import is_url
 
 #: The unit of the read stages' counts.
 READ_UNIT = "MiB"

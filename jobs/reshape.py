@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import keyword
 
-from jobs.spec import Aggregation, AssignStep, GroupByStep, PivotStep, PivotValue, SelectStep, Step
+from spillway.jobs.spec import Aggregation, AssignStep, GroupByStep, PivotStep, PivotValue, SelectStep, Step
 
 _COUNT = "__spillway_pivot_n"
 

@@ -26,7 +26,7 @@ from typing import Any, BinaryIO
 from fsspec import register_implementation
 from fsspec.implementations.local import LocalFileOpener, LocalFileSystem
 
-from jobs.sandbox import CheckedFile, PathNotAllowed
+from spillway.jobs.sandbox import CheckedFile, PathNotAllowed
 
 #: A protocol of its own, so dask's text readers (which take a URL and options, not a file system) use this one.
 PROTOCOL = "spillway-checked"

@@ -28,9 +28,9 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field as dataclass_field
 from pathlib import Path
 
-from jobs.errors import SpecError
-from jobs.spec import JobSpec
-from jobs.storage import OBJECT_STORE_SCHEMES
+from spillway.jobs.errors import SpecError
+from spillway.jobs.spec import JobSpec
+from spillway.jobs.storage import OBJECT_STORE_SCHEMES
 
 _GLOB_CHARS = "*?["
 

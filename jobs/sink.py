@@ -28,7 +28,7 @@ import dask.dataframe as dd
 from dask.delayed import Delayed
 from fsspec import AbstractFileSystem
 
-from jobs.commit import (
+from spillway.jobs.commit import (
     OLD_PREFIX,
     SinkSchemaMismatch,
     check_column_names,
@@ -41,15 +41,15 @@ from jobs.commit import (
     swap_directories,
     write_markers_at,
 )
-from jobs.errors import SinkExists, SpecError, SpillwayError
-from jobs.manifest import column_difference, describe_files, frame_columns
-from jobs.polars_io import OutputTarget
-from jobs.safe_open import open_directory
-from jobs.sandbox import PathNotAllowed, check_sink_parent, checked_so_far, local_root_of
-from jobs.spec import SinkSpec
-from jobs.status import ColumnSchema, ResultFile, ResultManifest
-from jobs import storage
-from jobs.storage import MANIFEST_NAME, SUCCESS_MARKER, commit_lock, filesystem, is_url, load_manifest, storage_options
+from spillway.jobs.errors import SinkExists, SpecError, SpillwayError
+from spillway.jobs.manifest import column_difference, describe_files, frame_columns
+from spillway.jobs.polars_io import OutputTarget
+from spillway.jobs.safe_open import open_directory
+from spillway.jobs.sandbox import PathNotAllowed, check_sink_parent, checked_so_far, local_root_of
+from spillway.jobs.spec import SinkSpec
+from spillway.jobs.status import ColumnSchema, ResultFile, ResultManifest
+from spillway.jobs import storage
+from spillway.jobs.storage import MANIFEST_NAME, SUCCESS_MARKER, commit_lock, filesystem, is_url, load_manifest, storage_options
 
 __all__ = ["MANIFEST_NAME", "SUCCESS_MARKER", "TMP_PREFIX", "SinkSchemaMismatch", "SinkWriter", "ensure_sink_free", "read_manifest"]
 

@@ -27,10 +27,10 @@ from dataclasses import dataclass
 
 from fsspec import AbstractFileSystem
 
-from jobs.errors import InvalidTransition
-from jobs.sandbox import PathNotAllowed, check_sink_parent, url_problem
-from jobs.status import ResultManifest
-from jobs.storage import MANIFEST_NAME, SUCCESS_MARKER, commit_lock, filesystem, is_url, load_manifest
+from spillway.jobs.errors import InvalidTransition
+from spillway.jobs.sandbox import PathNotAllowed, check_sink_parent, url_problem
+from spillway.jobs.status import ResultManifest
+from spillway.jobs.storage import MANIFEST_NAME, SUCCESS_MARKER, commit_lock, filesystem, is_url, load_manifest
 
 FIELD = "output"
 

@@ -20,10 +20,10 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 from fsspec import AbstractFileSystem
 
-from jobs.errors import SourceNotFound, SpecError, SpillwayError, UnknownColumn
-from jobs.sandbox import checked_files
-from jobs.spec import SourceSpec
-from jobs.storage import MANIFEST_NAME, filesystem, is_url, load_manifest, storage_options
+from spillway.jobs.errors import SourceNotFound, SpecError, SpillwayError, UnknownColumn
+from spillway.jobs.sandbox import checked_files
+from spillway.jobs.spec import SourceSpec
+from spillway.jobs.storage import MANIFEST_NAME, filesystem, is_url, load_manifest, storage_options
 
 #: Column name → coarse kind ("numeric", "string", "datetime", "bool", "other", "unknown").
 Schema = dict[str, str]

@@ -20,9 +20,9 @@ from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import Token, TokenType
 
-from jobs.errors import SpecError
-from jobs.expr import MAX_PAD
-from jobs.sql_windows import window_refusal
+from spillway.jobs.errors import SpecError
+from spillway.jobs.expr import MAX_PAD
+from spillway.jobs.sql_windows import window_refusal
 
 #: The dialect user text is read in: PostgreSQL's grammar with case-sensitive names.
 DIALECT = sqlglot.Dialect.get_or_raise("postgres, normalization_strategy=case_sensitive")

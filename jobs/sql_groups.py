@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 from sqlglot import exp
 
-from jobs.sql_exists import and_all, conjuncts
+from spillway.jobs.sql_exists import and_all, conjuncts
 
 _SCOPES = (exp.Subquery, exp.Exists, exp.Select)  # a nested query has its own grouping
 

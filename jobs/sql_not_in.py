@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from jobs.sql_exists import and_all, rewrite_where_conjuncts
+from spillway.jobs.sql_exists import and_all, rewrite_where_conjuncts
 
 
 def _uncorrelated(query: exp.Select) -> bool:

@@ -37,13 +37,13 @@ from sqlglot.errors import OptimizeError
 from sqlglot.optimizer.qualify import qualify
 from sqlglot.optimizer.unnest_subqueries import unnest_subqueries
 
-from jobs.sql_check import DIALECT, SqlRefused, position
-from jobs.sql_dates import fold_date_literals
-from jobs.sql_exists import and_all, conjuncts, decorrelate_exists
-from jobs.sql_gpu_forms import in_list_as_equalities, like_as_string_functions
-from jobs.sql_groups import grouping_error, key_conditions_to_where
-from jobs.sql_not_in import not_in_as_joins
-from jobs.sql_truth import truth_tests
+from spillway.jobs.sql_check import DIALECT, SqlRefused, position
+from spillway.jobs.sql_dates import fold_date_literals
+from spillway.jobs.sql_exists import and_all, conjuncts, decorrelate_exists
+from spillway.jobs.sql_gpu_forms import in_list_as_equalities, like_as_string_functions
+from spillway.jobs.sql_groups import grouping_error, key_conditions_to_where
+from spillway.jobs.sql_not_in import not_in_as_joins
+from spillway.jobs.sql_truth import truth_tests
 
 #: The dialect the regenerated SQL is written in for Polars.
 OUTPUT_DIALECT = "postgres"

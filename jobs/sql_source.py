@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import polars as pl
 from sqlglot import exp
 
-from jobs.sources import Schema
-from jobs.sql_check import SqlRefused, check_sql
+from spillway.jobs.sources import Schema
+from spillway.jobs.sql_check import SqlRefused, check_sql
 
 #: Each kind as the Polars type a source of that kind is read as (numbers: the widest integer,
 #: which every numeric function takes; a float column would give the same kinds).
@@ -70,7 +70,7 @@ def run_sql(sql: str, frames: Mapping[str, pl.LazyFrame]) -> pl.LazyFrame:
 def _rewritten(tree: exp.Query, types: dict[str, dict[str, str]], field: str) -> list[str]:
     from sqlglot.errors import SqlglotError
 
-    from jobs.sql_rewrite import polars_sql
+    from spillway.jobs.sql_rewrite import polars_sql
 
     try:
         return polars_sql(tree, types, field)

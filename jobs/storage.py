@@ -24,8 +24,8 @@ import fsspec
 from fsspec import AbstractFileSystem
 from pydantic import BaseModel, ConfigDict, Field
 
-from jobs.errors import SpecError
-from jobs.status import ResultManifest
+from spillway.jobs.errors import SpecError
+from spillway.jobs.status import ResultManifest
 
 #: URL schemes a data root may use: object stores whose commit protocol docs/sinks.md describes.
 OBJECT_STORE_SCHEMES = frozenset({"s3"})

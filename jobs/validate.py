@@ -10,14 +10,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from contextvars import ContextVar
 
-from jobs.decimal_cast import decimal_casts, refuse_on_dask
-from jobs.engine_choice import EngineName, choose_engine
-from jobs.errors import SpecError, TypeMismatch, UnknownColumn
-from jobs.expr import parse_expression, shorten
-from jobs.kinds import kinds_compatible
-from jobs.logical import LogicalPlan
-from jobs.sources import Schema, read_schema
-from jobs.spec import (
+from spillway.jobs.decimal_cast import decimal_casts, refuse_on_dask
+from spillway.jobs.engine_choice import EngineName, choose_engine
+from spillway.jobs.errors import SpecError, TypeMismatch, UnknownColumn
+from spillway.jobs.expr import parse_expression, shorten
+from spillway.jobs.kinds import kinds_compatible
+from spillway.jobs.logical import LogicalPlan
+from spillway.jobs.sources import Schema, read_schema
+from spillway.jobs.spec import (
     NUMERIC_AGGS,
     PAIR_AGGS,
     Aggregation,
@@ -41,7 +41,7 @@ from jobs.spec import (
     UnpivotStep,
     WindowStep,
 )
-from jobs.reshape import pivot_steps
+from spillway.jobs.reshape import pivot_steps
 
 SchemaReader = Callable[..., Schema]
 
@@ -115,7 +115,7 @@ def _check(spec: JobSpec, read: SchemaReader) -> Schema:
             start = schema_of(source.from_, f"{defined_at}.from")
             schema = _check_steps(start, source.steps, f"{defined_at}.steps", f"source '{ref}' ", schema_of)
         elif isinstance(source, SqlSource):  # only a named source is SQL, so ref is its name
-            from jobs.sql_source import plan_sql_source
+            from spillway.jobs.sql_source import plan_sql_source
 
             query = _PLAN.get().queries[defined_at] = plan_sql_source(str(ref), source.sql, list(spec.sources), schema_of)
             schema = query.schema
@@ -127,7 +127,7 @@ def _check(spec: JobSpec, read: SchemaReader) -> Schema:
         return schema
 
     if sql_sources := spec.sql_sources():  # SQL's text is checked before any source is read
-        from jobs.sql_check import check_sql
+        from spillway.jobs.sql_check import check_sql
 
         for name, source in sql_sources.items():
             check_sql(source.sql, f"sources.{name}.sql", list(spec.sources), own_name=name)
@@ -397,9 +397,9 @@ def validate_submission(
     ------
     PathNotAllowed, SourceNotFound, UnknownColumn, ExpressionError, TypeMismatch, SpecError, SinkExists, TooManyPartitions
     """
-    from jobs.dask_read import check_partitions
-    from jobs.sandbox import check_paths
-    from jobs.sink import ensure_sink_free
+    from spillway.jobs.dask_read import check_partitions
+    from spillway.jobs.sandbox import check_paths
+    from spillway.jobs.sink import ensure_sink_free
 
     check_paths(spec, allowed_roots)
     plan = plan_spec(spec)

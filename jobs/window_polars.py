@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from jobs.spec import WindowColumn, WindowStep
+from spillway.jobs.spec import WindowColumn, WindowStep
 
 _PEER = "__spillway_peer"
 

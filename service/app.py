@@ -11,37 +11,37 @@ from dataclasses import dataclass
 
 from fastapi import FastAPI
 
-from cluster.factory import ClusterHandle, start_cluster
-from cluster.manager import JobManager
-from cluster.supervisor import ClusterSupervisor
-from jobs.sandbox import check_paths
-from jobs.validate import validate_submission
-from service.auth import redact_tokens
-from service.config import Settings
-from service.errors import BodySizeLimit, install_error_handlers
-from service.http_metrics import HttpMetrics
-from service.job_changes import JobChanges
-from service.metrics import ServiceMetrics
-from service.oidc import OidcVerifier
-from service.pipelines import PipelineScheduler, PipelineServices, PipelineStore
-from service.pipelines.bridge import job_callbacks
-from service.replica_heartbeat import ReplicaHeartbeat, SchedulerLease
-from service.replicas import ReplicaIdentity
-from service.retention import RetentionTask
-from service.routes import cluster as cluster_routes
-from service.routes import dashboard as dashboard_routes
-from service.routes import docs as docs_routes
-from service.routes import health as health_routes
-from service.routes import jobs as job_routes
-from service.routes import pipelines as pipeline_routes
-from service.routes import result as result_routes
-from service.routes import schema as schema_routes
-from service.routes import spec_text as spec_text_routes
-from service.routes import tokens as token_routes
-from service.routes import ui as ui_routes
-from service.routes import validate as validate_routes
-from service.schemas import ErrorBody
-from service.store import JobStore
+from spillway.cluster.factory import ClusterHandle, start_cluster
+from spillway.cluster.manager import JobManager
+from spillway.cluster.supervisor import ClusterSupervisor
+from spillway.jobs.sandbox import check_paths
+from spillway.jobs.validate import validate_submission
+from spillway.service.auth import redact_tokens
+from spillway.service.config import Settings
+from spillway.service.errors import BodySizeLimit, install_error_handlers
+from spillway.service.http_metrics import HttpMetrics
+from spillway.service.job_changes import JobChanges
+from spillway.service.metrics import ServiceMetrics
+from spillway.service.oidc import OidcVerifier
+from spillway.service.pipelines import PipelineScheduler, PipelineServices, PipelineStore
+from spillway.service.pipelines.bridge import job_callbacks
+from spillway.service.replica_heartbeat import ReplicaHeartbeat, SchedulerLease
+from spillway.service.replicas import ReplicaIdentity
+from spillway.service.retention import RetentionTask
+from spillway.service.routes import cluster as cluster_routes
+from spillway.service.routes import dashboard as dashboard_routes
+from spillway.service.routes import docs as docs_routes
+from spillway.service.routes import health as health_routes
+from spillway.service.routes import jobs as job_routes
+from spillway.service.routes import pipelines as pipeline_routes
+from spillway.service.routes import result as result_routes
+from spillway.service.routes import schema as schema_routes
+from spillway.service.routes import spec_text as spec_text_routes
+from spillway.service.routes import tokens as token_routes
+from spillway.service.routes import ui as ui_routes
+from spillway.service.routes import validate as validate_routes
+from spillway.service.schemas import ErrorBody
+from spillway.service.store import JobStore
 
 log = logging.getLogger("spillway")
 

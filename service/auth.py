@@ -17,12 +17,12 @@ from typing import Annotated, ParamSpec, TypeVar
 from fastapi import Depends, Request
 from starlette.requests import HTTPConnection
 
-from jobs.errors import SpillwayError
-from service.store import JobStore
-from service.token_models import TokenIdentity
-from service.tokens import TOKEN_PREFIX
-from service.tokens import Scope as Scope
-from service.tokens import Unauthenticated as Unauthenticated
+from spillway.jobs.errors import SpillwayError
+from spillway.service.store import JobStore
+from spillway.service.token_models import TokenIdentity
+from spillway.service.tokens import TOKEN_PREFIX
+from spillway.service.tokens import Scope as Scope
+from spillway.service.tokens import Unauthenticated as Unauthenticated
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -16,18 +16,18 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 from rich.markup import escape
 
-from service.cli_common import DEFAULT_URL, UrlOption, console, err, fail, plural
-from service.cli_db import db_app
-from service.cli_delete import delete
-from service.cli_pipelines import pipeline_app
-from service.cli_tokens import token_app
+from spillway.service.cli_common import DEFAULT_URL, UrlOption, console, err, fail, plural
+from spillway.service.cli_db import db_app
+from spillway.service.cli_delete import delete
+from spillway.service.cli_pipelines import pipeline_app
+from spillway.service.cli_tokens import token_app
 
 if TYPE_CHECKING:
-    from jobs.spec import JobSpec
-    from jobs.status import ResultManifest
-    from service.client import JobEvent, SpillwayClient
-    from service.schemas import JobView
-    from service.validation import ValidationReport
+    from spillway.jobs.spec import JobSpec
+    from spillway.jobs.status import ResultManifest
+    from spillway.service.client import JobEvent, SpillwayClient
+    from spillway.service.schemas import JobView
+    from spillway.service.validation import ValidationReport
 
 #: JobStatus' values, spelled out so that building the commands needs no pydantic.
 JOB_STATES = ("PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED")
@@ -55,16 +55,25 @@ SetOption = Annotated[
 ]
 
 
+def _print_version(asked: bool) -> None:
+    if asked:
+        from spillway import __version__
+
+        console.print(f"spillway {__version__}", highlight=False)
+        raise typer.Exit()
+
+
 @app.callback()
 def _global_options(
     token: Annotated[Optional[str], typer.Option("--token", envvar="SPILLWAY_TOKEN", help="Bearer token, when the service requires one.", show_default=False)] = None,  # noqa: UP007
+    version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit.")] = False,
 ) -> None:
     global _token
     _token = token
 
 
 def _client(url: str) -> SpillwayClient:
-    from service.client import SpillwayClient
+    from spillway.service.client import SpillwayClient
 
     return SpillwayClient(url, token=_token)
 
@@ -77,7 +86,7 @@ def apply_overrides(data: dict[str, Any], pairs: list[str] | None) -> dict[str, 
     """``--set sink.mode=overwrite``: set a dotted key of the spec mapping; the value is read as YAML."""
     import yaml
 
-    from service.documents import _Loader  # the CLI's one YAML 1.2 reading, for values too
+    from spillway.service.documents import _Loader  # the CLI's one YAML 1.2 reading, for values too
 
     for pair in pairs or []:
         key, sep, raw = pair.partition("=")
@@ -101,9 +110,9 @@ def load_spec(path: Path, overrides: list[str] | None = None) -> JobSpec:
     worded as the service words them (``unknown_step``, ``invalid_spec``)."""
     from pydantic import ValidationError
 
-    from jobs.spec import JobSpec
-    from service.client import SpecFileError, read_spec_file
-    from service.spec_errors import error_detail
+    from spillway.jobs.spec import JobSpec
+    from spillway.service.client import SpecFileError, read_spec_file
+    from spillway.service.spec_errors import error_detail
 
     try:
         data = apply_overrides(read_spec_file(path), overrides)
@@ -173,7 +182,7 @@ def follow(client: SpillwayClient, job_id: str) -> JobView:
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-    from jobs.status import JobStatus
+    from spillway.jobs.status import JobStatus
 
     bar = BarColumn()
     columns = (TextColumn("{task.description:<44}"), bar, MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.fields[eta]}"))
@@ -214,7 +223,7 @@ def _follow_to_end(client: SpillwayClient, job_id: str, url: str) -> None:
 
 
 def _finish(job: JobView) -> None:
-    from jobs.status import JobStatus
+    from spillway.jobs.status import JobStatus
 
     if job.state == JobStatus.SUCCEEDED and job.result is not None:
         _print_manifest(job.result)
@@ -231,7 +240,7 @@ def submit(
     overrides: SetOption = None,
 ) -> None:
     """Submit a job spec. With --wait, show progress per stage and print where the result is."""
-    from service.client import ApiError
+    from spillway.service.client import ApiError
 
     spec = load_spec(spec_file, overrides)
     with _client(url) as client:
@@ -251,7 +260,7 @@ def submit(
 @app.command("wait")
 def wait_job(job_id: str, url: UrlOption = DEFAULT_URL) -> None:
     """Follow a job's live progress until it ends (reattach after Ctrl-C), then print its result."""
-    from service.client import ApiError
+    from spillway.service.client import ApiError
 
     with _client(url) as client:
         try:
@@ -263,7 +272,7 @@ def wait_job(job_id: str, url: UrlOption = DEFAULT_URL) -> None:
 @app.command()
 def status(job_id: str, url: UrlOption = DEFAULT_URL) -> None:
     """Show a job's state and progress per stage."""
-    from service.client import ApiError
+    from spillway.service.client import ApiError
 
     with _client(url) as client:
         try:
@@ -281,7 +290,7 @@ def list_jobs(
     """List jobs, newest first."""
     from rich.table import Table
 
-    from jobs.status import JobStatus
+    from spillway.jobs.status import JobStatus
 
     with _client(url) as client:
         page = client.list(state=JobStatus(state.value) if state else None, limit=limit)
@@ -297,7 +306,7 @@ def list_jobs(
 @app.command()
 def cancel(job_id: str, url: UrlOption = DEFAULT_URL) -> None:
     """Cancel a pending or running job; nothing it wrote is committed."""
-    from service.client import ApiError
+    from spillway.service.client import ApiError
 
     with _client(url) as client:
         try:
@@ -315,7 +324,7 @@ def result(
     head: Annotated[Optional[int], typer.Option("--head", min=1, help="Print the first N rows of the output, read through the manifest's files.", show_default=False)] = None,  # noqa: UP007
 ) -> None:
     """Print the result manifest of a finished job: files, rows, bytes and schema (or its first rows)."""
-    from service.client import ApiError
+    from spillway.service.client import ApiError
 
     with _client(url) as client:
         try:
@@ -347,7 +356,7 @@ def _print_rows(rows: Any, total: int) -> None:
 @app.command()
 def logs(job_id: str, url: UrlOption = DEFAULT_URL) -> None:
     """Print a job's log: service events, the engine chosen, the worker traceback and warnings."""
-    from service.client import ApiError
+    from spillway.service.client import ApiError
 
     with _client(url) as client:
         try:
@@ -359,7 +368,7 @@ def logs(job_id: str, url: UrlOption = DEFAULT_URL) -> None:
 
 
 def _check_file(spec_file: Path, url: str, overrides: list[str] | None) -> ValidationReport:
-    from service.client import ApiError
+    from spillway.service.client import ApiError
 
     spec = load_spec(spec_file, overrides)
     with _client(url) as client:
@@ -416,8 +425,8 @@ def serve(
     import uvicorn
     from pydantic import ValidationError
 
-    from service.app import create_app
-    from service.config import Settings
+    from spillway.service.app import create_app
+    from spillway.service.config import Settings
 
     overrides: dict[str, Any] = {}
     if host is not None:
@@ -453,9 +462,9 @@ def demo(
 
     The job goes into the store `spillway serve` uses (SPILLWAY_DATABASE_URL), so it is listed there afterwards.
     """
-    from jobs.samples import write_sample_data
-    from service.config import Settings
-    from service.launcher import launch_service
+    from spillway.jobs.samples import write_sample_data
+    from spillway.service.config import Settings
+    from spillway.service.launcher import launch_service
 
     spec = load_spec(spec_file)
     data = workdir / "data"
@@ -506,7 +515,7 @@ def main() -> None:
         # Imported only now: a command that raised one of these has loaded them already.
         import httpx
 
-        from service.client import ApiError
+        from spillway.service.client import ApiError
 
         if isinstance(exc, ApiError):
             err.print(f"[bold red]error:[/] {escape(str(exc))}")

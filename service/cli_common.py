@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from service.defaults import DEFAULT_URL as DEFAULT_URL  # re-exported for the command modules
+from spillway.service.defaults import DEFAULT_URL as DEFAULT_URL  # re-exported for the command modules
 
 
 UrlOption = Annotated[str, typer.Option("--url", envvar="SPILLWAY_URL", help="The Spillway service to talk to.")]

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 from rich.markup import escape
 
-from service.cli_common import console, fail
+from spillway.service.cli_common import console, fail
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -27,8 +27,8 @@ db_app = typer.Typer(
 
 @contextmanager
 def _engine() -> Iterator[Engine]:
-    from service.config import Settings
-    from service.store import make_engine
+    from spillway.service.config import Settings
+    from spillway.service.store import make_engine
 
     engine = make_engine(Settings().database_url)
     try:
@@ -48,9 +48,9 @@ def upgrade(revision: Annotated[str, typer.Option(help="The revision to upgrade 
     """Upgrade the schema (a database made before migrations is recognised and stamped first); rows are kept."""
     from alembic.util import CommandError
 
-    from service.config import Settings
-    from service.migrations import current
-    from service.migrations import upgrade as run_upgrade
+    from spillway.service.config import Settings
+    from spillway.service.migrations import current
+    from spillway.service.migrations import upgrade as run_upgrade
 
     with _engine() as engine:
         before = current(engine)
@@ -67,8 +67,8 @@ def show_current(
     check: Annotated[bool, typer.Option("--check", help="Exit 1 unless the database is at the newest revision.")] = False,
 ) -> None:
     """Say which revision the database is at, and the newest one."""
-    from service.config import Settings
-    from service.migrations import current
+    from spillway.service.config import Settings
+    from spillway.service.migrations import current
 
     with _engine() as engine:
         state = current(engine)
@@ -95,8 +95,8 @@ def revision(
     from alembic import command
     from alembic.script import ScriptDirectory
 
-    from service.migrations import alembic_config
-    from service.store import make_engine
+    from spillway.service.migrations import alembic_config
+    from spillway.service.store import make_engine
 
     head = ScriptDirectory.from_config(alembic_config(versions=versions)).get_current_head() or "0"
     with tempfile.TemporaryDirectory() as scratch:

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from service.cli_common import DEFAULT_URL, UrlOption, console, fail, plural
+from spillway.service.cli_common import DEFAULT_URL, UrlOption, console, fail, plural
 
 
 def delete(
@@ -26,7 +26,7 @@ def delete(
 
     With --output, its committed files go too, unless a later job appended to or overwrote the same sink.
     """
-    from service.client import ApiError, SpillwayClient
+    from spillway.service.client import ApiError, SpillwayClient
 
     # The --token option belongs to the root command (``spillway --token ... delete``).
     with SpillwayClient(url, token=ctx.find_root().params.get("token")) as client:

@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 from rich.markup import escape
 
-from service.cli_common import DEFAULT_URL, UrlOption, console, fail, plural
+from spillway.service.cli_common import DEFAULT_URL, UrlOption, console, fail, plural
 
 if TYPE_CHECKING:
-    from service.pipelines.client import PipelineClient
-    from service.pipelines.models import PipelineView, RunView
+    from spillway.service.pipelines.client import PipelineClient
+    from spillway.service.pipelines.models import PipelineView, RunView
 
 pipeline_app = typer.Typer(
     help="Scheduled pipelines: a job spec template run on a cron schedule. `spillway pipeline create FILE` to start.",
@@ -42,8 +42,8 @@ def _fail(message: str, code: int = 1) -> typer.Exit:
 def _client(ctx: typer.Context, url: str) -> Iterator[PipelineClient]:
     import httpx
 
-    from service.client import ApiError
-    from service.pipelines.client import PipelineClient
+    from spillway.service.client import ApiError
+    from spillway.service.pipelines.client import PipelineClient
 
     # The token may be given to `spillway --token` (the root command) or to this group.
     token = None
@@ -69,7 +69,7 @@ def _options(
 
 def load_pipeline(path: Path) -> dict[str, Any]:
     """Read a pipeline (name, spec, schedule, ...) from a YAML or JSON file."""
-    from service.documents import DocumentError, read_mapping
+    from spillway.service.documents import DocumentError, read_mapping
 
     try:
         data = read_mapping(path, "name, spec, schedule")
@@ -218,7 +218,7 @@ def runs(
     """A pipeline's run history: state, duration, attempts and where the result is."""
     from rich.table import Table
 
-    from service.pipelines.models import RunState
+    from spillway.service.pipelines.models import RunState
 
     with _client(ctx, url) as client:
         zone = client.get(name).timezone

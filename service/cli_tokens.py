@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 from rich.markup import escape
 
-from service.cli_common import console, err, fail
+from spillway.service.cli_common import console, err, fail
 
 if TYPE_CHECKING:
     from datetime import timedelta
 
-    from service.token_models import IssuedToken
-    from service.tokens import TokenStore
+    from spillway.service.token_models import IssuedToken
+    from spillway.service.tokens import TokenStore
 
 token_app = typer.Typer(
     help="API tokens in the service's database (SPILLWAY_DATABASE_URL); run on the service's host. "
@@ -42,9 +42,9 @@ _TOKEN_REF = re.compile(r"(?:.*#)?(\d+)")
 @contextmanager
 def _tokens() -> Iterator[TokenStore]:
     """The token store of the configured database, with its errors said in one line."""
-    from jobs.errors import SpillwayError
-    from service.config import Settings
-    from service.store import JobStore
+    from spillway.jobs.errors import SpillwayError
+    from spillway.service.config import Settings
+    from spillway.service.store import JobStore
 
     settings = Settings()
     try:
@@ -60,7 +60,7 @@ def _tokens() -> Iterator[TokenStore]:
 
 
 def _lifetime(text: str | None) -> timedelta | None:
-    from service.token_models import parse_duration
+    from spillway.service.token_models import parse_duration
 
     if text is None:
         return None
@@ -95,7 +95,7 @@ def create(
     expires_in: ExpiresOption = None,
 ) -> None:
     """Create a token; it is printed once (stdout) and stored hashed."""
-    from service.token_models import NAME_PATTERN, Scope
+    from spillway.service.token_models import NAME_PATTERN, Scope
 
     try:
         chosen = Scope(scope)

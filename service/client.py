@@ -13,18 +13,18 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from pydantic import ValidationError
 
-from jobs.spec import JobSpec
-from jobs.status import JobProgress, JobStatus, ResultManifest
-from service.defaults import DEFAULT_URL
-from service.schemas import ErrorDetail, Health, JobAccepted, JobDeleted, JobLogs, JobPage, JobView
-from service.spec_errors import error_detail
-from service.token_models import IssuedToken, Scope, TokenInfo
-from service.validation import ValidationReport
+from spillway.jobs.spec import JobSpec
+from spillway.jobs.status import JobProgress, JobStatus, ResultManifest
+from spillway.service.defaults import DEFAULT_URL
+from spillway.service.schemas import ErrorDetail, Health, JobAccepted, JobDeleted, JobLogs, JobPage, JobView
+from spillway.service.spec_errors import error_detail
+from spillway.service.token_models import IssuedToken, Scope, TokenInfo
+from spillway.service.validation import ValidationReport
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from cluster.info import ClusterInfo
+    from spillway.cluster.info import ClusterInfo
 
 
 
@@ -48,7 +48,7 @@ def read_spec_file(path: str | Path) -> dict[str, Any]:
     SpecFileError
         If the file cannot be read or is not a YAML/JSON mapping.
     """
-    from service.documents import DocumentError, read_mapping  # PyYAML: only for the commands that read files
+    from spillway.service.documents import DocumentError, read_mapping  # PyYAML: only for the commands that read files
 
     try:
         return read_mapping(Path(path), "name, source, steps, sink")
@@ -213,12 +213,12 @@ class SpillwayClient:
         RuntimeError
             If the job has not succeeded.
         """
-        from service.result_preview import read_head
+        from spillway.service.result_preview import read_head
 
         return read_head(self.result(job_id), n)
 
     def cluster(self) -> ClusterInfo:
-        from cluster.info import ClusterInfo
+        from spillway.cluster.info import ClusterInfo
 
         return ClusterInfo.model_validate(self._request("GET", "/cluster"))
 

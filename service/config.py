@@ -13,12 +13,12 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from cluster.settings import ClusterSettings
-from jobs.sandbox import url_problem
-from jobs.spec import TIMEOUT_CEILING_S, limit_timeouts
-from jobs.storage import StorageSettings
-from jobs.storage import configure as configure_storage
-from service.oidc_settings import OidcSettings
+from spillway.cluster.settings import ClusterSettings
+from spillway.jobs.sandbox import url_problem
+from spillway.jobs.spec import TIMEOUT_CEILING_S, limit_timeouts
+from spillway.jobs.storage import StorageSettings
+from spillway.jobs.storage import configure as configure_storage
+from spillway.service.oidc_settings import OidcSettings
 
 
 class Settings(BaseSettings):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jobs.errors import SpillwayError
+from spillway.jobs.errors import SpillwayError
 
 
 class DashboardOff(SpillwayError):

@@ -11,7 +11,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from jobs.errors import (
+from spillway.jobs.errors import (
     ClusterConfigError,
     IdempotencyConflict,
     InvalidTransition,
@@ -21,13 +21,13 @@ from jobs.errors import (
     SpecError,
     SpillwayError,
 )
-from jobs.sandbox import PathNotAllowed
-from service.auth import Forbidden, Unauthenticated
-from service.dashboard_errors import DashboardOff, DashboardUnavailable
-from service.tokens import TokenNotFound
-from jobs.status import ErrorDetail
-from service.spec_errors import field_path as field_path  # re-exported: its old home
-from service.spec_errors import first_error_detail
+from spillway.jobs.sandbox import PathNotAllowed
+from spillway.service.auth import Forbidden, Unauthenticated
+from spillway.service.dashboard_errors import DashboardOff, DashboardUnavailable
+from spillway.service.tokens import TokenNotFound
+from spillway.jobs.status import ErrorDetail
+from spillway.service.spec_errors import field_path as field_path  # re-exported: its old home
+from spillway.service.spec_errors import first_error_detail
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from service.client import SpillwayClient
+from spillway.service.client import SpillwayClient
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -77,7 +77,7 @@ def launch_service(workdir: Path, env: dict[str, str] | None = None, *, timeout:
     log_path = workdir / f"service-{port}.log"
     with open(log_path, "wb") as log_file:
         process = subprocess.Popen(
-            [sys.executable, "-m", "service.cli", "serve"], cwd=REPO_ROOT, env=full_env, stdout=log_file, stderr=subprocess.STDOUT
+            [sys.executable, "-m", "spillway", "serve"], cwd=REPO_ROOT, env=full_env, stdout=log_file, stderr=subprocess.STDOUT
         )
     service = ServiceProcess(f"http://127.0.0.1:{port}", process, log_path, full_env)
     deadline = time.monotonic() + timeout

@@ -19,17 +19,17 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 
-from jobs.status import JobStatus
-from service.pipeline_metrics import PipelineCollector
-from service.pipelines.tables import aware
-from service.store import jobs_table, utc_now
+from spillway.jobs.status import JobStatus
+from spillway.service.pipeline_metrics import PipelineCollector
+from spillway.service.pipelines.tables import aware
+from spillway.service.store import jobs_table, utc_now
 
 if TYPE_CHECKING:
-    from cluster.factory import ClusterHandle
-    from cluster.info import ClusterInfo
-    from service.pipelines import PipelineStore
-    from service.schemas import JobView
-    from service.store import JobStore
+    from spillway.cluster.factory import ClusterHandle
+    from spillway.cluster.info import ClusterInfo
+    from spillway.service.pipelines import PipelineStore
+    from spillway.service.schemas import JobView
+    from spillway.service.store import JobStore
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ import hashlib
 import json
 from typing import Any
 
-from service.oidc_settings import OidcSettings
-from service.tokens import Scope, TokenIdentity, Unauthenticated
+from spillway.service.oidc_settings import OidcSettings
+from spillway.service.tokens import Scope, TokenIdentity, Unauthenticated
 
 #: Asymmetric signature algorithms only: with an HMAC one, a public key would become a shared secret.
 ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA")

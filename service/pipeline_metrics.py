@@ -16,11 +16,11 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from sqlalchemy import and_, func, or_, select
 
-from service.pipelines.models import RunState, RunTrigger
-from service.pipelines.tables import aware, pipelines_table, runs_table
+from spillway.service.pipelines.models import RunState, RunTrigger
+from spillway.service.pipelines.tables import aware, pipelines_table, runs_table
 
 if TYPE_CHECKING:
-    from service.pipelines import PipelineStore
+    from spillway.service.pipelines import PipelineStore
 
 Clock = Callable[[], datetime]
 

@@ -19,7 +19,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from service.replicas import ReplicaIdentity, ReplicaStore
+from spillway.service.replicas import ReplicaIdentity, ReplicaStore
 
 log = logging.getLogger("spillway.replicas")
 

@@ -23,8 +23,8 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection, Engine
 
-from jobs.status import JobStatus
-from service.store import Clock, _aware, jobs_table, metadata, utc_now
+from spillway.jobs.status import JobStatus
+from spillway.service.store import Clock, _aware, jobs_table, metadata, utc_now
 
 replicas_table = Table(
     "spillway_replicas",

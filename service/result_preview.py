@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from jobs.status import ResultManifest
+from spillway.jobs.status import ResultManifest
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -19,7 +19,7 @@ def read_head(manifest: ResultManifest, n: int) -> pa.Table:
     import fsspec
     import pyarrow as pa
 
-    from jobs.storage import storage_options  # the service's S3 endpoint and region; none for a local path
+    from spillway.jobs.storage import storage_options  # the service's S3 endpoint and region; none for a local path
 
     options = storage_options(manifest.location)
     tables: list[pa.Table] = []

@@ -16,13 +16,13 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import delete, func, select
 
-from jobs.errors import InvalidTransition
-from jobs.status import JobStatus
-from service.pipelines.models import RunState
-from service.pipelines.store import PipelineStore
-from service.pipelines.tables import attempts_table, runs_table, utc
-from service.schemas import JobView
-from service.store import JobStore, jobs_table, utc_now
+from spillway.jobs.errors import InvalidTransition
+from spillway.jobs.status import JobStatus
+from spillway.service.pipelines.models import RunState
+from spillway.service.pipelines.store import PipelineStore
+from spillway.service.pipelines.tables import attempts_table, runs_table, utc
+from spillway.service.schemas import JobView
+from spillway.service.store import JobStore, jobs_table, utc_now
 
 log = logging.getLogger("spillway.retention")
 

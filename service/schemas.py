@@ -7,8 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from jobs.spec import JobSpec
-from jobs.status import ErrorDetail, JobProgress, JobResources, JobStatus, ResultManifest
+from spillway.jobs.spec import JobSpec
+from spillway.jobs.status import ErrorDetail, JobProgress, JobResources, JobStatus, ResultManifest
 
 
 class ErrorBody(BaseModel):

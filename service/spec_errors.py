@@ -10,8 +10,8 @@ import difflib
 from collections.abc import Sequence
 from typing import Any
 
-from jobs.spec import STEP_OPS
-from jobs.status import ErrorDetail
+from spillway.jobs.spec import STEP_OPS
+from spillway.jobs.status import ErrorDetail
 
 
 def field_path(loc: Sequence[Any]) -> str:

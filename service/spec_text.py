@@ -16,8 +16,8 @@ from typing import Any
 
 import yaml
 
-from jobs.errors import SpecError
-from service.documents import _Loader as SpecLoader  # the CLI's one YAML 1.2 reading
+from spillway.jobs.errors import SpecError
+from spillway.service.documents import _Loader as SpecLoader  # the CLI's one YAML 1.2 reading
 
 #: Nodes a document may expand to. YAML aliases let a few hundred bytes stand for billions of
 #: values ("billion laughs"); counting each alias's node every time it is used bounds that.

@@ -39,14 +39,14 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql import Select
 from sqlalchemy.exc import IntegrityError
 
-from jobs.errors import JobNotFound, QueueFull
-from jobs.spec import JobSpec
-from jobs.status import ALLOWED_TRANSITIONS, ErrorDetail, JobProgress, JobResources, JobStatus, ResultManifest
-from service.schemas import JobView
+from spillway.jobs.errors import JobNotFound, QueueFull
+from spillway.jobs.spec import JobSpec
+from spillway.jobs.status import ALLOWED_TRANSITIONS, ErrorDetail, JobProgress, JobResources, JobStatus, ResultManifest
+from spillway.service.schemas import JobView
 
 if TYPE_CHECKING:
-    from service.replicas import ReplicaStore
-    from service.tokens import TokenStore
+    from spillway.service.replicas import ReplicaStore
+    from spillway.service.tokens import TokenStore
 
 Clock = Callable[[], datetime]
 #: The PostgreSQL advisory lock a submission holds while it counts the queue and inserts.
@@ -129,7 +129,7 @@ class JobStore:
         service.migrations.SchemaNotCurrent
             Without ``migrate``, when the database needs `spillway db upgrade`.
         """
-        from service.migrations import ensure_schema  # alembic loads with a store, not with the CLI
+        from spillway.service.migrations import ensure_schema  # alembic loads with a store, not with the CLI
 
         self.engine = make_engine(url)
         self.clock = clock
@@ -143,14 +143,14 @@ class JobStore:
     @functools.cached_property
     def replicas(self) -> ReplicaStore:
         """The service replicas' heartbeats, leases and the job claims between them, in this store's database."""
-        from service.replicas import ReplicaStore
+        from spillway.service.replicas import ReplicaStore
 
         return ReplicaStore(self.engine, clock=self.clock)
 
     @functools.cached_property
     def tokens(self) -> TokenStore:
         """The API tokens, kept in this store's database."""
-        from service.tokens import TokenStore
+        from spillway.service.tokens import TokenStore
 
         return TokenStore(self.engine, clock=self.clock)
 

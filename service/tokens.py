@@ -20,11 +20,11 @@ from typing import Any, Literal
 from sqlalchemy import Boolean, Column, DateTime, Integer, String, Table, select, update
 from sqlalchemy.engine import Engine
 
-from jobs.errors import InvalidTransition, SpillwayError
-from service.store import Clock, metadata, utc_now
-from service.token_models import MAX_LIFETIME as MAX_LIFETIME
-from service.token_models import IssuedToken, Scope, TokenIdentity, TokenInfo
-from service.token_models import parse_duration as parse_duration
+from spillway.jobs.errors import InvalidTransition, SpillwayError
+from spillway.service.store import Clock, metadata, utc_now
+from spillway.service.token_models import MAX_LIFETIME as MAX_LIFETIME
+from spillway.service.token_models import IssuedToken, Scope, TokenIdentity, TokenInfo
+from spillway.service.token_models import parse_duration as parse_duration
 
 TOKEN_PREFIX = "spw_"
 #: The longest a last-used time may lag behind a token's real last use.

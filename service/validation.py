@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from jobs.status import EngineChoice
+from spillway.jobs.status import EngineChoice
 
 #: What a valid spec has passed, in the order the service checks it on ``POST /jobs``.
 CHECKS = (

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -12,12 +14,12 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from jobs.samples import write_sample_data
-from service.client import SpillwayClient
-from service.launcher import REPO_ROOT as ROOT
-from service.launcher import ServiceProcess, launch_service
-from jobs.spec import JobSpec
-from service.schemas import JobAccepted, JobView
+from spillway.jobs.samples import write_sample_data
+from spillway.service.client import SpillwayClient
+from spillway.service.launcher import REPO_ROOT as ROOT
+from spillway.service.launcher import ServiceProcess, launch_service
+from spillway.jobs.spec import JobSpec
+from spillway.service.schemas import JobAccepted, JobView
 
 __all__ = ["ROOT", "ServiceProcess", "start_service", "wait_for", "wait_terminal"]
 
@@ -38,6 +40,19 @@ def wait_for(predicate: Callable[[], Any], *, timeout: float = 60.0, interval: f
 def sample_data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """40k sales rows in 4 parquet files, and a products CSV."""
     return write_sample_data(tmp_path_factory.mktemp("data"), rows=40_000, files=4)
+
+
+@pytest.fixture(scope="session")
+def built_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The project's wheel, built once from this tree (no isolation: the venv's setuptools)."""
+    dist = tmp_path_factory.mktemp("dist")
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet", "-w", str(dist), str(ROOT)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert built.returncode == 0, built.stderr
+    (wheel,) = dist.glob("spillway-*.whl")
+    return wheel
 
 
 @pytest.fixture(scope="session")
@@ -119,7 +134,7 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
         pytest.skip("PostgreSQL test skipped: set SPILLWAY_TEST_POSTGRES_URL (e.g. postgresql+psycopg://postgres@127.0.0.1:5432/test)")
     from sqlalchemy import text
 
-    from service.store import make_engine
+    from spillway.service.store import make_engine
 
     schema = f"t_{uuid.uuid4().hex[:8]}"
     engine = make_engine(POSTGRES_URL)
@@ -137,7 +152,7 @@ def wait_terminal(client: SpillwayClient, job_id: str, timeout: float = 120.0) -
 
 
 def gpu_available() -> bool:
-    from cluster.factory import gpu_stack_installed, visible_gpu_count
+    from spillway.cluster.factory import gpu_stack_installed, visible_gpu_count
 
     return gpu_stack_installed() and visible_gpu_count() > 0
 

@@ -69,7 +69,7 @@ def worker_addresses(dask_client: Client) -> list[str]:
 
 def polars_task_worker(dask_client: Client, job_id: str) -> str | None:
     """The worker the scheduler has the Polars job's one task processing on, if any."""
-    from cluster.polars_job import task_key
+    from spillway.cluster.polars_job import task_key
 
     key = task_key(job_id)
     return dask_client.run_on_scheduler(lambda dask_scheduler: getattr(getattr(dask_scheduler.tasks.get(key), "processing_on", None), "address", None))

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from service.config import Settings
+from spillway.service.config import Settings
 from tests.conftest import ROOT, ServiceProcess, start_service
 
 
@@ -24,7 +24,7 @@ def test_auth_is_on_by_default_off_loopback(host: str, required: bool) -> None:
 
 def create_token(service: ServiceProcess, scope: str) -> str:
     result = subprocess.run(
-        [sys.executable, "-m", "service.cli", "token", "create", "--scope", scope, "--name", f"test-{scope}"],
+        [sys.executable, "-m", "spillway", "token", "create", "--scope", scope, "--name", f"test-{scope}"],
         cwd=ROOT, env=service.env, capture_output=True, text=True, timeout=60, check=True,
     )
     return result.stdout.strip()
@@ -66,9 +66,9 @@ def test_scopes(secured: Any, sample_data: dict[str, Path], tmp_path: Path) -> N
 
 def test_cli_and_sdk_send_the_token(secured: Any) -> None:
     service, tokens, _ = secured
-    listing = subprocess.run([sys.executable, "-m", "service.cli", "--token", tokens["read"], "list", "--url", service.url], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    listing = subprocess.run([sys.executable, "-m", "spillway", "--token", tokens["read"], "list", "--url", service.url], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert listing.returncode == 0, listing.stderr
-    refused = subprocess.run([sys.executable, "-m", "service.cli", "list", "--url", service.url], cwd=ROOT, capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+    refused = subprocess.run([sys.executable, "-m", "spillway", "list", "--url", service.url], cwd=ROOT, capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
     assert refused.returncode != 0 and "unauthenticated" in (refused.stderr + refused.stdout)
 
 
@@ -102,7 +102,7 @@ def test_running_jobs_per_token_are_limited_and_others_go_ahead(tmp_path: Path, 
         a1 = call(service, "POST", "/jobs", alice, json={**heavy, "sink": {"path": str(tmp_path / "a1")}}).json()["id"]
         a2 = call(service, "POST", "/jobs", alice, json={**heavy, "sink": {"path": str(tmp_path / "a2")}}).json()["id"]
         b1 = call(service, "POST", "/jobs", bob, json={**heavy, "sink": {"path": str(tmp_path / "b1")}}).json()["id"]
-        from service.client import SpillwayClient
+        from spillway.service.client import SpillwayClient
         from tests.conftest import wait_terminal
 
         with SpillwayClient(service.url, token=admin) as client:  # alice cannot see bob's job

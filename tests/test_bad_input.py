@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from jobs.status import JobStatus
+from spillway.jobs.status import JobStatus
 from tests.conftest import ServiceProcess, wait_terminal
 
 

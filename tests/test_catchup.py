@@ -10,8 +10,8 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from jobs.status import JobStatus
-from service.pipelines.models import PipelineCreate, RunState
+from spillway.jobs.status import JobStatus
+from spillway.service.pipelines.models import PipelineCreate, RunState
 from tests.test_pipelines_fakes import UTC, FakeClock, FakeJobs, SchedulerFactory, pipeline, runs_of, states, tick
 
 pytest_plugins = ["tests.test_pipelines_fakes"]

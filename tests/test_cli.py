@@ -14,7 +14,7 @@ from tests.conftest import ROOT, ServiceProcess
 
 def spillway(service: ServiceProcess, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "service.cli", *args, "--url", service.url] if args[0] != "--help" else [sys.executable, "-m", "service.cli", *args],
+        [sys.executable, "-m", "spillway", *args, "--url", service.url] if args[0] != "--help" else [sys.executable, "-m", "spillway", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,

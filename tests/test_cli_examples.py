@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from service.pipelines.client import PipelineClient
+from spillway.service.pipelines.client import PipelineClient
 from tests.conftest import ROOT, ServiceProcess, wait_for
 
 
 def spillway(service: ServiceProcess, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "service.cli", *args, "--url", service.url], cwd=ROOT, capture_output=True, text=True, timeout=120, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"}
+        [sys.executable, "-m", "spillway", *args, "--url", service.url], cwd=ROOT, capture_output=True, text=True, timeout=120, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"}
     )
 
 

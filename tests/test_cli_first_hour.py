@@ -14,11 +14,11 @@ import httpx
 import pytest
 import yaml
 
-from service.cli_common import plural
-from service.client import SpecFileError, SpillwayClient, load_spec
+from spillway.service.cli_common import plural
+from spillway.service.client import SpecFileError, SpillwayClient, load_spec
 from tests.conftest import ROOT, ServiceProcess, wait_for
 
-CLI = [sys.executable, "-m", "service.cli"]
+CLI = [sys.executable, "-m", "spillway"]
 ENV = {"COLUMNS": "200", "PATH": "/usr/bin:/bin"}
 SERVER_LIBRARIES = ("fastapi", "sqlalchemy", "dask", "distributed", "pandas", "uvicorn", "polars")
 
@@ -188,7 +188,7 @@ def test_demo_jobs_are_seen_by_serve_and_readme_submit_works(tmp_path: Path, sam
     assert demo.returncode == 0, demo.stdout + demo.stderr
     demo_job = job_id_of(demo.stdout)
 
-    from service.launcher import launch_service
+    from spillway.service.launcher import launch_service
 
     served = launch_service(tmp_path / "serve", {k: v for k, v in env.items() if k.startswith("SPILLWAY_")})
     try:
@@ -203,10 +203,10 @@ def test_demo_jobs_are_seen_by_serve_and_readme_submit_works(tmp_path: Path, sam
 
 def test_the_cli_s_copies_of_the_state_names_are_the_service_s() -> None:
     """The CLI spells the states out so that --help imports no pydantic model; they must not drift."""
-    from jobs.status import JobStatus
-    from service.cli import JOB_STATES
-    from service.cli_pipelines import RUN_STATES
-    from service.pipelines.models import RunState
+    from spillway.jobs.status import JobStatus
+    from spillway.service.cli import JOB_STATES
+    from spillway.service.cli_pipelines import RUN_STATES
+    from spillway.service.pipelines.models import RunState
 
     assert JOB_STATES == tuple(state.value for state in JobStatus)
     assert RUN_STATES == tuple(state.value for state in RunState)

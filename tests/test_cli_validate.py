@@ -10,13 +10,13 @@ from typing import Any
 import httpx
 import yaml
 
-from service.client import SpillwayClient
+from spillway.service.client import SpillwayClient
 from tests.conftest import ROOT, ServiceProcess
 
 
 def spillway(service: ServiceProcess, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "service.cli", *args, "--url", service.url], cwd=ROOT, capture_output=True, text=True, timeout=120, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"}
+        [sys.executable, "-m", "spillway", *args, "--url", service.url], cwd=ROOT, capture_output=True, text=True, timeout=120, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"}
     )
 
 

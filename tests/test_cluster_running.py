@@ -14,9 +14,9 @@ from typing import Any
 import httpx
 import pytest
 
-from cluster.manager import key_text
-from jobs.status import JobStatus
-from service.client import SpillwayClient
+from spillway.cluster.manager import key_text
+from spillway.jobs.status import JobStatus
+from spillway.service.client import SpillwayClient
 from tests.conftest import ServiceProcess, start_service, wait_for, wait_terminal
 from tests.fault_jobs import slow_spec
 from tests.test_owners import _create_token

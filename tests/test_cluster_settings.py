@@ -7,11 +7,11 @@ import importlib.util
 import pytest
 from pydantic import ValidationError
 
-from cluster.factory import resolve_backend
-from cluster.gpu import UCX_HINT, cuda_cluster_kwargs
-from cluster.settings import ClusterSettings, parse_memory
-from jobs.errors import ClusterConfigError
-from service.config import Settings
+from spillway.cluster.factory import resolve_backend
+from spillway.cluster.gpu import UCX_HINT, cuda_cluster_kwargs
+from spillway.cluster.settings import ClusterSettings, parse_memory
+from spillway.jobs.errors import ClusterConfigError
+from spillway.service.config import Settings
 
 
 @pytest.mark.parametrize(("text", "expected"), [("auto", None), ("0.5", 0.5), ("1", 1.0), ("8GB", 8_000_000_000), ("512MiB", 512 * 2**20), ("1000000", 1_000_000)])

@@ -18,7 +18,7 @@ import pytest
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
-from service.routes.dashboard import COOKIE
+from spillway.service.routes.dashboard import COOKIE
 from tests.conftest import ROOT, ServiceProcess, start_service
 
 pytestmark = pytest.mark.slow
@@ -29,7 +29,7 @@ TIMEOUT = 90.0
 
 def _create_token(service: ServiceProcess, name: str, scope: str) -> str:
     created = subprocess.run(
-        [sys.executable, "-m", "service.cli", "token", "create", "--scope", scope, "--name", name],
+        [sys.executable, "-m", "spillway", "token", "create", "--scope", scope, "--name", name],
         cwd=ROOT, env=service.env, capture_output=True, text=True, timeout=60, check=True,
     )
     return created.stdout.strip()

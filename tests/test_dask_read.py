@@ -14,9 +14,9 @@ import pyarrow.parquet as pq
 import pytest
 from dask.dataframe.io.parquet.arrow import ArrowDatasetEngine
 
-from jobs.dask_read import _decimal_to_float64, plain_arrow_table, read_source
-from jobs.pipeline import backend_config
-from jobs.spec import SourceSpec
+from spillway.jobs.dask_read import _decimal_to_float64, plain_arrow_table, read_source
+from spillway.jobs.pipeline import backend_config
+from spillway.jobs.spec import SourceSpec
 
 # 32986.52 is one of the TPC-H prices that Arrow's own decimal → float64 cast misses by
 # one unit in the last place (32986.520000000004).

@@ -18,7 +18,7 @@ from bench.dbbench import expand_engines, main  # noqa: E402
 from bench.dbbench_data import ensure_data, join_sizes  # noqa: E402
 from bench.dbbench_questions import QUESTIONS, select_questions, spillway_spec  # noqa: E402
 from bench.dbbench_report import check_answers  # noqa: E402
-from jobs.spec import JobSpec  # noqa: E402
+from spillway.jobs.spec import JobSpec  # noqa: E402
 
 QUESTIONS_RUN = ["groupby.q1", "groupby.q9", "join.q1", "join.q3"]
 

@@ -14,12 +14,12 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.errors import ExpressionError, SpecError, TypeMismatch
-from jobs.pipeline import backend_config, build_frame
-from jobs.polars_frame import build_lazyframe
-from jobs.spec import JobSpec
-from jobs.validate import plan_spec, validate_submission
-from service.client import ApiError, SpillwayClient
+from spillway.jobs.errors import ExpressionError, SpecError, TypeMismatch
+from spillway.jobs.pipeline import backend_config, build_frame
+from spillway.jobs.polars_frame import build_lazyframe
+from spillway.jobs.spec import JobSpec
+from spillway.jobs.validate import plan_spec, validate_submission
+from spillway.service.client import ApiError, SpillwayClient
 from tests.conftest import wait_terminal
 
 # Prices in a decimal(10, 2) file, which every engine reads as float64 unless a job casts them.

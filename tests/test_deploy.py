@@ -26,8 +26,8 @@ import typer
 import yaml
 from pydantic import BaseModel
 
-from cluster.settings import DASHBOARD_PREFIX
-from service.config import Settings
+from spillway.cluster.settings import DASHBOARD_PREFIX
+from spillway.service.config import Settings
 from tests.conftest import ROOT, ServiceProcess
 
 COMPOSE_FILE = ROOT / "docker-compose.yml"
@@ -297,7 +297,7 @@ def cli_envvars() -> set[str]:
 
 
 def _cli_app() -> typer.Typer:
-    from service.cli import app
+    from spillway.service.cli import app
 
     return app
 
@@ -836,7 +836,7 @@ def test_k8s_daskcluster_has_gpu_workers_and_the_api_points_at_its_scheduler() -
 
 
 def test_health_path_is_a_route_of_the_app() -> None:
-    from service.app import create_app
+    from spillway.service.app import create_app
 
     app = create_app(Settings())  # routes only: the lifespan (store, cluster) is not started
     # The routing table resolves the health route to this path, and it is a GET. (FastAPI 0.165

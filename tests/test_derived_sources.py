@@ -16,16 +16,16 @@ import pandas as pd
 import pytest
 from pydantic import ValidationError
 
-import jobs.validate
-from jobs.errors import SourceNotFound, TypeMismatch, UnknownColumn
-from jobs.pipeline import NamedFrames, backend_config, build_frame
-from jobs.sandbox import PathNotAllowed, check_paths
-from jobs.sources import read_schema
-from jobs.spec import DerivedSource, JobSpec, SourceSpec
-from jobs.status import JobStatus
-from jobs.validate import check_spec
-from service.client import ApiError, SpillwayClient
-from service.errors import field_path
+import spillway.jobs.validate
+from spillway.jobs.errors import SourceNotFound, TypeMismatch, UnknownColumn
+from spillway.jobs.pipeline import NamedFrames, backend_config, build_frame
+from spillway.jobs.sandbox import PathNotAllowed, check_paths
+from spillway.jobs.sources import read_schema
+from spillway.jobs.spec import DerivedSource, JobSpec, SourceSpec
+from spillway.jobs.status import JobStatus
+from spillway.jobs.validate import check_spec
+from spillway.service.client import ApiError, SpillwayClient
+from spillway.service.errors import field_path
 from tests.conftest import wait_terminal
 
 
@@ -59,7 +59,7 @@ def validation_errors(document: dict[str, Any]) -> list[tuple[str, str, str]]:
 
 @pytest.fixture(scope="module")
 def products() -> pd.DataFrame:
-    from jobs.samples import products_frame
+    from spillway.jobs.samples import products_frame
 
     return products_frame()
 
@@ -260,7 +260,7 @@ def test_each_source_is_read_and_each_derived_source_checked_once(sample_data: d
         reads[field] += 1
         return read_schema(source, field=field)
 
-    real_parse = jobs.validate.parse_expression
+    real_parse = spillway.jobs.validate.parse_expression
 
     def counting_parse(text: str, *, field: str | None = None) -> Any:
         parsed[text] += 1

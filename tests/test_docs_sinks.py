@@ -11,8 +11,8 @@ import re
 import pytest
 import yaml
 
-from jobs.spec import JobSpec, SinkSpec
-from service.documents import _Loader
+from spillway.jobs.spec import JobSpec, SinkSpec
+from spillway.service.documents import _Loader
 from tests.conftest import ROOT
 
 DOC = ROOT / "docs" / "sinks.md"

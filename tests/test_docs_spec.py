@@ -29,16 +29,16 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from jobs import expr as expr_module
-from jobs.decimal_cast import decimal_casts
-from jobs.errors import SpecError
-from jobs.pipeline import backend_config, build_frame
-from jobs.polars_frame import build_lazyframe
-from jobs.spec import STEP_OPS, AggFunc, JobSpec, JoinStep, SourceSpec
-from jobs.status import JobStatus
-from jobs.validate import plan_spec
-from service.client import SpillwayClient
-from service.documents import _Loader as SpecLoader  # the CLI's YAML: `on:` is a key, not True
+from spillway.jobs import expr as expr_module
+from spillway.jobs.decimal_cast import decimal_casts
+from spillway.jobs.errors import SpecError
+from spillway.jobs.pipeline import backend_config, build_frame
+from spillway.jobs.polars_frame import build_lazyframe
+from spillway.jobs.spec import STEP_OPS, AggFunc, JobSpec, JoinStep, SourceSpec
+from spillway.jobs.status import JobStatus
+from spillway.jobs.validate import plan_spec
+from spillway.service.client import SpillwayClient
+from spillway.service.documents import _Loader as SpecLoader  # the CLI's YAML: `on:` is a key, not True
 from tests.conftest import ROOT, ServiceProcess, wait_terminal
 
 DOC = ROOT / "docs" / "spec.md"

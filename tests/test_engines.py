@@ -17,17 +17,17 @@ import pandas as pd
 import polars as pl
 import pytest
 
-from jobs.engine_choice import choose_engine
-from jobs.expr import parse_expression
-from jobs.lower_polars import to_polars
-from jobs.pipeline import backend_config, build_frame
-from jobs.polars_frame import build_lazyframe
-from jobs.polars_io import partition_directory
-from jobs.polars_run import _cannot_run_on_gpu
-from jobs.samples import write_sample_data
-from jobs.spec import JobSpec
-from jobs.validate import plan_spec
-from service.cli import load_spec
+from spillway.jobs.engine_choice import choose_engine
+from spillway.jobs.expr import parse_expression
+from spillway.jobs.lower_polars import to_polars
+from spillway.jobs.pipeline import backend_config, build_frame
+from spillway.jobs.polars_frame import build_lazyframe
+from spillway.jobs.polars_io import partition_directory
+from spillway.jobs.polars_run import _cannot_run_on_gpu
+from spillway.jobs.samples import write_sample_data
+from spillway.jobs.spec import JobSpec
+from spillway.jobs.validate import plan_spec
+from spillway.service.cli import load_spec
 from tests.test_expr import FEATURES, make_frame, plain
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

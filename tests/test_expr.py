@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from jobs.errors import ExpressionError, UnknownColumn
-from jobs.expr import MAX_DEPTH, MAX_LENGTH, Expression, parse_expression
+from spillway.jobs.errors import ExpressionError, UnknownColumn
+from spillway.jobs.expr import MAX_DEPTH, MAX_LENGTH, Expression, parse_expression
 
 FIELD = "steps[2].expr"
 

@@ -16,9 +16,9 @@ import pandas as pd
 import pytest
 from distributed import Client
 
-from jobs.sink import TMP_PREFIX, SinkWriter
-from jobs.spec import SinkSpec
-from jobs.status import JobStatus
+from spillway.jobs.sink import TMP_PREFIX, SinkWriter
+from spillway.jobs.spec import SinkSpec
+from spillway.jobs.status import JobStatus
 from tests.conftest import start_service, wait_for, wait_terminal
 from tests.fault_jobs import busy_workers, check_slow_output, polars_task_worker, slow_spec
 
@@ -70,7 +70,7 @@ def test_whole_cluster_dies_job_fails_with_reason_and_service_recovers(
             job_id = api.submit(slow_spec(engine, big_data, doomed)).id
             with Client(old_address, timeout=30) as dask_client:
                 wait_for(lambda: _running_on(dask_client, engine, job_id), timeout=90, interval=0.05, what="the job's work to run")
-            cluster = next(p for p in psutil.Process(service.process.pid).children() if "cluster.local_process" in " ".join(p.cmdline()))
+            cluster = next(p for p in psutil.Process(service.process.pid).children() if "spillway.cluster.local_process" in " ".join(p.cmdline()))
             os.killpg(os.getpgid(cluster.pid), signal.SIGKILL)  # scheduler, nannies and workers at once
             job = wait_terminal(api, job_id, timeout=120)
             assert job.state == JobStatus.FAILED and job.error is not None

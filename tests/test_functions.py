@@ -9,9 +9,9 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from jobs.errors import ExpressionError, TypeMismatch
-from jobs.expr import parse_expression
-from jobs.ir import Lit
+from spillway.jobs.errors import ExpressionError, TypeMismatch
+from spillway.jobs.expr import parse_expression
+from spillway.jobs.ir import Lit
 
 SCHEMA = {"name": "string", "day": "datetime", "n": "numeric"}
 

@@ -13,10 +13,10 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from jobs.gpu_support import gpu_refusal
-from jobs.polars_frame import build_lazyframe
-from jobs.spec import JobSpec
-from jobs.validate import plan_spec
+from spillway.jobs.gpu_support import gpu_refusal
+from spillway.jobs.polars_frame import build_lazyframe
+from spillway.jobs.spec import JobSpec
+from spillway.jobs.validate import plan_spec
 from tests.test_docs_spec import RUNS, docs_root  # noqa: F401 - docs_root is a fixture
 
 pytestmark = pytest.mark.gpu

@@ -22,11 +22,11 @@ import dask.dataframe as dd
 import pandas as pd
 import pytest
 
-from jobs.commit import OLD_PREFIX
-from jobs.sink import TMP_PREFIX, SinkWriter, read_manifest
-from jobs.spec import JobSpec, SinkSpec
-from jobs.status import JobStatus, ResultManifest
-from service.store import JobStore
+from spillway.jobs.commit import OLD_PREFIX
+from spillway.jobs.sink import TMP_PREFIX, SinkWriter, read_manifest
+from spillway.jobs.spec import JobSpec, SinkSpec
+from spillway.jobs.status import JobStatus, ResultManifest
+from spillway.service.store import JobStore
 from tests.conftest import start_service
 
 
@@ -118,7 +118,7 @@ def test_recover_settles_an_overwrite_caught_between_its_two_renames(tmp_path: P
     aside = sink.parent / f"{OLD_PREFIX}{writer.staging.name}"
     os.rename(sink, aside)
     if landed:  # the second rename too, with the markers the commit writes first
-        from jobs.commit import write_markers
+        from spillway.jobs.commit import write_markers
 
         manifest = writer._manifest(*_local(writer.staging), _sizes(writer.staging), None)
         write_markers(writer.staging, manifest)
@@ -132,7 +132,7 @@ def test_recover_settles_an_overwrite_caught_between_its_two_renames(tmp_path: P
 
 
 def _local(path: Path) -> tuple[Any, str]:
-    from jobs.storage import filesystem
+    from spillway.jobs.storage import filesystem
 
     return filesystem(str(path))
 
@@ -175,7 +175,7 @@ class _Store:
 
 def test_a_stop_during_the_commit_lets_it_land_and_records_it() -> None:
     """A graceful stop (SIGINT) cancels the runners; one that is committing finishes and records SUCCEEDED first."""
-    from cluster.manager import JobManager, _ActiveJob
+    from spillway.cluster.manager import JobManager, _ActiveJob
 
     manifest = ResultManifest(location="/x", files=[], total_rows=0, total_bytes=0, columns=[])
 

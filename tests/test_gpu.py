@@ -11,8 +11,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from jobs.status import JobStatus
-from service.launcher import launch_service
+from spillway.jobs.status import JobStatus
+from spillway.service.launcher import launch_service
 from tests.conftest import wait_terminal
 from tests.test_service_e2e import revenue_reference, revenue_spec
 

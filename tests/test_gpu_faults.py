@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from distributed import Client
 
-from jobs.status import JobStatus
-from service.launcher import ServiceProcess, launch_service
+from spillway.jobs.status import JobStatus
+from spillway.service.launcher import ServiceProcess, launch_service
 from tests.conftest import wait_for, wait_terminal
 from tests.fault_jobs import check_slow_output, polars_task_worker, slow_spec, worker_addresses
 

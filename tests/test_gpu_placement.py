@@ -15,14 +15,14 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.gpu_placement import AUTO_DEVICE_SHARE, IN_MEMORY_SHARE, device_limit_bytes, place_on_gpu
-from jobs.gpu_streaming import spilled_device_to_host
-from jobs.polars_frame import build_lazyframe
-from jobs.read_progress import source_reads
-from jobs.spec import JobSpec
-from jobs.status import JobStatus
-from jobs.validate import plan_spec
-from service.launcher import ServiceProcess, launch_service
+from spillway.jobs.gpu_placement import AUTO_DEVICE_SHARE, IN_MEMORY_SHARE, device_limit_bytes, place_on_gpu
+from spillway.jobs.gpu_streaming import spilled_device_to_host
+from spillway.jobs.polars_frame import build_lazyframe
+from spillway.jobs.read_progress import source_reads
+from spillway.jobs.spec import JobSpec
+from spillway.jobs.status import JobStatus
+from spillway.jobs.validate import plan_spec
+from spillway.service.launcher import ServiceProcess, launch_service
 from tests.conftest import wait_terminal
 
 

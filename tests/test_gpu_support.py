@@ -16,16 +16,16 @@ import pandas as pd
 import polars as pl
 import pytest
 
-from jobs.errors import GpuUnsupported
-from jobs.expr import parse_expression
-from jobs.gpu_support import check_gpu_submission, gpu_engine, gpu_refusal, settle_on_gpu
-from jobs.lower_polars import to_polars
-from jobs.polars_run import _cannot_run_on_gpu
-from jobs.spec import JobSpec
-from jobs.status import EngineChoice, JobStatus
-from jobs.validate import plan_spec
-from service.client import ApiError
-from service.launcher import ServiceProcess, launch_service
+from spillway.jobs.errors import GpuUnsupported
+from spillway.jobs.expr import parse_expression
+from spillway.jobs.gpu_support import check_gpu_submission, gpu_engine, gpu_refusal, settle_on_gpu
+from spillway.jobs.lower_polars import to_polars
+from spillway.jobs.polars_run import _cannot_run_on_gpu
+from spillway.jobs.spec import JobSpec
+from spillway.jobs.status import EngineChoice, JobStatus
+from spillway.jobs.validate import plan_spec
+from spillway.service.client import ApiError
+from spillway.service.launcher import ServiceProcess, launch_service
 from tests.conftest import wait_terminal
 from tests.test_expr import FEATURES, make_frame
 

@@ -17,9 +17,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from jobs.gpu_trace_progress import NODE_UNIT, TRACE_NOTE, TRACES_ENV, NodeCounts, PlanNodeCounter, PlanShape, plan_shape, stage_rows
-from jobs.status import JobStatus
-from service.launcher import ServiceProcess
+from spillway.jobs.gpu_trace_progress import NODE_UNIT, TRACE_NOTE, TRACES_ENV, NodeCounts, PlanNodeCounter, PlanShape, plan_shape, stage_rows
+from spillway.jobs.status import JobStatus
+from spillway.service.launcher import ServiceProcess
 from tests.conftest import wait_terminal
 from tests.test_gpu_support import gpu_service  # noqa: F401 - the GPU service fixture
 
@@ -79,7 +79,7 @@ def _in_fresh_process(code: str, traces: str) -> dict[str, object]:
 
 ROUTE = """
 import json, structlog
-from jobs import gpu_trace_progress as t
+from spillway.jobs import gpu_trace_progress as t
 installed = t.install()
 log = structlog.get_logger()  # as cudf-polars gets its logger
 log.info("Execute IR", type="Scan", scope="evaluate_ir_node")

@@ -7,10 +7,10 @@ import threading
 
 import httpx
 
-from jobs.spec import JobSpec
-from jobs.status import JobStatus
-from service.job_changes import JobChanges
-from service.store import JobStore
+from spillway.jobs.spec import JobSpec
+from spillway.jobs.status import JobStatus
+from spillway.service.job_changes import JobChanges
+from spillway.service.store import JobStore
 
 SPEC = {"name": "t", "source": {"format": "parquet", "path": "/data/in.parquet"}, "sink": {"path": "/data/out"}}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from cluster.job_logs import MAX_LOG_BYTES, JobLog
+from spillway.cluster.job_logs import MAX_LOG_BYTES, JobLog
 
 
 def test_log_is_capped_and_says_so() -> None:

@@ -18,13 +18,13 @@ import pyarrow.parquet as pq
 import pytest
 from pydantic import ValidationError
 
-from jobs.errors import SourceNotFound, UnknownColumn
-from jobs.pipeline import backend_config, build_frame
-from jobs.sandbox import PathNotAllowed, check_paths
-from jobs.sources import read_schema
-from jobs.spec import JobSpec, SourceSpec
-from jobs.validate import check_spec
-from service.errors import field_path
+from spillway.jobs.errors import SourceNotFound, UnknownColumn
+from spillway.jobs.pipeline import backend_config, build_frame
+from spillway.jobs.sandbox import PathNotAllowed, check_paths
+from spillway.jobs.sources import read_schema
+from spillway.jobs.spec import JobSpec, SourceSpec
+from spillway.jobs.validate import check_spec
+from spillway.service.errors import field_path
 
 ROWS = 3_000
 

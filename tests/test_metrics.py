@@ -16,18 +16,18 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from cluster.info import ClusterInfo, GpuInfo, WorkerInfo
-from service.client import SpillwayClient
-from service.launcher import launch_service
-from jobs.spec import JobSpec
-from service.metrics import _ClusterCollector, _StoreCollector
-from service.replicas import ReplicaIdentity
-from service.store import JobStore
-from service.pipeline_metrics import PipelineCollector
-from service.pipelines import PipelineStore
-from service.pipelines.models import RunState, RunTrigger
-from service.pipelines.runs import NewRun
-from service.pipelines.tables import runs_table
+from spillway.cluster.info import ClusterInfo, GpuInfo, WorkerInfo
+from spillway.service.client import SpillwayClient
+from spillway.service.launcher import launch_service
+from spillway.jobs.spec import JobSpec
+from spillway.service.metrics import _ClusterCollector, _StoreCollector
+from spillway.service.replicas import ReplicaIdentity
+from spillway.service.store import JobStore
+from spillway.service.pipeline_metrics import PipelineCollector
+from spillway.service.pipelines import PipelineStore
+from spillway.service.pipelines.models import RunState, RunTrigger
+from spillway.service.pipelines.runs import NewRun
+from spillway.service.pipelines.tables import runs_table
 from tests.conftest import ServiceProcess, wait_for, wait_terminal
 from tests.test_pipelines_fakes import pipeline, spec_template
 

@@ -26,14 +26,14 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import JSON, Boolean, Column, DateTime, Index, Integer, MetaData, String, Table, UniqueConstraint, inspect, select, text
 from sqlalchemy.engine import Engine
 
-from jobs.spec import JobSpec
-from jobs.status import JobProgress, JobStatus
-from service.client import SpillwayClient
-from service.config import Settings
-from service.migrations import SchemaNotCurrent, alembic_config, current, ensure_schema, head_revision, target_metadata, upgrade
-from service.pipelines.store import PipelineStore
-from service.store import JobStore, make_engine
-from service.tokens import Scope, _digest
+from spillway.jobs.spec import JobSpec
+from spillway.jobs.status import JobProgress, JobStatus
+from spillway.service.client import SpillwayClient
+from spillway.service.config import Settings
+from spillway.service.migrations import SchemaNotCurrent, alembic_config, current, ensure_schema, head_revision, target_metadata, upgrade
+from spillway.service.pipelines.store import PipelineStore
+from spillway.service.store import JobStore, make_engine
+from spillway.service.tokens import Scope, _digest
 from tests.conftest import ROOT, start_service
 
 T0 = datetime(2026, 11, 29, 18, 0, tzinfo=timezone.utc)
@@ -339,7 +339,7 @@ def test_downgrade_to_the_oldest_and_back_keeps_the_rows(database_url: str) -> N
 
 def _cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "SPILLWAY_DATABASE_URL": url, "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "service.cli", "db", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "spillway", "db", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
 
 
 def test_spillway_db_current_and_upgrade(tmp_path: Path) -> None:
@@ -364,22 +364,17 @@ def test_spillway_db_current_and_upgrade(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_the_migrations_ship_in_the_wheel_and_run_from_it(tmp_path: Path) -> None:
+def test_the_migrations_ship_in_the_wheel_and_run_from_it(tmp_path: Path, built_wheel: Path) -> None:
     """From an installed wheel (no source tree), Alembic finds env.py and every revision."""
-    built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet", "-w", str(tmp_path / "dist"), str(ROOT)],
-        capture_output=True, text=True, timeout=300,
-    )
-    assert built.returncode == 0, built.stderr
-    (wheel,) = (tmp_path / "dist").glob("spillway-*.whl")
+    wheel = built_wheel
     names = set(zipfile.ZipFile(wheel).namelist())
     revisions = sorted(p.name for p in (ROOT / "service" / "migrations" / "versions").glob("*.py"))
-    assert {"service/migrations/env.py", "service/migrations/script.py.mako"} <= names
-    assert {f"service/migrations/versions/{name}" for name in revisions} <= names
+    assert {"spillway/service/migrations/env.py", "spillway/service/migrations/script.py.mako"} <= names
+    assert {f"spillway/service/migrations/versions/{name}" for name in revisions} <= names
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
     probe = (
-        "import service.migrations as m, sys; from service.store import JobStore;"
+        "import spillway.service.migrations as m, sys; from spillway.service.store import JobStore;"
         "assert m.__file__.startswith(sys.argv[1]), m.__file__;"
         f"s = JobStore('sqlite:///{tmp_path / 'w.db'}'); print(m.current(s.engine).describe())"
     )
@@ -417,9 +412,9 @@ def test_a_service_with_migrating_off_refuses_an_old_database_and_starts_after_a
 _ADD_A_COLUMN = """
 import sys
 from sqlalchemy import Column, String
-from service.store import jobs_table
+from spillway.service.store import jobs_table
 jobs_table.append_column(Column("lease_owner", String(100)))  # a model change without a revision
-from service.cli import app
+from spillway.service.cli import app
 app(["db", "revision", "-m", "jobs lease owner", "--versions", sys.argv[1]])
 """
 

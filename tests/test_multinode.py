@@ -22,9 +22,9 @@ import httpx
 import pandas as pd
 import pytest
 
-from jobs.sink import TMP_PREFIX
-from jobs.status import JobStatus
-from service.launcher import launch_service
+from spillway.jobs.sink import TMP_PREFIX
+from spillway.jobs.status import JobStatus
+from spillway.service.launcher import launch_service
 from tests.conftest import ROOT, ServiceProcess, wait_for, wait_terminal
 
 pytestmark = pytest.mark.slow

@@ -23,10 +23,10 @@ from cryptography.hazmat.primitives.asymmetric import rsa  # noqa: E402
 from jwt.algorithms import RSAAlgorithm  # noqa: E402
 from pydantic import ValidationError  # noqa: E402
 
-from service.config import Settings  # noqa: E402
-from service.oidc import OidcVerifier  # noqa: E402
-from service.oidc_settings import OidcSettings  # noqa: E402
-from service.tokens import Scope, Unauthenticated  # noqa: E402
+from spillway.service.config import Settings  # noqa: E402
+from spillway.service.oidc import OidcVerifier  # noqa: E402
+from spillway.service.oidc_settings import OidcSettings  # noqa: E402
+from spillway.service.tokens import Scope, Unauthenticated  # noqa: E402
 from tests.conftest import start_service  # noqa: E402
 
 ISSUER = "https://idp.example.test/realms/etl"

@@ -15,8 +15,8 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 import pytest
 
-from jobs.expr import parse_expression
-from service.client import SpillwayClient
+from spillway.jobs.expr import parse_expression
+from spillway.service.client import SpillwayClient
 from tests.conftest import ServiceProcess, wait_terminal
 
 

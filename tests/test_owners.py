@@ -20,14 +20,14 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Column, MetaData, Table, update
 
-from jobs.errors import JobNotFound
-from jobs.spec import JobSpec
-from jobs.status import JobStatus
-from service.pipelines import PipelineStore
-from service.pipelines.bridge import job_callbacks
-from service.pipelines.errors import PipelineNotFound
-from service.pipelines.tables import pipelines_table
-from service.store import JobStore, jobs_table, make_engine, utc_now
+from spillway.jobs.errors import JobNotFound
+from spillway.jobs.spec import JobSpec
+from spillway.jobs.status import JobStatus
+from spillway.service.pipelines import PipelineStore
+from spillway.service.pipelines.bridge import job_callbacks
+from spillway.service.pipelines.errors import PipelineNotFound
+from spillway.service.pipelines.tables import pipelines_table
+from spillway.service.store import JobStore, jobs_table, make_engine, utc_now
 from tests.conftest import ROOT, ServiceProcess, start_service, wait_for
 from tests.test_auth import call
 from tests.test_pipelines_api import NOW, make_app
@@ -38,7 +38,7 @@ TOKENS = {"alice": "submit", "bob": "submit", "admin": "admin", "reader": "read"
 
 def _create_token(service: ServiceProcess, name: str, scope: str) -> str:
     result = subprocess.run(
-        [sys.executable, "-m", "service.cli", "token", "create", "--scope", scope, "--name", name],
+        [sys.executable, "-m", "spillway", "token", "create", "--scope", scope, "--name", name],
         cwd=ROOT, env=service.env, capture_output=True, text=True, timeout=60, check=True,
     )
     return result.stdout.strip()

@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from jobs.pipeline import Backend, backend_config, build_frame
-from jobs.spec import JobSpec
+from spillway.jobs.pipeline import Backend, backend_config, build_frame
+from spillway.jobs.spec import JobSpec
 
 
 def run(data: dict[str, Path], steps: list[dict[str, Any]], source: dict[str, Any] | None = None) -> pd.DataFrame:
@@ -169,8 +169,8 @@ def test_a_job_reads_only_the_columns_it_uses(tmp_path: Path, monkeypatch: pytes
 def test_separate_aggregation_beside_others_keeps_one_row_per_group(separate: str) -> None:
     """Regression: median or nunique (each its own reduction) merged with a tree-reduced agg
     over several partitions gave unmatched copies of most groups (db-benchmark groupby q6)."""
-    from jobs.pipeline import _groupby, backend_config
-    from jobs.spec import GroupByStep
+    from spillway.jobs.pipeline import _groupby, backend_config
+    from spillway.jobs.spec import GroupByStep
 
     rng = np.random.default_rng(0)
     rows = 50_000

@@ -11,14 +11,14 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from jobs.errors import SpecError
-from jobs.spec import JobSpec
-from jobs.status import JobStatus
-from service.auth import Scope, create_token
-from service.errors import install_error_handlers
-from service.pipelines import PipelineScheduler, PipelineServices, PipelineStore
-from service.routes.pipelines import router
-from service.store import JobStore
+from spillway.jobs.errors import SpecError
+from spillway.jobs.spec import JobSpec
+from spillway.jobs.status import JobStatus
+from spillway.service.auth import Scope, create_token
+from spillway.service.errors import install_error_handlers
+from spillway.service.pipelines import PipelineScheduler, PipelineServices, PipelineStore
+from spillway.service.routes.pipelines import router
+from spillway.service.store import JobStore
 from tests.test_pipelines_fakes import UTC, FakeClock, FakeJobs, pipeline, spec_template, tick
 
 pytest_plugins = ["tests.test_pipelines_fakes"]  # the database and scheduler fixtures

@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
-from jobs.errors import SinkExists, SpecError
-from jobs.spec import JobSpec
-from jobs.status import ColumnSchema, ErrorDetail, JobStatus, ResultManifest
-from jobs.validate import validate_submission as validate_job
-from service.pipelines import PipelineScheduler, PipelineStore
-from service.pipelines.bridge import job_callbacks
-from service.pipelines.models import RunState
-from service.store import JobStore
+from spillway.jobs.errors import SinkExists, SpecError
+from spillway.jobs.spec import JobSpec
+from spillway.jobs.status import ColumnSchema, ErrorDetail, JobStatus, ResultManifest
+from spillway.jobs.validate import validate_submission as validate_job
+from spillway.service.pipelines import PipelineScheduler, PipelineStore
+from spillway.service.pipelines.bridge import job_callbacks
+from spillway.service.pipelines.models import RunState
+from spillway.service.store import JobStore
 from tests.conftest import wait_for
 from tests.test_pipelines_fakes import T0, UTC, FakeClock, pipeline, runs_of, tick
 

@@ -16,8 +16,8 @@ import yaml
 from fastapi import Request
 from typer.testing import CliRunner
 
-from jobs.status import JobStatus
-from service.cli_pipelines import pipeline_app
+from spillway.jobs.status import JobStatus
+from spillway.service.cli_pipelines import pipeline_app
 from tests.conftest import wait_for
 from tests.test_pipelines_api import make_app
 from tests.test_pipelines_fakes import UTC, FakeClock, FakeJobs, spec_template, tick

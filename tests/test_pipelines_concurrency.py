@@ -10,12 +10,12 @@ from typing import Any
 
 from sqlalchemy import select, update
 
-from jobs.status import JobStatus
-from service.pipelines.errors import RunExists
-from service.pipelines.models import ACTIVE_RUN_STATES, RunState
-from service.pipelines.plans import plan_due
-from service.pipelines.scheduler import PipelineScheduler
-from service.pipelines.tables import pipelines_table, runs_table
+from spillway.jobs.status import JobStatus
+from spillway.service.pipelines.errors import RunExists
+from spillway.service.pipelines.models import ACTIVE_RUN_STATES, RunState
+from spillway.service.pipelines.plans import plan_due
+from spillway.service.pipelines.scheduler import PipelineScheduler
+from spillway.service.pipelines.tables import pipelines_table, runs_table
 from tests.test_pipelines_fakes import (
     T0,
     UTC,

@@ -14,12 +14,12 @@ from typing import Any, TypeVar
 
 import pytest
 
-from jobs.errors import JobNotFound
-from jobs.spec import JobSpec
-from jobs.status import ColumnSchema, ErrorDetail, JobStatus, ResultManifest
-from service.pipelines import PipelineScheduler, PipelineStore
-from service.pipelines.models import PipelineCreate, RunView
-from service.pipelines.scheduler import TickReport
+from spillway.jobs.errors import JobNotFound
+from spillway.jobs.spec import JobSpec
+from spillway.jobs.status import ColumnSchema, ErrorDetail, JobStatus, ResultManifest
+from spillway.service.pipelines import PipelineScheduler, PipelineStore
+from spillway.service.pipelines.models import PipelineCreate, RunView
+from spillway.service.pipelines.scheduler import TickReport
 
 UTC = timezone.utc
 T0 = datetime(2026, 5, 1, 0, 5, tzinfo=UTC)  # the tests' "now": five minutes past the first hourly tick

@@ -9,9 +9,9 @@ from zoneinfo import ZoneInfo
 import pytest
 from croniter import croniter
 
-from service.pipelines.errors import InvalidSchedule
-from service.pipelines.models import RunState
-from service.pipelines.schedule import CronSchedule
+from spillway.service.pipelines.errors import InvalidSchedule
+from spillway.service.pipelines.models import RunState
+from spillway.service.pipelines.schedule import CronSchedule
 from tests.test_pipelines_fakes import UTC, FakeClock, FakeJobs, SchedulerFactory, pipeline, runs_of, tick
 
 pytest_plugins = ["tests.test_pipelines_fakes"]  # the database and scheduler fixtures

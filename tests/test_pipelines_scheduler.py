@@ -6,11 +6,11 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from jobs.errors import SourceNotFound
-from jobs.status import JobStatus
-from service.pipelines.errors import RunExists, TemplateError
-from service.pipelines.models import RunState, RunTrigger
-from service.pipelines.runs import Attempt
+from spillway.jobs.errors import SourceNotFound
+from spillway.jobs.status import JobStatus
+from spillway.service.pipelines.errors import RunExists, TemplateError
+from spillway.service.pipelines.models import RunState, RunTrigger
+from spillway.service.pipelines.runs import Attempt
 from tests.test_pipelines_fakes import (
     T0,
     UTC,

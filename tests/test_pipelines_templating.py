@@ -8,10 +8,10 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from service.pipelines.errors import TemplateError
-from service.pipelines.models import PipelineDefinition
-from service.pipelines.plans import check_definition
-from service.pipelines.templating import check_param_names, interval_context, render_spec
+from spillway.service.pipelines.errors import TemplateError
+from spillway.service.pipelines.models import PipelineDefinition
+from spillway.service.pipelines.plans import check_definition
+from spillway.service.pipelines.templating import check_param_names, interval_context, render_spec
 from tests.test_pipelines_fakes import UTC, spec_template
 
 pytest_plugins = ["tests.test_pipelines_fakes"]  # sqlite_url
@@ -105,7 +105,7 @@ def test_bounded_templates_still_render_numbers_widths_and_loops() -> None:
 
 
 def test_a_render_past_its_time_budget_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    from service.pipelines import templating
+    from spillway.service.pipelines import templating
 
     monkeypatch.setattr(templating, "RENDER_BUDGET_S", -1.0)  # the deadline has passed before the first chunk
     with pytest.raises(TemplateError) as caught:

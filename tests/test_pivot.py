@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 from pydantic import ValidationError
 
-from jobs.errors import SpecError, TypeMismatch
-from jobs.spec import JobSpec
-from jobs.validate import check_spec
+from spillway.jobs.errors import SpecError, TypeMismatch
+from spillway.jobs.spec import JobSpec
+from spillway.jobs.validate import check_spec
 from tests.test_engines import assert_same_rows, run_both
 
 ROWS = 240

@@ -13,10 +13,10 @@ import pytest
 from dask.callbacks import Callback
 from dask.utils import key_split
 
-from cluster.plan import plan_job
-from jobs.pipeline import Backend
-from jobs.sink import SinkWriter
-from jobs.spec import JobSpec
+from spillway.cluster.plan import plan_job
+from spillway.jobs.pipeline import Backend
+from spillway.jobs.sink import SinkWriter
+from spillway.jobs.spec import JobSpec
 
 
 class _ComputeCounter(Callback):

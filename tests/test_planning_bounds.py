@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 from pydantic import ValidationError
 
-from jobs.spec import MAX_TOTAL_STEPS, JobSpec
+from spillway.jobs.spec import MAX_TOTAL_STEPS, JobSpec
 from tests.conftest import ServiceProcess, start_service, wait_for
 
 
@@ -172,9 +172,9 @@ def test_graphs_build_in_several_threads_at_once(sample_data: dict[str, Path], t
 
     import dask
 
-    from cluster.plan import plan_job
-    from jobs.sink import SinkWriter
-    from jobs.validate import plan_spec
+    from spillway.cluster.plan import plan_job
+    from spillway.jobs.sink import SinkWriter
+    from spillway.jobs.validate import plan_spec
 
     sales = {"format": "parquet", "path": str(sample_data["sales"])}
     products = {"format": "csv", "path": str(sample_data["products"])}
@@ -226,8 +226,8 @@ def test_the_estimate_is_the_partitions_dask_reads(tmp_path: Path, format: str, 
     """The estimate, from sizes (and parquet row groups) alone, against the partitions dask makes of the same files."""
     import dask
 
-    from jobs.dask_read import estimated_partitions, read_source
-    from jobs.spec import SourceSpec
+    from spillway.jobs.dask_read import estimated_partitions, read_source
+    from spillway.jobs.spec import SourceSpec
 
     for index in range(3):
         frame = pd.DataFrame({"a": np.arange(30_000) + index, "s": ["x" * 8] * 30_000})

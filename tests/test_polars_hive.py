@@ -11,8 +11,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from jobs.polars_io import scan_source
-from jobs.spec import SourceSpec
+from spillway.jobs.polars_io import scan_source
+from spillway.jobs.spec import SourceSpec
 
 
 @pytest.fixture

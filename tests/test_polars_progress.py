@@ -11,12 +11,12 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from cluster.polars_job import POLARS_NOTE, empty_progress, stage_names
-from jobs.read_progress import READ_UNIT, ReadMeter, SourceRead, source_reads, to_mib
-from jobs.polars_frame import build_lazyframe
-from jobs.spec import JobSpec
-from jobs.validate import plan_spec
-from jobs.status import JobStatus
+from spillway.cluster.polars_job import POLARS_NOTE, empty_progress, stage_names
+from spillway.jobs.read_progress import READ_UNIT, ReadMeter, SourceRead, source_reads, to_mib
+from spillway.jobs.polars_frame import build_lazyframe
+from spillway.jobs.spec import JobSpec
+from spillway.jobs.validate import plan_spec
+from spillway.jobs.status import JobStatus
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the meter reads /proc/self/smaps (Linux)")
 

@@ -19,13 +19,13 @@ from dask.core import get_dependencies
 from distributed import Client, LocalCluster
 
 from bench.tpch_examples import QUERIES, load_spec, tpchgen, write_tables
-from cluster.plan import plan_job
-from cluster.progress import JobProgressPlugin
-from jobs.read_progress import read_stage_name
-from jobs.sink import SinkWriter
-from jobs.spec import JobSpec
-from jobs.status import PROGRESS_TOPIC, JobProgress, JobStatus, StageProgress
-from service.client import SpillwayClient
+from spillway.cluster.plan import plan_job
+from spillway.cluster.progress import JobProgressPlugin
+from spillway.jobs.read_progress import read_stage_name
+from spillway.jobs.sink import SinkWriter
+from spillway.jobs.spec import JobSpec
+from spillway.jobs.status import PROGRESS_TOPIC, JobProgress, JobStatus, StageProgress
+from spillway.service.client import SpillwayClient
 from tests.conftest import ROOT, ServiceProcess, wait_terminal
 
 
@@ -244,7 +244,7 @@ def test_a_running_job_reports_spec_stages_that_only_grow(api: SpillwayClient, b
 
 
 def spillway(service: ServiceProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "service.cli", *args, "--url", service.url], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "spillway", *args, "--url", service.url], cwd=ROOT, capture_output=True, text=True,
                           timeout=180, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
 
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime, timedelta, timezone
 
-from service.replica_heartbeat import ReplicaHeartbeat
-from service.replicas import ReplicaIdentity
-from service.store import JobStore
+from spillway.service.replica_heartbeat import ReplicaHeartbeat
+from spillway.service.replicas import ReplicaIdentity
+from spillway.service.store import JobStore
 
 TIMEOUT_S = 30.0
 

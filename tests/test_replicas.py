@@ -25,10 +25,10 @@ import psutil
 import pytest
 from distributed import Client
 
-from jobs.status import ErrorDetail, JobStatus
-from service.client import SpillwayClient
-from service.replica_heartbeat import SCHEDULER_LEASE
-from service.store import JobStore, make_engine
+from spillway.jobs.status import ErrorDetail, JobStatus
+from spillway.service.client import SpillwayClient
+from spillway.service.replica_heartbeat import SCHEDULER_LEASE
+from spillway.service.store import JobStore, make_engine
 from tests.conftest import POSTGRES_URL, ServiceProcess, start_service, wait_for, wait_terminal
 from tests.fault_jobs import polars_task_worker, slow_spec
 

@@ -11,10 +11,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from jobs.spec import JobSpec
-from jobs.status import JobStatus
-from service.replicas import ReplicaIdentity
-from service.store import JobStore
+from spillway.jobs.spec import JobSpec
+from spillway.jobs.status import JobStatus
+from spillway.service.replicas import ReplicaIdentity
+from spillway.service.store import JobStore
 
 SPEC = JobSpec.model_validate({"name": "j", "source": {"format": "parquet", "path": "/tmp/in"}, "sink": {"path": "/tmp/out"}})
 

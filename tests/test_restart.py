@@ -7,8 +7,8 @@ from pathlib import Path
 
 from distributed import Client
 
-from jobs.sink import TMP_PREFIX
-from jobs.status import JobStatus
+from spillway.jobs.sink import TMP_PREFIX
+from spillway.jobs.status import JobStatus
 from tests.conftest import start_service, wait_for, wait_terminal
 from tests.fault_jobs import busy_workers, slow_spec
 

@@ -12,9 +12,9 @@ import httpx
 import pandas as pd
 import pytest
 
-from jobs.status import JobStatus
-from service.launcher import ServiceProcess
-from service.routes.result import _json_value
+from spillway.jobs.status import JobStatus
+from spillway.service.launcher import ServiceProcess
+from spillway.service.routes.result import _json_value
 from tests.conftest import wait_terminal
 
 

@@ -19,17 +19,17 @@ import httpx
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.errors import JobNotFound
-from jobs.sandbox import PathNotAllowed
-from jobs.sink_delete import OutputSuperseded, delete_output
-from jobs.spec import JobSpec
-from jobs.status import JobStatus, ResultFile, ResultManifest
-from service.pipelines import PipelineStore
-from service.pipelines.models import RunState, RunTrigger
-from service.pipelines.runs import NewRun
-from service.pipelines.tables import attempts_table, runs_table
-from service.retention import JobActive, RetentionTask, delete_job, prune_jobs, prune_runs
-from service.store import JobStore
+from spillway.jobs.errors import JobNotFound
+from spillway.jobs.sandbox import PathNotAllowed
+from spillway.jobs.sink_delete import OutputSuperseded, delete_output
+from spillway.jobs.spec import JobSpec
+from spillway.jobs.status import JobStatus, ResultFile, ResultManifest
+from spillway.service.pipelines import PipelineStore
+from spillway.service.pipelines.models import RunState, RunTrigger
+from spillway.service.pipelines.runs import NewRun
+from spillway.service.pipelines.tables import attempts_table, runs_table
+from spillway.service.retention import JobActive, RetentionTask, delete_job, prune_jobs, prune_runs
+from spillway.service.store import JobStore
 from tests.conftest import ROOT, ServiceProcess, start_service, wait_for
 from tests.test_auth import call
 from tests.test_pipelines_fakes import pipeline, spec_template
@@ -211,7 +211,7 @@ TOKENS = {"alice": "submit", "bob": "submit", "reader": "read"}
 
 def _token(service: ServiceProcess, name: str, scope: str) -> str:
     result = subprocess.run(
-        [sys.executable, "-m", "service.cli", "token", "create", "--scope", scope, "--name", name],
+        [sys.executable, "-m", "spillway", "token", "create", "--scope", scope, "--name", name],
         cwd=ROOT, env=service.env, capture_output=True, text=True, timeout=60, check=True,
     )
     return result.stdout.strip()
@@ -318,15 +318,15 @@ def test_cli_delete_with_output_and_the_sdk(live: Any, sales: Path) -> None:
     sink = data / "cli-sink"
     job = _run(service, tokens["bob"], sales, sink)
     env = {**service.env, "SPILLWAY_TOKEN": tokens["bob"], "SPILLWAY_URL": service.url}
-    result = subprocess.run([sys.executable, "-m", "service.cli", "delete", job["id"], "--output"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    result = subprocess.run([sys.executable, "-m", "spillway", "delete", job["id"], "--output"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert f"{job['id']}: deleted (SUCCEEDED)" in result.stdout and f"removed from {sink}" in result.stdout
     assert not sink.exists()  # emptied by the deletion, so removed
 
-    failed = subprocess.run([sys.executable, "-m", "service.cli", "delete", job["id"]], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    failed = subprocess.run([sys.executable, "-m", "spillway", "delete", job["id"]], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert failed.returncode == 1 and "404 job_not_found" in failed.stderr
 
-    from service.client import ApiError, SpillwayClient
+    from spillway.service.client import ApiError, SpillwayClient
 
     kept = _run(service, tokens["bob"], sales, data / "sdk-sink")
     with SpillwayClient(service.url, token=tokens["bob"]) as client:

@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("moto.server", reason="the S3 tests need moto's server mode: pip install 'moto[server]' (the test extra)")
 
-from service.client import ApiError, SpillwayClient  # noqa: E402
+from spillway.service.client import ApiError, SpillwayClient  # noqa: E402
 from tests.test_s3 import BUCKET, api, endpoint, prefix, s3, s3_service, succeed  # noqa: E402, F401 - fixtures
 
 

@@ -21,8 +21,8 @@ import pytest
 moto_server = pytest.importorskip("moto.server", reason="the S3 tests need moto's server mode: pip install 'moto[server]' (the test extra)")
 s3fs = pytest.importorskip("s3fs", reason="the S3 tests need s3fs: pip install '.[s3]'")
 
-from jobs.status import JobStatus, ResultManifest  # noqa: E402
-from service.client import ApiError, SpillwayClient  # noqa: E402
+from spillway.jobs.status import JobStatus, ResultManifest  # noqa: E402
+from spillway.service.client import ApiError, SpillwayClient  # noqa: E402
 from tests.conftest import ServiceProcess, start_service, wait_terminal  # noqa: E402
 from tests.test_service_e2e import revenue_reference  # noqa: E402
 

@@ -19,15 +19,15 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from jobs.dask_read import read_source
-from jobs.polars_io import scan_source, write_output
-from jobs.safe_open import SourceChanged, open_checked
-from jobs.sandbox import PathNotAllowed, checked_so_far, enforce_roots
-from jobs.sink import SinkWriter
-from jobs.sources import resolve_files
-from jobs.spec import SinkSpec, SourceSpec
-from jobs.status import ColumnSchema, JobStatus
-from service.client import SpillwayClient
+from spillway.jobs.dask_read import read_source
+from spillway.jobs.polars_io import scan_source, write_output
+from spillway.jobs.safe_open import SourceChanged, open_checked
+from spillway.jobs.sandbox import PathNotAllowed, checked_so_far, enforce_roots
+from spillway.jobs.sink import SinkWriter
+from spillway.jobs.sources import resolve_files
+from spillway.jobs.spec import SinkSpec, SourceSpec
+from spillway.jobs.status import ColumnSchema, JobStatus
+from spillway.service.client import SpillwayClient
 from tests.conftest import ServiceProcess, start_service, wait_for, wait_terminal
 from tests.fault_jobs import slow_spec
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from jobs.sources import _cached_parquet_schema, parquet_schema
+from spillway.jobs.sources import _cached_parquet_schema, parquet_schema
 
 
 def test_a_rewritten_file_gives_its_new_schema_and_an_unchanged_one_is_not_read_again(tmp_path: Path) -> None:

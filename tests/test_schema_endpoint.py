@@ -12,11 +12,11 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
-from jobs.spec import JobSpec
-from service.app import create_app
-from service.config import Settings
-from service.documents import read_mapping
-from service.pipelines.templating import interval_context, render_spec
+from spillway.jobs.spec import JobSpec
+from spillway.service.app import create_app
+from spillway.service.config import Settings
+from spillway.service.documents import read_mapping
+from spillway.service.pipelines.templating import interval_context, render_spec
 from tests.conftest import ROOT, ServiceProcess
 from tests.test_docs_spec import EXAMPLES
 

@@ -12,11 +12,11 @@ import httpx
 import pandas as pd
 import pytest
 
-from cluster.plan import plan_job
-from jobs.sink import MANIFEST_NAME, SUCCESS_MARKER, TMP_PREFIX, SinkWriter
-from jobs.spec import JobSpec
-from jobs.status import JobStatus
-from service.client import SpillwayClient
+from spillway.cluster.plan import plan_job
+from spillway.jobs.sink import MANIFEST_NAME, SUCCESS_MARKER, TMP_PREFIX, SinkWriter
+from spillway.jobs.spec import JobSpec
+from spillway.jobs.status import JobStatus
+from spillway.service.client import SpillwayClient
 from tests.conftest import ServiceProcess, wait_for, wait_terminal
 
 

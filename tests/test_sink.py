@@ -10,9 +10,9 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.errors import SinkExists
-from jobs.sink import MANIFEST_NAME, SUCCESS_MARKER, SinkWriter, ensure_sink_free, read_manifest
-from jobs.spec import SinkSpec
+from spillway.jobs.errors import SinkExists
+from spillway.jobs.sink import MANIFEST_NAME, SUCCESS_MARKER, SinkWriter, ensure_sink_free, read_manifest
+from spillway.jobs.spec import SinkSpec
 
 
 def frame() -> dd.DataFrame:

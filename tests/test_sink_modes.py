@@ -13,12 +13,12 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.errors import SinkExists
-from jobs.sink import MANIFEST_NAME, SUCCESS_MARKER, TMP_PREFIX, SinkSchemaMismatch, SinkWriter, ensure_sink_free, read_manifest
-from jobs.sources import resolve_files
-from jobs.spec import JobSpec, SinkSpec, SourceSpec
-from jobs.status import JobStatus, ResultManifest
-from service.client import ApiError, SpillwayClient
+from spillway.jobs.errors import SinkExists
+from spillway.jobs.sink import MANIFEST_NAME, SUCCESS_MARKER, TMP_PREFIX, SinkSchemaMismatch, SinkWriter, ensure_sink_free, read_manifest
+from spillway.jobs.sources import resolve_files
+from spillway.jobs.spec import JobSpec, SinkSpec, SourceSpec
+from spillway.jobs.status import JobStatus, ResultManifest
+from spillway.service.client import ApiError, SpillwayClient
 from tests.conftest import ServiceProcess, start_service, wait_terminal
 
 

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from jobs.errors import ExpressionError, SourceNotFound, SpecError, UnknownColumn
-from jobs.spec import JobSpec
-from jobs.validate import check_spec
+from spillway.jobs.errors import ExpressionError, SourceNotFound, SpecError, UnknownColumn
+from spillway.jobs.spec import JobSpec
+from spillway.jobs.validate import check_spec
 
 
 def spec(data: dict[str, Path], steps: list[dict[str, Any]], **sink: Any) -> JobSpec:

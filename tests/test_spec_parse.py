@@ -7,9 +7,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.client import read_spec_file
-from service.launcher import ServiceProcess
-from service.spec_text import MAX_NODES, SpecTextError, parse_spec_text
+from spillway.service.client import read_spec_file
+from spillway.service.launcher import ServiceProcess
+from spillway.service.spec_text import MAX_NODES, SpecTextError, parse_spec_text
 
 ROOT = Path(__file__).resolve().parents[1]
 

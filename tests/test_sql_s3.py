@@ -8,7 +8,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from service.client import SpillwayClient
+from spillway.service.client import SpillwayClient
 from tests.test_s3 import ROOT, api, committed, endpoint, prefix, s3, s3_service, succeed  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.slow

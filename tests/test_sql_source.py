@@ -20,18 +20,18 @@ import polars as pl
 import pytest
 from pydantic import ValidationError
 
-from jobs.engine_choice import choose_engine
-from jobs.errors import SpecError
-from jobs.pipeline import backend_config, build_frame
-from jobs.polars_frame import build_lazyframe
-from jobs.samples import write_sample_data
-from jobs.spec import JobSpec
-from jobs.sql_check import SQL_FUNCTIONS
-from jobs.sql_source import SqlRefused
-from jobs.status import JobStatus
-from jobs.validate import plan_spec
-from service.client import ApiError, SpillwayClient
-from service.errors import field_path
+from spillway.jobs.engine_choice import choose_engine
+from spillway.jobs.errors import SpecError
+from spillway.jobs.pipeline import backend_config, build_frame
+from spillway.jobs.polars_frame import build_lazyframe
+from spillway.jobs.samples import write_sample_data
+from spillway.jobs.spec import JobSpec
+from spillway.jobs.sql_check import SQL_FUNCTIONS
+from spillway.jobs.sql_source import SqlRefused
+from spillway.jobs.status import JobStatus
+from spillway.jobs.validate import plan_spec
+from spillway.service.client import ApiError, SpillwayClient
+from spillway.service.errors import field_path
 from tests.conftest import wait_terminal
 
 duckdb = pytest.importorskip("duckdb")
@@ -351,8 +351,8 @@ def test_a_gpu_refusal_of_sql_is_a_422_even_under_auto(data: dict[str, Path], mo
 
     cudf-polars' verdict is stubbed (no GPU here); tests/test_gpu.py checks the real translation on the device.
     """
-    from jobs import gpu_support
-    from jobs.errors import GpuUnsupported
+    from spillway.jobs import gpu_support
+    from spillway.jobs.errors import GpuUnsupported
 
     plan = plan_spec(JobSpec.model_validate(sql_spec(data, "SELECT region, count(*) AS n FROM sales GROUP BY region")))
     monkeypatch.setattr(gpu_support, "gpu_refusal", lambda frame: "NotImplementedError: not on the GPU")
@@ -459,7 +459,7 @@ GPU_QUERIES = ["join_groupby_order", "cte_and_scalar_subquery", "exists_and_in",
 def test_sql_on_the_gpu_matches_the_cpu(data: dict[str, Path], name: str) -> None:
     """The SQL source's LazyFrame on cudf-polars gives the CPU's answer (or cudf-polars says why not)."""
     pytest.importorskip("cudf_polars")
-    from jobs.gpu_support import gpu_engine, gpu_refusal
+    from spillway.jobs.gpu_support import gpu_engine, gpu_refusal
 
     sql, ordered = ACCEPTED[name]
     frame = build_lazyframe(plan_spec(JobSpec.model_validate(sql_spec(data, sql))))
@@ -470,7 +470,7 @@ def test_sql_on_the_gpu_matches_the_cpu(data: dict[str, Path], name: str) -> Non
 
 
 def test_polars_kind_of_every_type() -> None:
-    from jobs.sql_source import polars_kind
+    from spillway.jobs.sql_source import polars_kind
 
     assert [polars_kind(t) for t in (pl.Int32(), pl.Float64(), pl.Decimal(10, 2), pl.String(), pl.Date(), pl.Datetime("us"),
                                      pl.Boolean(), pl.Null(), pl.List(pl.Int64()))] == [

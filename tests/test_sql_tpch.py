@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from bench.tpch_examples import QUERIES, TABLES
-from jobs.status import JobStatus
-from service.client import SpillwayClient
+from spillway.jobs.status import JobStatus
+from spillway.service.client import SpillwayClient
 from tests.conftest import wait_terminal
 from tests.test_tpch import assert_same_answer, committed_output, referee, tpch_data  # noqa: F401 - fixtures
 
@@ -52,10 +52,10 @@ def test_tpch_sql_on_the_gpu_matches_the_cpu(tpch_data: Path, tmp_path: Path, na
     """Each query's LazyFrame, as the service builds it, on cudf-polars gives the CPU's answer; where
     cudf-polars cannot translate it, it says so (a SQL job is then a 422 at submit on a GPU cluster)."""
     pytest.importorskip("cudf_polars")
-    from jobs.gpu_support import gpu_engine, gpu_refusal
-    from jobs.polars_frame import build_lazyframe
-    from jobs.spec import JobSpec
-    from jobs.validate import plan_spec
+    from spillway.jobs.gpu_support import gpu_engine, gpu_refusal
+    from spillway.jobs.polars_frame import build_lazyframe
+    from spillway.jobs.spec import JobSpec
+    from spillway.jobs.validate import plan_spec
 
     frame = build_lazyframe(plan_spec(JobSpec.model_validate(sql_spec(name, tpch_data, tmp_path / "out"))))
     refusal = gpu_refusal(frame)

@@ -18,10 +18,10 @@ import polars as pl
 import pytest
 import yaml
 
-from jobs.polars_frame import build_lazyframe
-from jobs.spec import JobSpec
-from jobs.sql_source import SqlRefused
-from jobs.validate import plan_spec
+from spillway.jobs.polars_frame import build_lazyframe
+from spillway.jobs.spec import JobSpec
+from spillway.jobs.sql_source import SqlRefused
+from spillway.jobs.validate import plan_spec
 from tests.test_engines import assert_same_rows, run_both
 
 duckdb = pytest.importorskip("duckdb")

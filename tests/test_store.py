@@ -6,10 +6,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from jobs.errors import JobNotFound
-from jobs.spec import JobSpec
-from jobs.status import JobProgress, JobStatus, StageProgress
-from service.store import JobStore
+from spillway.jobs.errors import JobNotFound
+from spillway.jobs.spec import JobSpec
+from spillway.jobs.status import JobProgress, JobStatus, StageProgress
+from spillway.service.store import JobStore
 
 SPEC = JobSpec.model_validate({"source": {"format": "parquet", "path": "x"}, "sink": {"path": "y"}})
 

@@ -10,7 +10,7 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
-from jobs.spec import JobSpec
+from spillway.jobs.spec import JobSpec
 from tests.conftest import ServiceProcess
 
 
@@ -68,8 +68,8 @@ def test_a_suffix_that_clashes_with_a_column_is_refused(service: ServiceProcess,
 
 
 def test_a_right_side_whose_own_column_takes_the_suffixed_name_is_refused(tmp_path: Path) -> None:
-    from jobs.errors import SpecError
-    from jobs.validate import check_spec
+    from spillway.jobs.errors import SpecError
+    from spillway.jobs.validate import check_spec
 
     spec = JobSpec.model_validate({
         "sources": {"l": {"format": "csv", "path": "l.csv"}, "r": {"format": "csv", "path": "r.csv"}},

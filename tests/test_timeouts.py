@@ -14,9 +14,9 @@ import psutil
 import pytest
 from distributed import Client
 
-from jobs.sink import TMP_PREFIX
-from jobs.status import JobStatus
-from service.client import SpillwayClient
+from spillway.jobs.sink import TMP_PREFIX
+from spillway.jobs.status import JobStatus
+from spillway.service.client import SpillwayClient
 from tests.conftest import ServiceProcess, start_service, wait_for, wait_terminal
 from tests.fault_jobs import busy_workers, check_slow_output, slow_spec, worker_addresses
 

@@ -13,10 +13,10 @@ import httpx
 import pytest
 from sqlalchemy import event
 
-from jobs.errors import InvalidTransition
-from service.client import ApiError, SpillwayClient
-from service.store import JobStore
-from service.tokens import LAST_USED_EVERY, Scope, TokenNotFound, TokenStore, Unauthenticated, parse_duration
+from spillway.jobs.errors import InvalidTransition
+from spillway.service.client import ApiError, SpillwayClient
+from spillway.service.store import JobStore
+from spillway.service.tokens import LAST_USED_EVERY, Scope, TokenNotFound, TokenStore, Unauthenticated, parse_duration
 from tests.conftest import ROOT, ServiceProcess, start_service
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
@@ -152,7 +152,7 @@ def test_list_shows_every_token_and_never_a_secret(tokens: Any) -> None:
 
 
 def _cli(service: ServiceProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "service.cli", "token", *args], cwd=ROOT, env={**service.env, "COLUMNS": "200"}, capture_output=True, text=True, timeout=60)
+    return subprocess.run([sys.executable, "-m", "spillway", "token", *args], cwd=ROOT, env={**service.env, "COLUMNS": "200"}, capture_output=True, text=True, timeout=60)
 
 
 @pytest.fixture(scope="module")

@@ -17,8 +17,8 @@ import pandas as pd
 import pytest
 
 from bench.tpch_examples import QUERIES, SPECS, TABLES, load_spec, plain_column, tpchgen, write_tables
-from jobs.status import JobStatus
-from service.client import ApiError, SpillwayClient
+from spillway.jobs.status import JobStatus
+from spillway.service.client import ApiError, SpillwayClient
 from tests.conftest import wait_terminal
 
 duckdb = pytest.importorskip("duckdb")

@@ -10,14 +10,14 @@ from typing import Any
 import httpx
 import pytest
 
-from jobs.status import JobStatus
+from spillway.jobs.status import JobStatus
 from tests.conftest import ServiceProcess, start_service, wait_terminal
 
 
 @pytest.fixture(scope="module")
 def rooted(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """A service whose only data root is one directory, holding a small dataset."""
-    from jobs.samples import write_sample_data
+    from spillway.jobs.samples import write_sample_data
 
     root = tmp_path_factory.mktemp("root")
     data = write_sample_data(root / "data", rows=2000, files=2)

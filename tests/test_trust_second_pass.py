@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from jobs.status import JobStatus
+from spillway.jobs.status import JobStatus
 from tests.conftest import ServiceProcess, start_service, wait_for
 from tests.test_auth import call, create_token
 
@@ -88,7 +88,7 @@ def test_405_names_every_allowed_method(service: ServiceProcess, method: str, pa
 @pytest.fixture(scope="module")
 def rooted(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """A service with two data roots: one holding a small dataset, one empty."""
-    from jobs.samples import write_sample_data
+    from spillway.jobs.samples import write_sample_data
 
     root, empty = tmp_path_factory.mktemp("root2"), tmp_path_factory.mktemp("empty_root")
     data = write_sample_data(root / "data", rows=2000, files=2)
@@ -113,8 +113,8 @@ def test_a_sink_that_is_a_root_is_refused(rooted: Any, which: str, suffix: str, 
 
 @pytest.mark.parametrize("sink", ["s3://bucket/etl", "s3://bucket/etl/"])
 def test_a_sink_that_is_a_url_root_is_refused(sink: str) -> None:
-    from jobs.sandbox import PathNotAllowed, check_paths
-    from jobs.spec import JobSpec
+    from spillway.jobs.sandbox import PathNotAllowed, check_paths
+    from spillway.jobs.spec import JobSpec
 
     spec = JobSpec.model_validate({"source": {"format": "parquet", "path": "s3://bucket/etl/in/"}, "sink": {"path": sink}})
     with pytest.raises(PathNotAllowed, match="is an allowed root itself") as refused:
@@ -141,9 +141,9 @@ def test_an_empty_dashboard_address_turns_the_dashboard_off(tmp_path: Path, samp
 
 
 def test_queue_limit_holds_under_concurrent_inserts(database_url: str) -> None:
-    from jobs.errors import QueueFull
-    from jobs.spec import JobSpec
-    from service.store import JobStore
+    from spillway.jobs.errors import QueueFull
+    from spillway.jobs.spec import JobSpec
+    from spillway.service.store import JobStore
 
     store = JobStore(database_url)
     spec = JobSpec.model_validate({"source": {"format": "parquet", "path": "/tmp/in"}, "sink": {"path": "/tmp/out"}})

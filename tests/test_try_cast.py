@@ -15,10 +15,10 @@ import pandas as pd
 import polars as pl
 import pytest
 
-from jobs.errors import SpecError
-from jobs.expr import parse_expression
-from jobs.kinds import kind_of_node
-from jobs.lower_polars import to_polars
+from spillway.jobs.errors import SpecError
+from spillway.jobs.expr import parse_expression
+from spillway.jobs.kinds import kind_of_node
+from spillway.jobs.lower_polars import to_polars
 
 TEXT = ["12", "+7", "-3", "007", "12.5", " 4", "1e3", "", None, "abc", "3000000000", "-.5", "9999999999999999999", "1E-2"]
 NUMBERS = [1.5, np.nan, np.inf, -2.7, 9.3e18, -2147483648.5, 2147483647.9, 2147483648.0, 0.0, -np.inf, 3.0, 42.0, -1.0, 7.25]

@@ -9,14 +9,14 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from jobs.errors import SpecError, TypeMismatch
-from jobs.expr import parse_expression
-from jobs.kinds import kinds_compatible
-from jobs.sources import Schema, pandas_kind
-from jobs.spec import JobSpec, SourceSpec
-from jobs.validate import check_spec
-from service.client import ApiError
-from service.documents import read_mapping
+from spillway.jobs.errors import SpecError, TypeMismatch
+from spillway.jobs.expr import parse_expression
+from spillway.jobs.kinds import kinds_compatible
+from spillway.jobs.sources import Schema, pandas_kind
+from spillway.jobs.spec import JobSpec, SourceSpec
+from spillway.jobs.validate import check_spec
+from spillway.service.client import ApiError
+from spillway.service.documents import read_mapping
 from tests.conftest import ROOT, ServiceProcess
 from tests.test_bad_input import base_spec, error_of, post
 from tests.test_expr import FEATURES, make_frame

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from jobs.status import JobStatus
-from service.client import SpillwayClient
+from spillway.jobs.status import JobStatus
+from spillway.service.client import SpillwayClient
 from tests.conftest import ROOT, ServiceProcess, start_service, wait_for, wait_terminal
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -45,7 +45,7 @@ pytestmark = [
 
 def ui_wired() -> bool:
     """Whether create_app already includes the UI router (building the app starts nothing)."""
-    from service.app import create_app
+    from spillway.service.app import create_app
 
     return any(getattr(route, "path", None) == "/ui/static/{name}" for route in create_app().routes)
 
@@ -54,16 +54,16 @@ def ui_wired() -> bool:
 # create_app does not include the router yet; mount_ui is a no-op once it does.
 _SERVE_WITH_UI = """
 import sys
-import service.app
-from service.routes.ui import mount_ui
-build = service.app.create_app
+import spillway.service.app
+from spillway.service.routes.ui import mount_ui
+build = spillway.service.app.create_app
 def create_app(settings=None):
     app = build(settings)
     mount_ui(app)
     return app
-service.app.create_app = create_app
+spillway.service.app.create_app = create_app
 sys.argv = ["spillway", "serve"]
-from service.cli import main
+from spillway.service.cli import main
 main()
 """
 
@@ -79,7 +79,7 @@ def start_ui_service(workdir: Path, env: dict[str, str]) -> ServiceProcess:
     real_popen = subprocess.Popen
 
     def popen(args: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
-        assert list(args[1:]) == ["-m", "service.cli", "serve"], f"launch_service runs something new: {args}"
+        assert list(args[1:]) == ["-m", "spillway", "serve"], f"launch_service runs something new: {args}"
         return real_popen([args[0], "-c", _SERVE_WITH_UI], **kwargs)
 
     with pytest.MonkeyPatch.context() as patch:

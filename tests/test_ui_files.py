@@ -11,8 +11,8 @@ import re
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from service.errors import install_error_handlers
-from service.routes.ui import STATIC_FILES, UI_DIR, mount_ui
+from spillway.service.errors import install_error_handlers
+from spillway.service.routes.ui import STATIC_FILES, UI_DIR, mount_ui
 
 _IMPORT = re.compile(r'^import .* from "\./([\w.]+)";$', re.MULTILINE)
 

@@ -12,9 +12,9 @@ from zoneinfo import ZoneInfo
 
 import httpx
 
-from jobs.status import JobStatus
-from service.client import SpillwayClient
-from service.launcher import ServiceProcess
+from spillway.jobs.status import JobStatus
+from spillway.service.client import SpillwayClient
+from spillway.service.launcher import ServiceProcess
 from tests.conftest import wait_for, wait_terminal
 from tests.test_auth import create_token
 from tests.test_ui_browser import api, browser, js, no_console_errors, open_page, pytestmark, screenshot, start_ui_service, ui_service, until

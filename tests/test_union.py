@@ -10,11 +10,11 @@ import pandas as pd
 import pytest
 from pydantic import ValidationError
 
-from jobs.errors import SpecError, TypeMismatch
-from jobs.sandbox import PathNotAllowed, check_paths
-from jobs.spec import JobSpec
-from jobs.validate import check_spec
-from service.errors import field_path
+from spillway.jobs.errors import SpecError, TypeMismatch
+from spillway.jobs.sandbox import PathNotAllowed, check_paths
+from spillway.jobs.spec import JobSpec
+from spillway.jobs.validate import check_spec
+from spillway.service.errors import field_path
 from tests.test_engines import assert_same_rows, run_both
 
 

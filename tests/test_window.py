@@ -13,11 +13,11 @@ import pyarrow.parquet as pq
 import pytest
 from pydantic import ValidationError
 
-from jobs.errors import SpecError, TypeMismatch, UnknownColumn
-from jobs.spec import JobSpec
-from jobs.status import JobStatus
-from jobs.validate import check_spec
-from service.client import SpillwayClient
+from spillway.jobs.errors import SpecError, TypeMismatch, UnknownColumn
+from spillway.jobs.spec import JobSpec
+from spillway.jobs.status import JobStatus
+from spillway.jobs.validate import check_spec
+from spillway.service.client import SpillwayClient
 from tests.conftest import wait_terminal
 from tests.test_engines import assert_same_rows, run_both
 

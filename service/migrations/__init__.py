@@ -25,7 +25,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import MetaData, func, select
 from sqlalchemy.engine import Connection, Engine
 
-from jobs.errors import SpillwayError
+from spillway.jobs.errors import SpillwayError
 
 HERE = Path(__file__).parent
 #: The PostgreSQL advisory lock an upgrade holds ("spmg").
@@ -40,10 +40,10 @@ class SchemaNotCurrent(SpillwayError):
 
 def target_metadata() -> list[MetaData]:
     """The tables the models declare: jobs and tokens, and the pipeline tables."""
-    import service.replicas  # noqa: F401 - puts the replica and lease tables on the store's metadata
-    import service.tokens  # noqa: F401 - puts the tokens table on the store's metadata
-    from service.pipelines import tables as pipeline_tables
-    from service.store import metadata
+    import spillway.service.replicas  # noqa: F401 - puts the replica and lease tables on the store's metadata
+    import spillway.service.tokens  # noqa: F401 - puts the tokens table on the store's metadata
+    from spillway.service.pipelines import tables as pipeline_tables
+    from spillway.service.store import metadata
 
     return [metadata, pipeline_tables.metadata]
 
@@ -109,7 +109,7 @@ class SchemaState:
 
 def schema_state(connection: Connection) -> SchemaState:
     """Where the database on ``connection`` stands."""
-    from service.migrations.legacy import legacy_revision
+    from spillway.service.migrations.legacy import legacy_revision
 
     revision = MigrationContext.configure(connection).get_current_revision()
     if revision is not None:
@@ -142,7 +142,7 @@ def upgrade(engine: Engine, revision: str = "head") -> SchemaState:
 
     Returns where the database stands afterwards.
     """
-    from service.migrations.legacy import adopt
+    from spillway.service.migrations.legacy import adopt
 
     with _locked(engine) as conn:
         state = schema_state(conn)

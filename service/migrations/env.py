@@ -11,7 +11,7 @@ from alembic import context
 from sqlalchemy import create_engine
 from sqlalchemy.engine import Connection
 
-from service.migrations import target_metadata
+from spillway.service.migrations import target_metadata
 
 
 def _run(connection: Connection) -> None:

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from jobs.spec import JobSpec
-from service.pipelines.scheduler import PipelineScheduler
-from service.pipelines.store import PipelineStore
+from spillway.jobs.spec import JobSpec
+from spillway.service.pipelines.scheduler import PipelineScheduler
+from spillway.service.pipelines.store import PipelineStore
 
 __all__ = ["PipelineScheduler", "PipelineServices", "PipelineStore"]
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from jobs.errors import JobNotFound
-from jobs.spec import JobSpec
-from service.pipelines.scheduler import GetJob, SubmitJob
-from service.schemas import JobView
-from service.store import JobStore
+from spillway.jobs.errors import JobNotFound
+from spillway.jobs.spec import JobSpec
+from spillway.service.pipelines.scheduler import GetJob, SubmitJob
+from spillway.service.schemas import JobView
+from spillway.service.store import JobStore
 
 
 def job_callbacks(

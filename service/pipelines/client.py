@@ -6,8 +6,8 @@ from datetime import datetime
 from typing import Any
 
 
-from service.client import SpillwayClient
-from service.pipelines.models import (
+from spillway.service.client import SpillwayClient
+from spillway.service.pipelines.models import (
     BackfillResult,
     PipelineCreate,
     PipelineDefinition,
@@ -17,7 +17,7 @@ from service.pipelines.models import (
     RunState,
     RunView,
 )
-from service.pipelines.templating import ParamValue
+from spillway.service.pipelines.templating import ParamValue
 
 
 class PipelineClient(SpillwayClient):

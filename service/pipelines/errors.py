@@ -7,7 +7,7 @@ precisely what happened.
 
 from __future__ import annotations
 
-from jobs.errors import InvalidTransition, JobNotFound, SpecError
+from spillway.jobs.errors import InvalidTransition, JobNotFound, SpecError
 
 
 class PipelineNotFound(JobNotFound):

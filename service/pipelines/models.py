@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
-from service.pipelines.templating import ParamValue
+from spillway.service.pipelines.templating import ParamValue
 
 CatchupPolicy = Literal["skip", "latest", "all"]
 #: Default ``catchup_grace_s``: six ticks of the service's scheduler (every 5 s), so a tick that

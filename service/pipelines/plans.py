@@ -9,13 +9,13 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from jobs.spec import JobSpec
-from service.pipelines.errors import TemplateError
-from service.pipelines.models import PipelineDefinition, RunState, RunTrigger
-from service.pipelines.runs import NewRun
-from service.pipelines.schedule import CronSchedule
-from service.pipelines.store import PipelineRecord
-from service.pipelines.templating import ParamValue, check_param_names, interval_context, render_spec
+from spillway.jobs.spec import JobSpec
+from spillway.service.pipelines.errors import TemplateError
+from spillway.service.pipelines.models import PipelineDefinition, RunState, RunTrigger
+from spillway.service.pipelines.runs import NewRun
+from spillway.service.pipelines.schedule import CronSchedule
+from spillway.service.pipelines.store import PipelineRecord
+from spillway.service.pipelines.templating import ParamValue, check_param_names, interval_context, render_spec
 
 #: Most firing instants one tick plans for one pipeline; a longer outage is caught up over several ticks.
 MAX_FIRES_PER_TICK = 500

@@ -22,9 +22,9 @@ from typing import Any
 from sqlalchemy import func, select, update
 from sqlalchemy.engine import Connection, Engine
 
-from jobs.status import JobStatus
-from service.pipelines.models import ACTIVE_RUN_STATES, AttemptView, RunState, RunTrigger, RunView
-from service.pipelines.tables import attempts_table, aware, insert_unless_exists, pipelines_table, runs_table, utc
+from spillway.jobs.status import JobStatus
+from spillway.service.pipelines.models import ACTIVE_RUN_STATES, AttemptView, RunState, RunTrigger, RunView
+from spillway.service.pipelines.tables import attempts_table, aware, insert_unless_exists, pipelines_table, runs_table, utc
 
 SUBMITTING = "SUBMITTING"
 _OPEN_ATTEMPT_STATES = (SUBMITTING, JobStatus.PENDING.value, JobStatus.RUNNING.value)

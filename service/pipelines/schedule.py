@@ -7,7 +7,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterError, croniter
 
-from service.pipelines.errors import InvalidSchedule
+from spillway.service.pipelines.errors import InvalidSchedule
 
 _ALIASES = {
     "@yearly": "0 0 1 1 *",

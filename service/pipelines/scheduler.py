@@ -16,16 +16,16 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Protocol
 
-from jobs.errors import JobNotFound, SpecError, SpillwayError
-from jobs.spec import JobSpec
-from jobs.status import ErrorDetail, JobStatus, ResultManifest
-from service.pipelines.errors import RunExists
-from service.pipelines.models import BackfillResult, RunState, RunTrigger, RunView
-from service.pipelines.plans import localize, plan_due, plan_run
-from service.pipelines.runs import Attempt
-from service.pipelines.schedule import CronSchedule
-from service.pipelines.store import PipelineRecord, PipelineStore
-from service.pipelines.templating import ParamValue
+from spillway.jobs.errors import JobNotFound, SpecError, SpillwayError
+from spillway.jobs.spec import JobSpec
+from spillway.jobs.status import ErrorDetail, JobStatus, ResultManifest
+from spillway.service.pipelines.errors import RunExists
+from spillway.service.pipelines.models import BackfillResult, RunState, RunTrigger, RunView
+from spillway.service.pipelines.plans import localize, plan_due, plan_run
+from spillway.service.pipelines.runs import Attempt
+from spillway.service.pipelines.schedule import CronSchedule
+from spillway.service.pipelines.store import PipelineRecord, PipelineStore
+from spillway.service.pipelines.templating import ParamValue
 
 log = logging.getLogger("spillway.pipelines")
 

@@ -17,11 +17,11 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql import Select, Update
 
-from service.pipelines.errors import PipelineExists, PipelineNotFound
-from service.pipelines.models import PipelineCreate, PipelineDefinition, PipelineView
-from service.pipelines.runs import RunStore
-from service.pipelines.tables import attempts_table, aware, pipelines_table, runs_table, utc
-from service.store import make_engine, utc_now
+from spillway.service.pipelines.errors import PipelineExists, PipelineNotFound
+from spillway.service.pipelines.models import PipelineCreate, PipelineDefinition, PipelineView
+from spillway.service.pipelines.runs import RunStore
+from spillway.service.pipelines.tables import attempts_table, aware, pipelines_table, runs_table, utc
+from spillway.service.store import make_engine, utc_now
 
 Clock = Callable[[], datetime]
 Query = TypeVar("Query", Select[Any], Update)
@@ -70,7 +70,7 @@ class PipelineStore:
     """
 
     def __init__(self, database: str | Engine, *, clock: Clock = utc_now, migrate: bool = True) -> None:
-        from service.migrations import ensure_schema
+        from spillway.service.migrations import ensure_schema
 
         self._owns_engine = isinstance(database, str)
         self.engine = make_engine(database) if isinstance(database, str) else database

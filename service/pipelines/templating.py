@@ -32,9 +32,9 @@ from jinja2 import StrictUndefined, TemplateSyntaxError, UndefinedError, nodes
 from jinja2.sandbox import SandboxedEnvironment, SecurityError
 from pydantic import ValidationError
 
-from jobs.spec import JobSpec
-from service.errors import field_path
-from service.pipelines.errors import TemplateError
+from spillway.jobs.spec import JobSpec
+from spillway.service.errors import field_path
+from spillway.service.pipelines.errors import TemplateError
 
 ParamValue = str | int | float | bool
 BUILTIN_NAMES = frozenset({"ds", "ds_nodash", "logical_date", "data_interval_start", "data_interval_end", "params"})

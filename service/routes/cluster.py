@@ -6,11 +6,11 @@ import asyncio
 
 from fastapi import APIRouter, Request
 
-from cluster.info import ClusterInfo, RunningJob
-from jobs.errors import JobNotFound
-from service.auth import CallerDep, Scope, require
-from service.routes.dashboard import dashboard_link
-from service.routes.deps import ServicesDep
+from spillway.cluster.info import ClusterInfo, RunningJob
+from spillway.jobs.errors import JobNotFound
+from spillway.service.auth import CallerDep, Scope, require
+from spillway.service.routes.dashboard import dashboard_link
+from spillway.service.routes.deps import ServicesDep
 
 router = APIRouter(tags=["cluster"], dependencies=[require(Scope.READ)])
 

@@ -28,11 +28,11 @@ from starlette.requests import HTTPConnection
 from starlette.websockets import WebSocketDisconnect
 from websockets.asyncio.client import ClientConnection, connect
 
-from cluster.settings import DASHBOARD_PREFIX
-from jobs.errors import SpillwayError
-from service.auth import Forbidden, Scope, Unauthenticated, identify
-from service.dashboard_errors import DashboardOff, DashboardUnavailable
-from service.errors import error_response, status_for
+from spillway.cluster.settings import DASHBOARD_PREFIX
+from spillway.jobs.errors import SpillwayError
+from spillway.service.auth import Forbidden, Scope, Unauthenticated, identify
+from spillway.service.dashboard_errors import DashboardOff, DashboardUnavailable
+from spillway.service.errors import error_response, status_for
 
 #: The cookie a first visit with ``?token=`` sets; sent back only under the dashboard's path.
 COOKIE = "spillway_dashboard"

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 from fastapi import Depends, Request
 
 if TYPE_CHECKING:
-    from service.app import Services
-    from service.config import Settings
+    from spillway.service.app import Services
+    from spillway.service.config import Settings
 
 
 def get_services(request: Request) -> Services:

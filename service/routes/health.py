@@ -7,9 +7,9 @@ import asyncio
 from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from service.auth import Scope, require
-from service.routes.deps import ServicesDep
-from service.schemas import Health
+from spillway.service.auth import Scope, require
+from spillway.service.routes.deps import ServicesDep
+from spillway.service.schemas import Health
 
 router = APIRouter(tags=["operations"])
 

@@ -15,18 +15,18 @@ from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BeforeValidator
 
-from jobs.errors import IdempotencyConflict, JobNotFound, QueueFull
-from jobs.gpu_support import check_gpu_submission
-from jobs.sink_delete import delete_output
-from jobs.spec import JobSpec
-from jobs.status import JobStatus
-from jobs.validate import validate_submission
-from service.auth import CallerDep, Scope, accepts_query_token, require
-from service.retention import JobActive
-from service.retention import delete_job as delete_record
-from service.routes.dashboard import dashboard_link
-from service.routes.deps import MAX_OFFSET, ServicesDep, submission_limits
-from service.schemas import ErrorBody, JobAccepted, JobDeleted, JobLinks, JobLogs, JobPage, JobView, OutputDeletion
+from spillway.jobs.errors import IdempotencyConflict, JobNotFound, QueueFull
+from spillway.jobs.gpu_support import check_gpu_submission
+from spillway.jobs.sink_delete import delete_output
+from spillway.jobs.spec import JobSpec
+from spillway.jobs.status import JobStatus
+from spillway.jobs.validate import validate_submission
+from spillway.service.auth import CallerDep, Scope, accepts_query_token, require
+from spillway.service.retention import JobActive
+from spillway.service.retention import delete_job as delete_record
+from spillway.service.routes.dashboard import dashboard_link
+from spillway.service.routes.deps import MAX_OFFSET, ServicesDep, submission_limits
+from spillway.service.schemas import ErrorBody, JobAccepted, JobDeleted, JobLinks, JobLogs, JobPage, JobView, OutputDeletion
 
 router = APIRouter(prefix="/jobs", tags=["jobs"], dependencies=[require(Scope.READ)])
 

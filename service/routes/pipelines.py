@@ -13,10 +13,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 
-from jobs.errors import SpillwayError
-from service.auth import CallerDep, Scope, require
-from service.pipelines import PipelineServices
-from service.pipelines.models import (
+from spillway.jobs.errors import SpillwayError
+from spillway.service.auth import CallerDep, Scope, require
+from spillway.service.pipelines import PipelineServices
+from spillway.service.pipelines.models import (
     BackfillRequest,
     BackfillResult,
     PipelineCreate,
@@ -28,10 +28,10 @@ from service.pipelines.models import (
     RunView,
     TriggerRequest,
 )
-from service.pipelines.plans import check_definition
-from service.pipelines.store import PipelineRecord
-from service.routes.deps import MAX_OFFSET
-from service.schemas import ErrorBody
+from spillway.service.pipelines.plans import check_definition
+from spillway.service.pipelines.store import PipelineRecord
+from spillway.service.routes.deps import MAX_OFFSET
+from spillway.service.schemas import ErrorBody
 
 # Reading needs a read token, changing anything a submit token: pipelines start jobs.
 router = APIRouter(prefix="/pipelines", tags=["pipelines"], dependencies=[require(Scope.READ)])

@@ -16,12 +16,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
-from jobs.errors import InvalidTransition
-from jobs.status import ColumnSchema, JobStatus
-from service.auth import CallerDep, Scope, require
-from service.result_preview import read_head
-from service.routes.deps import ServicesDep
-from service.schemas import ErrorBody
+from spillway.jobs.errors import InvalidTransition
+from spillway.jobs.status import ColumnSchema, JobStatus
+from spillway.service.auth import CallerDep, Scope, require
+from spillway.service.result_preview import read_head
+from spillway.service.routes.deps import ServicesDep
+from spillway.service.schemas import ErrorBody
 
 router = APIRouter(prefix="/jobs", tags=["jobs"], dependencies=[require(Scope.READ)])
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
-from jobs.spec import JobSpec
+from spillway.jobs.spec import JobSpec
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 

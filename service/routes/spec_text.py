@@ -14,9 +14,9 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Request
 from pydantic import BaseModel, Field
 
-from service.auth import Scope, require
-from service.schemas import ErrorBody
-from service.spec_text import SpecTextError, parse_spec_text
+from spillway.service.auth import Scope, require
+from spillway.service.schemas import ErrorBody
+from spillway.service.spec_text import SpecTextError, parse_spec_text
 
 router = APIRouter(tags=["jobs"], dependencies=[require(Scope.READ)])
 

@@ -13,10 +13,10 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from service.auth import Forbidden, Scope, require
-from service.routes.deps import MAX_OFFSET, ServicesDep
-from service.schemas import ErrorBody
-from service.token_models import NAME_PATTERN, IssuedToken, TokenInfo, parse_duration
+from spillway.service.auth import Forbidden, Scope, require
+from spillway.service.routes.deps import MAX_OFFSET, ServicesDep
+from spillway.service.schemas import ErrorBody
+from spillway.service.token_models import NAME_PATTERN, IssuedToken, TokenInfo, parse_duration
 
 
 def _auth_on(services: ServicesDep) -> None:

@@ -6,17 +6,17 @@ import asyncio
 
 from fastapi import APIRouter
 
-from jobs.engine_choice import EngineName, choose_engine
-from jobs.gpu_support import gpu_refusal, settle_on_gpu
-from jobs.polars_frame import build_lazyframe
-from jobs.sources import resolve_files
-from jobs.spec import JobSpec, SourceSpec
-from jobs.storage import filesystem
-from jobs.validate import plan_spec, validate_submission
-from service.auth import Scope, require
-from service.routes.deps import ServicesDep, submission_limits
-from service.schemas import ErrorBody
-from service.validation import CHECKS, InputFiles, StepColumns, ValidationReport
+from spillway.jobs.engine_choice import EngineName, choose_engine
+from spillway.jobs.gpu_support import gpu_refusal, settle_on_gpu
+from spillway.jobs.polars_frame import build_lazyframe
+from spillway.jobs.sources import resolve_files
+from spillway.jobs.spec import JobSpec, SourceSpec
+from spillway.jobs.storage import filesystem
+from spillway.jobs.validate import plan_spec, validate_submission
+from spillway.service.auth import Scope, require
+from spillway.service.routes.deps import ServicesDep, submission_limits
+from spillway.service.schemas import ErrorBody
+from spillway.service.validation import CHECKS, InputFiles, StepColumns, ValidationReport
 
 router = APIRouter(tags=["jobs"], dependencies=[require(Scope.SUBMIT)])
 

@@ -1,0 +1,5 @@
+"""``python -m spillway``: the ``spillway`` command."""
+
+from spillway.service.cli import main
+
+main()
