@@ -71,6 +71,8 @@ def service_env(
     }
     if backend == "cudf":
         env.update(SPILLWAY_CLUSTER__CUDA_VISIBLE_DEVICES=gpus, SPILLWAY_CLUSTER__PROTOCOL=protocol)
+        if len(set(gpus.split(","))) < len(gpus.split(",")):  # '0,0': two workers sharing GPU 0
+            env["SPILLWAY_CLUSTER__ALLOW_GPU_SHARING"] = "true"
         if rmm_pool:
             env["SPILLWAY_CLUSTER__RMM_POOL_SIZE"] = rmm_pool
     else:

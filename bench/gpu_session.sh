@@ -7,6 +7,7 @@
 #     bash bench/gpu_session.sh tpch100    # TPC-H SF 100, the same, two iterations each (data generated first, ~90 s)
 #     bash bench/gpu_session.sh spill [--limit 2GB]   # after tpch10: jobs over a device limit below their working set
 #     bash bench/gpu_session.sh concurrent # after tpch10: eight jobs at once on one GPU, 1, 2 and 4 workers
+#     bash bench/gpu_session.sh multi      # TPC-H SF 10, every query across two workers sharing the GPU (DaskEngine)
 #
 # Logs and JSON go under $OUT; bench/RESULTS.md records what they said.
 set -u
@@ -35,6 +36,13 @@ tpch100)
         > "$OUT/tpch100.log" 2>&1
     echo "tpch100 rc=$?"; tail -40 "$OUT/tpch100.log"
     ;;
+multi)
+    # One job across all GPU workers (cudf-polars' DaskEngine, 2 workers sharing the H200) beside one worker in memory, and cudf-polars' own DaskEngine.
+    timeout 560 python3 bench/gpu_tpch.py --out "$OUT" --work /tmp/spw_tpch --sf 10 --parts 1 --engines spillway,cudf-polars,cudf-polars-dask,duckdb \
+        --gpus 0,0 --gpu-multi-worker always --spillway-engines auto --gpu-trace-progress off --iterations 2 --deadline 520 "$@" \
+        > "$OUT/multi.log" 2>&1
+    echo "multi rc=$?"; tail -40 "$OUT/multi.log"
+    ;;
 concurrent)
     timeout 560 python3 bench/gpu_concurrent.py --out "$OUT" --data /tmp/spw_tpch/sf10 "$@" > "$OUT/concurrent.log" 2>&1
     echo "concurrent rc=$?"; tail -12 "$OUT/concurrent.log"
@@ -44,6 +52,6 @@ spill)
     echo "spill rc=$?"; tail -30 "$OUT/spill.log"
     ;;
 *)
-    echo "usage: bash bench/gpu_session.sh tests|tpch10|tpch100|spill|concurrent" >&2; exit 2
+    echo "usage: bash bench/gpu_session.sh tests|tpch10|tpch100|spill|concurrent|multi" >&2; exit 2
     ;;
 esac

@@ -45,7 +45,7 @@ from bench.tpch_examples import QUERIES, SPECS, TABLES, load_spec, plain_column,
 from spillway.jobs.sink import read_manifest  # noqa: E402
 from spillway.service.launcher import ServiceProcess, launch_service  # noqa: E402
 
-ENGINES = ("spillway", "spillway-plan", "cudf-polars", "polars-cpu", "duckdb")
+ENGINES = ("spillway", "spillway-plan", "cudf-polars", "cudf-polars-dask", "polars-cpu", "duckdb")
 # Where the GPU machine's wheelhouse installs console scripts (see ../shared/gpu/README.md).
 _STAGED_TPCHGEN = Path("/tmp/site/bin/tpchgen-cli")
 
@@ -154,6 +154,32 @@ def polars_engine(data: Path, sf: float, engine: Any) -> Callable[[str], pd.Data
     return execute
 
 
+def time_dask_engine(run: Run, data: Path, args: argparse.Namespace, queries: list[str], expected: dict[str, pd.DataFrame]) -> None:
+    """cudf-polars' own DaskEngine on a LocalCUDACluster with a worker per entry of ``--gpus`` (the first), one engine for all queries: the peer of a Spillway job across the GPU workers."""
+    from cudf_polars.engine.dask import DaskEngine
+    from cudf_polars.engine.hardware_binding import HardwareBindingPolicy
+    from dask_cuda import LocalCUDACluster
+    from distributed import Client
+
+    from spillway.cluster.gpu import add_shared_workers
+
+    devices = (args.gpus or ["0"])[0].split(",")
+    distinct = list(dict.fromkeys(devices))
+    with LocalCUDACluster(CUDA_VISIBLE_DEVICES=",".join(distinct), n_workers=len(distinct), threads_per_worker=1,
+                          protocol=args.protocol, dashboard_address=":0", silence_logs=40) as cluster:
+        if len(distinct) < len(devices):
+            add_shared_workers(cluster, devices)
+        with Client(cluster) as client:
+            client.wait_for_workers(len(devices), timeout=120)
+            started = time.perf_counter()
+            engine = DaskEngine(dask_client=client, engine_options={"hardware_binding": HardwareBindingPolicy(enabled=False), "raise_on_fail": True})
+            run.data["cudf_polars_dask"] = {"workers": len(devices), "bootstrap_s": round(time.perf_counter() - started, 3)}
+            try:
+                time_engine(run, f"cudf-polars-dask-{len(devices)}w", queries, args.iterations, polars_engine(data, args.sf, engine), expected, args.rtol)
+            finally:
+                engine.shutdown()
+
+
 def spillway_engine(service: ServiceProcess, data: Path, scratch: Path, timeout: float, engine: str) -> Callable[[str], pd.DataFrame]:
     """Each query as a job over REST, its committed parquet read back, through one SDK client.
 
@@ -227,6 +253,8 @@ def main() -> None:
     parser.add_argument("--spillway-engines", default="auto,dask",
                         help="Spillway's engines to run (the spec's engine field), comma-separated: auto (a user's default), polars, dask.")
     parser.add_argument("--gpu-trace-progress", default="on", help="on, off or on,off: Spillway's GPU runs with cudf-polars' traces (live progress) on, off, or both.")
+    parser.add_argument("--gpu-multi-worker", default="auto", choices=("auto", "off", "always"),
+                        help="Spillway's cluster.gpu_multi_worker: 'always' runs every query across all GPU workers (cudf-polars' DaskEngine).")
     parser.add_argument("--iterations", type=int, default=2, help="Runs per query; the last is reported as warm.")
     parser.add_argument("--rtol", type=float, default=1e-6, help="Relative tolerance against DuckDB.")
     parser.add_argument("--deadline", type=float, default=1e9, help="Seconds; what would start later is skipped.")
@@ -257,6 +285,8 @@ def main() -> None:
             if "cudf-polars" in engines:
                 gpu = pl.GPUEngine(executor="in-memory", raise_on_fail=True)
                 time_engine(run, "cudf-polars", queries, args.iterations, polars_engine(data, args.sf, gpu), expected, args.rtol)
+            if "cudf-polars-dask" in engines:
+                time_dask_engine(run, data, args, queries, expected)
         except ImportError as exc:
             run.data["errors"]["polars"] = f"skipped: {exc}"
             log(f"polars engines skipped: {exc}")
@@ -271,6 +301,7 @@ def main() -> None:
         for gpus, engine, trace in spillway_runs:
             name = f"spillway-{engine}-{args.backend}" + (f"-{len(gpus.split(','))}gpu" if args.backend == "cudf" else "")
             name += "-notrace" if trace == "off" else ""
+            name += "-multi" if args.gpu_multi_worker == "always" else ""
             if run.left() < 60:
                 run.data["errors"][name] = "skipped: deadline"
                 continue
@@ -278,7 +309,8 @@ def main() -> None:
             shutil.rmtree(scratch, ignore_errors=True)
             scratch.mkdir(parents=True)
             env = service_env(args.work, args.backend, gpus=gpus, protocol=args.protocol, rmm_pool=args.rmm_pool, cpu_workers=args.cpu_workers,
-                              cpu_threads=args.cpu_threads, SPILLWAY_CLUSTER__GPU_TRACE_PROGRESS="false" if trace == "off" else "true")
+                              cpu_threads=args.cpu_threads, SPILLWAY_CLUSTER__GPU_TRACE_PROGRESS="false" if trace == "off" else "true",
+                              SPILLWAY_CLUSTER__GPU_MULTI_WORKER=args.gpu_multi_worker)
             service = launch_service(args.work / f"svc_{name}", env, timeout=300)
             try:
                 execute = spillway_engine(service, data, scratch, timeout=max(60.0, run.left()), engine=engine)

@@ -242,7 +242,8 @@ async def start_cluster(settings: ClusterSettings) -> ClusterHandle:
         client, planner = await _connect(settings.scheduler_address)
         protocol = settings.scheduler_address.split("://", 1)[0] if "://" in settings.scheduler_address else "tcp"
         return ClusterHandle(
-            client, planner, backend, "external", protocol, None, settings.dashboard_public_url, reason, dashboard_proxy=settings.dashboard_proxy
+            client, planner, backend, "external", protocol, None, settings.dashboard_public_url, reason,
+            {"gpu_multi_worker": settings.gpu_multi_worker}, dashboard_proxy=settings.dashboard_proxy,
         )
     if backend == "cudf":
         from spillway.cluster.gpu import cuda_cluster_kwargs
@@ -255,7 +256,10 @@ async def start_cluster(settings: ClusterSettings) -> ClusterHandle:
     await asyncio.to_thread(cluster.start)
     client, planner = await _connect(cluster.scheduler_address)
     log.info("started %s at %s, dashboard %s", kind, cluster.scheduler_address, cluster.dashboard_link or "off")
-    extra = {"device_memory_limit": parse_memory(settings.device_memory_limit, field="device_memory_limit")}
+    extra = {
+        "device_memory_limit": parse_memory(settings.device_memory_limit, field="device_memory_limit"),
+        "gpu_multi_worker": settings.gpu_multi_worker,
+    }
     return ClusterHandle(
         client, planner, backend, kind, protocol, cluster, settings.dashboard_public_url, reason, extra, dashboard_proxy=settings.dashboard_proxy
     )

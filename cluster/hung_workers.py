@@ -18,9 +18,9 @@ from typing import Any
 from distributed import Client
 
 
-async def restart_silent_workers(client: Client, silent_s: float) -> list[str]:
-    """Restart every worker that has sent no heartbeat for ``silent_s`` seconds; their addresses."""
-    silent: list[str] = await client.run_on_scheduler(silent_workers, silent_s=silent_s)
+async def restart_silent_workers(client: Client, silent_s: float, *, spare: frozenset[str] = frozenset()) -> list[str]:
+    """Restart every worker that has sent no heartbeat for ``silent_s`` seconds, but those in ``spare``; their addresses."""
+    silent = [address for address in await client.run_on_scheduler(silent_workers, silent_s=silent_s) if address not in spare]
     if silent:
         await client.restart_workers(silent, raise_for_error=False)
     return silent

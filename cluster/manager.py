@@ -9,17 +9,19 @@ replicas of the service on one database each claim the oldest PENDING job
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from datetime import datetime, timezone
 from dataclasses import dataclass, field
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from distributed.client import FutureCancelledError, FuturesCancelledError
 
 from spillway.cluster.factory import ClusterHandle
 from spillway.cluster.gpu_sampler import GpuSampler
+from spillway.cluster.gpu_gate import GpuGate
 from spillway.cluster.hung_workers import restart_silent_workers, silent_workers
 from spillway.cluster.info import RunningJob
 from spillway.cluster.job_logs import JobLog
@@ -29,7 +31,8 @@ from spillway.cluster.planning import PlanningCancelled, PlanningTimedOut, run_p
 from spillway.cluster.progress import JobProgressPlugin, plugin_name
 from spillway.jobs.dask_read import check_partitions
 from spillway.jobs.engine_choice import EngineName, choose_engine
-from spillway.jobs.gpu_placement import GpuPlacement, device_limit_bytes, place_on_gpu
+from spillway.jobs.gpu_multi import MULTI_GPU_NOTE, MultiGpuEngines, MultiGpuResult, run_across_gpus
+from spillway.jobs.gpu_placement import GpuPlacement, across_gpus, device_limit_bytes, place_on_gpu
 from spillway.jobs.gpu_support import settle_on_gpu
 from spillway.jobs.errors import IntegerOverflow, InvalidTransition, SpillwayError, TooManyPartitions
 from spillway.jobs.expr import shorten
@@ -120,6 +123,8 @@ class _ActiveJob:
     streaming_spilled_bytes: int | None = None
     #: The job's task keys (as :func:`key_text` writes them), to find the workers running them.
     task_keys: frozenset[str] = frozenset()
+    #: A job across every GPU worker (cudf-polars' DaskEngine): the workers its ranks run on.
+    across_workers: list[str] = field(default_factory=list)
     log: JobLog = field(default_factory=JobLog)
     plugin_ended: asyncio.Event = field(default_factory=asyncio.Event)
     finished: asyncio.Event = field(default_factory=asyncio.Event)
@@ -211,6 +216,8 @@ class JobManager:
         self._watch: asyncio.Task[None] | None = None
         self._poll: asyncio.Task[None] | None = None
         self._sweeps: set[asyncio.Task[None]] = set()
+        self._gpu_gate = GpuGate()
+        self._multi_gpu = MultiGpuEngines()
 
     @property
     def running_count(self) -> int:
@@ -300,6 +307,7 @@ class JobManager:
             task.cancel()
         await asyncio.gather(*self._runners, *self._sweeps, *watch, return_exceptions=True)
         self._runners, self._watch, self._poll = [], None, None
+        await self._discard_multi_gpu_engine()
         # The runners gave up on their jobs' planning; those threads must end before the interpreter does.
         if still := await asyncio.to_thread(stop_planning, 10.0):
             log.warning("%d planning thread(s) still running at stop", still)
@@ -311,7 +319,9 @@ class JobManager:
             if not self._active:
                 continue
             try:
-                restarted = await restart_silent_workers(self.cluster.client, self.hung_worker_s)
+                # A job across the GPU workers keeps their event loops busy in client.run: silent, not hung.
+                spare = frozenset(worker for active in self._active.values() for worker in active.across_workers)
+                restarted = await restart_silent_workers(self.cluster.client, self.hung_worker_s, spare=spare)
             except Exception as exc:  # noqa: BLE001 - a cluster being replaced: the supervisor's business, try again next round
                 log.debug("hung-worker check failed: %s: %s", type(exc).__name__, exc)
                 continue
@@ -321,6 +331,7 @@ class JobManager:
                 log.warning(message)
                 for active in list(self._active.values()):
                     active.log.add(f"{self._now()} {message}")
+                await self._discard_multi_gpu_engine()  # it may have had a rank on one of them
 
     def enqueue(self, job_id: str, owner: str | None = None) -> None:
         """Wake the runners for a PENDING job just stored here (it waits behind older ones, on any replica).
@@ -393,6 +404,7 @@ class JobManager:
             if not active.committing:
                 active.cancel_requested = True
                 active.cancelled.set()
+                await self._gpu_gate.wake()  # a job waiting for the GPU workers stops waiting
                 # A running Polars query cannot be interrupted: its worker is restarted. Dask-engine tasks finish in their threads.
                 await self._stop_tasks(active, "cancelled by user", restart=active.engine is not None and active.engine.engine == "polars")
             try:
@@ -431,12 +443,23 @@ class JobManager:
         workers: list[str] = []
         if restart and (keys or silent_s is not None):
             workers = await client.run_on_scheduler(_workers_to_restart, keys=keys, silent_s=silent_s)
+        if restart and active.across_workers:  # its ranks run in client.run: restarting them is the only stop
+            workers = sorted({*workers, *active.across_workers})
         if active.futures:
             await client.cancel(active.futures, force=True, reason=reason)
         if workers:
             log.info("job %s: restarting worker(s) %s to stop its running tasks (%s)", active.job_id, ", ".join(workers), reason)
             active.log.add(f"{self._now()} {reason}: restarting worker(s) {', '.join(workers)}")
             await client.restart_workers(workers, raise_for_error=False)
+        if restart and active.across_workers:
+            await self._discard_multi_gpu_engine()
+
+    async def _discard_multi_gpu_engine(self) -> None:
+        """Drop the kept DaskEngine (its workers restarted, or the service stopping); bounded, as its workers may be gone."""
+        try:
+            await asyncio.wait_for(asyncio.to_thread(self._multi_gpu.discard), 30.0)
+        except TimeoutError:
+            log.warning("the multi-GPU engine did not shut down within 30 s; a new one starts with the next such job")
 
     async def _runner(self) -> None:
         while True:
@@ -606,23 +629,29 @@ class JobManager:
             return target, reads, placement
 
         target, reads, placement = await asyncio.to_thread(prepare)  # it writes to the store: not a thread to interrupt
+        if placement is not None:
+            placement = await self._maybe_across_gpus(job, active, placement)
         planned_s = time.perf_counter() - phase
         if active.cancel_requested:
             raise _JobCancelled()
         if placement is not None:
             active.log.add(f"{self._now()} placement: {placement.reason}")
+        if placement is not None and placement.executor == "multi-gpu":
+            await self._execute_across_gpus(job, active, frame, logical, target, placement, planned_s)
+            return
         active.log.add(f"{self._now()} Polars query built in {planned_s:.3f} s; running as one task")
         phase = time.perf_counter()
-        submitted_at = time.time()
-        active.task_keys = frozenset({key_text(polars_job.task_key(job.id))})
-        future = polars_job.submit(self.cluster.client, job.id, frame, target, active.progress, reads, device, placement)
-        active.futures = [future]
-        try:
-            result: polars_job.PolarsRunResult = await future
-        except Exception as exc:
-            if INT64_OVERFLOW in str(exc):  # a checked integer result outside int64 (jobs.lower_polars)
-                raise _integer_overflow(logical) from exc
-            raise
+        async with self._holding_gpus(active):
+            submitted_at = time.time()
+            active.task_keys = frozenset({key_text(polars_job.task_key(job.id))})
+            future = polars_job.submit(self.cluster.client, job.id, frame, target, active.progress, reads, device, placement)
+            active.futures = [future]
+            try:
+                result: polars_job.PolarsRunResult = await future
+            except Exception as exc:
+                if INT64_OVERFLOW in str(exc):  # a checked integer result outside int64 (jobs.lower_polars)
+                    raise _integer_overflow(logical) from exc
+                raise
         computed_s = time.perf_counter() - phase
         received_at = time.time()
         if active.cancel_requested:
@@ -637,6 +666,74 @@ class JobManager:
                        f"{result.rows} rows in {result.seconds:.3f} s{spilled}; {polars_job.round_trip(result, submitted_at, received_at)}")
         await self._commit(job, active, f"plan {planned_s:.3f} s, compute {computed_s:.3f} s")
 
+    async def _maybe_across_gpus(self, job: JobView, active: _ActiveJob, placement: GpuPlacement) -> GpuPlacement:
+        """``placement``, or across every GPU worker where ``cluster.gpu_multi_worker`` and the job allow it."""
+        mode = self.cluster.extra.get("gpu_multi_worker", "auto")
+        if mode == "off" or (mode == "auto" and placement.executor != "streaming"):
+            return placement  # no scheduler round trip for the common case
+        workers = sorted(await self.cluster.client.processing())
+        placed = across_gpus(placement, job.spec, mode, len(workers))
+        if placed.executor == "multi-gpu":
+            active.across_workers = workers
+        if placed is not placement and active.engine is not None:
+            active.engine = active.engine.model_copy(update={"reason": f"{active.engine.reason.removesuffix('; ' + placement.reason)}; {placed.reason}"})
+            active.progress = active.progress.model_copy(update={"engine": active.engine})
+        if placed.executor == "multi-gpu":
+            active.progress = active.progress.model_copy(update={"note": MULTI_GPU_NOTE})
+        return placed
+
+    async def _execute_across_gpus(
+        self, job: JobView, active: _ActiveJob, frame: pl.LazyFrame, logical: LogicalPlan, target: OutputTarget, placement: GpuPlacement,
+        planned_s: float,
+    ) -> None:
+        """Run the job on every GPU worker at once (jobs/gpu_multi.py), holding them alone, then commit."""
+        if self._gpu_gate.sharing:
+            active.log.add(f"{self._now()} waiting for the {self._gpu_gate.sharing} job(s) on the GPU workers to finish: "
+                           "a job across all of them has them to itself")
+        async with self._holding_gpus(active, alone=True):
+            active.log.add(f"{self._now()} Polars query built in {planned_s:.3f} s; running across {len(active.across_workers)} GPU "
+                           "worker(s) with cudf-polars' DaskEngine (no task the scheduler sees; a cancel restarts them)")
+            phase = time.perf_counter()
+            try:
+                result: MultiGpuResult = await asyncio.to_thread(
+                    run_across_gpus, self._multi_gpu, self.cluster.client.scheduler.address, active.across_workers, frame, target,
+                    placement.spill_device_limit,
+                )
+            except Exception as exc:
+                if active.cancel_requested:
+                    raise _JobCancelled() from exc
+                if INT64_OVERFLOW in str(exc):
+                    raise _integer_overflow(logical) from exc
+                raise
+        computed_s = time.perf_counter() - phase
+        if active.cancel_requested:
+            raise _JobCancelled()
+        if result.unsupported is not None:
+            active.across_workers = []
+            await self._gpu_fallback(job, active, logical, result.unsupported)
+            return
+        active.streaming_spilled_bytes = result.spilled_bytes
+        active.progress = _all_done(active.progress)
+        spilled = f", spilled {result.spilled_bytes} bytes device → host" if result.spilled_bytes is not None else ""
+        active.log.add(f"{self._now()} cudf-polars' DaskEngine ran on {result.ranks} rank(s) ({', '.join(active.across_workers)}): "
+                       f"{result.rows} rows in {result.files} file(s) in {result.seconds:.3f} s, of which engine start "
+                       f"{result.bootstrap_s:.3f} s{spilled}")
+        await self._commit(job, active, f"plan {planned_s:.3f} s, compute {computed_s:.3f} s")
+
+    @contextlib.asynccontextmanager
+    async def _holding_gpus(self, active: _ActiveJob, *, alone: bool = False) -> AsyncIterator[None]:
+        """Hold the GPU workers while the job runs: shared with other jobs, or ``alone`` (cluster/gpu_gate.py). CPU: no-op."""
+        if self.cluster.backend != "cudf":
+            yield
+            return
+        gate = self._gpu_gate
+        if not await (gate.acquire_exclusive if alone else gate.acquire_shared)(active.cancelled):
+            raise _JobCancelled()
+        try:
+            yield
+        finally:
+            await (gate.release_exclusive if alone else gate.release_shared)()
+
     def live_log(self, job_id: str) -> list[str] | None:
         """The log lines so far of a job this manager is running (None: it runs none such)."""
         active = self._active.get(job_id)
@@ -650,6 +747,7 @@ class JobManager:
         jobs = []
         for job_id, active in list(self._active.items()):
             workers = {worker: count for worker, keys in processing.items() if (count := sum(key_text(k) in active.task_keys for k in keys))}
+            workers.update({worker: 1 for worker in active.across_workers})  # its ranks: no task the scheduler sees
             engine = active.engine
             jobs.append(RunningJob(
                 id=job_id, engine=engine.engine if engine else None, device=engine.device if engine else None,
@@ -695,8 +793,9 @@ class JobManager:
         active.log.add(f"{self._now()} graph: {len(plan.graph)} tasks in {len(plan.stage_totals)} stages, planned in {planned_s:.3f} s")
         phase = time.perf_counter()
         active.task_keys = frozenset(key_text(key) for key in plan.stage_of_key)
-        active.futures = client.get(plan.graph, plan.result_keys, sync=False)
-        await client.gather(active.futures)
+        async with self._holding_gpus(active):
+            active.futures = client.get(plan.graph, plan.result_keys, sync=False)
+            await client.gather(active.futures)
         computed_s = time.perf_counter() - phase
         if active.cancel_requested:
             raise _JobCancelled()
@@ -833,6 +932,12 @@ class JobManager:
         while True:
             await asyncio.sleep(self.progress_interval)
             await asyncio.to_thread(self.store.save_progress, active.job_id, active.progress)
+
+
+def _all_done(progress: JobProgress) -> JobProgress:
+    """Every stage complete: a job across the GPU workers reports no counts while it runs (its ranks block their workers' event loops)."""
+    stages = [stage.model_copy(update={"done": stage.total}) for stage in progress.stages]
+    return progress.model_copy(update={"stages": stages})
 
 
 def _integer_overflow(logical: LogicalPlan) -> IntegerOverflow:

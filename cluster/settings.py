@@ -64,6 +64,12 @@ class ClusterSettings(BaseModel):
         description="Live progress of Polars jobs on the GPU from cudf-polars' traces (CUDF_POLARS_LOG_TRACES in the workers): "
         "the plan's nodes evaluated so far. Off: stages show 0 of 1 until the query ends.",
     )
+    gpu_multi_worker: Literal["auto", "off", "always"] = Field(
+        default="auto",
+        description="Polars jobs across every GPU worker (cudf-polars' DaskEngine, each rank writing its share): 'auto' when a job "
+        "does not fit one worker in memory and there are two or more GPU workers; 'always' for every job whose sink allows it "
+        "(parquet, local, no partition_on); 'off' never (such jobs stream on one worker). Such a job has the GPU workers to itself.",
+    )
     enable_cudf_spill: bool = Field(default=True, description="Let cuDF spill device buffers to host memory under pressure.")
     cudf_spill_device_limit: str | None = Field(
         default=None, description="Spill above this many device bytes per worker (CUDF_SPILL_DEVICE_LIMIT), e.g. '20GB'."

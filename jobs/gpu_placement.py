@@ -8,6 +8,9 @@ cudf-polars has two single-GPU executors (../shared/gpu/README.md §7, measured 
   rapidsmpf, which spills to host memory above its ``spill_device_limit``. Slower where the
   data fits (SF 100: ~120 s untuned), but bounded by the limit.
 
+A job that does not fit one worker, on a cluster of several GPU workers, runs across all of them
+(``multi-gpu``: cudf-polars' DaskEngine, jobs/gpu_multi.py), when its sink allows it.
+
 So the choice is made per job, before it starts, from its working set as the parquet footers
 give it (the uncompressed bytes of the column chunks the optimized query reads) against the
 worker's device memory limit (the cluster's ``device_memory_limit``). In-memory needs room
@@ -28,7 +31,9 @@ IN_MEMORY_SHARE = 0.5
 #: dask-cuda's own default device_memory_limit ("auto"): this share of the device.
 AUTO_DEVICE_SHARE = 0.8
 
-GpuExecutor = Literal["in-memory", "streaming"]
+GpuExecutor = Literal["in-memory", "streaming", "multi-gpu"]
+#: ``cluster.gpu_multi_worker``: when a job runs across every GPU worker.
+MultiWorkerMode = Literal["auto", "off", "always"]
 
 
 @dataclass(frozen=True)
@@ -43,7 +48,7 @@ class GpuPlacement:
     @property
     def spill_device_limit(self) -> int | None:
         """Bytes of device memory the streaming executor may hold before it spills to host."""
-        return self.device_limit_bytes if self.executor == "streaming" else None
+        return self.device_limit_bytes if self.executor in ("streaming", "multi-gpu") else None
 
 
 def device_limit_bytes(setting: int | float | None, device_total: int | None) -> int | None:
@@ -79,6 +84,32 @@ def place_on_gpu(spec: JobSpec, reads: list[SourceRead], limit: int | None) -> G
     return GpuPlacement(
         "streaming", working_set, limit,
         f"streaming with spilling above {_gib(limit)}: working set {_gib(working_set)} is over {IN_MEMORY_SHARE:.0%} of the device limit",
+    )
+
+
+def across_gpus(placement: GpuPlacement, spec: JobSpec, mode: MultiWorkerMode, gpu_workers: int) -> GpuPlacement:
+    """``placement``, or the job across all ``gpu_workers`` where ``mode`` asks for it and the spec allows it.
+
+    ``auto``: a job placed on streaming (it does not fit one worker in memory) runs across the
+    workers when there are two or more. ``always``: every job that can (tests and benchmarks of
+    this path on one GPU shared by several workers). ``off``: never.
+    """
+    from spillway.jobs.gpu_multi import why_not_across_gpus
+
+    wanted = mode == "always" or (mode == "auto" and placement.executor == "streaming" and gpu_workers >= 2)
+    if not wanted or gpu_workers < 1:
+        return placement
+    why_not = why_not_across_gpus(spec)
+    if why_not is not None:
+        return placement if mode == "auto" else GpuPlacement(
+            placement.executor, placement.working_set_bytes, placement.device_limit_bytes,
+            f"{placement.reason} (not across the GPU workers: {why_not})",
+        )
+    fit = "" if mode == "always" else f", as its working set {_gib(placement.working_set_bytes)} does not fit one worker"
+    limit = f", spilling above {_gib(placement.device_limit_bytes)} each" if placement.device_limit_bytes else ""
+    return GpuPlacement(
+        "multi-gpu", placement.working_set_bytes, placement.device_limit_bytes,
+        f"across {gpu_workers} GPU worker(s) with cudf-polars' DaskEngine{fit}{limit} (cluster.gpu_multi_worker={mode})",
     )
 
 

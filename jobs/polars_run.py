@@ -53,7 +53,7 @@ def _engine(device: str, placement: GpuPlacement | None) -> Any:
     return gpu_engine()
 
 
-def _cannot_run_on_gpu(exc: BaseException) -> bool:
+def cannot_run_on_gpu(exc: BaseException) -> bool:
     """Whether ``exc`` is cudf-polars refusing a query (raise_on_fail), not a failure while running it."""
     text = f"{type(exc).__name__}: {exc}"
     return isinstance(exc, NotImplementedError) or "NotImplementedError" in text or "not supported" in text.lower()
@@ -119,7 +119,7 @@ def run_polars_job(
     try:
         rows = write_output(frame, target, engine=_engine(device, placement))
     except Exception as exc:
-        if device == "gpu" and _cannot_run_on_gpu(exc):  # found while translating, before any work
+        if device == "gpu" and cannot_run_on_gpu(exc):  # found while translating, before any work
             return PolarsRunResult(rows=0, seconds=time.perf_counter() - started, worker=worker.address,
                                    threads=pl.thread_pool_size(), engine=device, unsupported=f"{type(exc).__name__}: {str(exc)[:500]}",
                                    began_at=began_at, returned_at=time.time())

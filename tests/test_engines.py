@@ -23,7 +23,7 @@ from spillway.jobs.lower_polars import to_polars
 from spillway.jobs.pipeline import backend_config, build_frame
 from spillway.jobs.polars_frame import build_lazyframe
 from spillway.jobs.polars_io import partition_directory
-from spillway.jobs.polars_run import _cannot_run_on_gpu
+from spillway.jobs.polars_run import cannot_run_on_gpu
 from spillway.jobs.samples import write_sample_data
 from spillway.jobs.spec import JobSpec
 from spillway.jobs.validate import plan_spec
@@ -97,7 +97,7 @@ def test_every_expression_feature_gives_the_same_values_on_cudf_polars(text: str
     if text in NOT_ON_CUDF_POLARS:  # cudf-polars 26.10 refuses these: a job using them moves to dask-cudf under auto
         with pytest.raises(Exception) as refused:
             query.collect(engine=gpu)
-        assert _cannot_run_on_gpu(refused.value), refused.value
+        assert cannot_run_on_gpu(refused.value), refused.value
         return
     on_gpu, on_cpu = query.collect(engine=gpu), query.collect()
     if text == "round(amount, 1)":  # cuDF rounds the binary value (83.55 is 83.5499...), Polars the decimal text

@@ -20,7 +20,7 @@ from spillway.jobs.errors import GpuUnsupported
 from spillway.jobs.expr import parse_expression
 from spillway.jobs.gpu_support import check_gpu_submission, gpu_engine, gpu_refusal, settle_on_gpu
 from spillway.jobs.lower_polars import to_polars
-from spillway.jobs.polars_run import _cannot_run_on_gpu
+from spillway.jobs.polars_run import cannot_run_on_gpu
 from spillway.jobs.spec import JobSpec
 from spillway.jobs.status import EngineChoice, JobStatus
 from spillway.jobs.validate import plan_spec
@@ -71,7 +71,7 @@ def test_the_translation_refuses_exactly_what_cudf_polars_refuses_to_run(text: s
         query.collect(engine=gpu_engine())
         ran = True
     except Exception as exc:  # noqa: BLE001 - what matters is whether it was a refusal
-        assert _cannot_run_on_gpu(exc), exc
+        assert cannot_run_on_gpu(exc), exc
         ran = False
     assert (refusal is None) == ran, (text, refusal)
 

@@ -1,0 +1,221 @@
+"""A Polars job across every GPU worker: cudf-polars' ``DaskEngine`` over the service's own cluster.
+
+A job whose working set does not fit one worker runs on all of them as ranks of one streaming
+query (rapidsmpf shuffles between them, spilling to host above the device limit), and each rank
+writes its share of the output straight into the job's staging directory: nothing is collected
+on one worker or on the service. What the probe found (../shared/gpu/README.md §7) shapes it:
+
+* The engine drives the workers through ``client.run``: the scheduler sees no task, and each
+  worker's event loop is busy for the query. So such a job has the GPU workers to itself
+  (:class:`cluster.gpu_gate.GpuGate`), and it is stopped (cancel, timeout) by restarting them.
+* Hardware binding off (dask-cuda binds the workers already); ``raise_on_fail``: a query
+  cudf-polars cannot run is refused, never run on the CPU.
+* One engine, on a client of its own, is kept between jobs while the workers stay the same
+  (:class:`MultiGpuEngines`): its bootstrap takes ~2.5 s on an H200.
+
+The ranks name their files themselves (``part.000000.parquet`` per rank); they are written in a
+hidden folder of the staging directory and renamed to the sink's own part names afterwards, so
+an ``append`` never collides with the files already there.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from spillway.jobs.gpu_streaming import spilled_device_to_host
+from spillway.jobs.polars_io import OutputTarget, verify_checked
+from spillway.jobs.spec import JobSpec
+from spillway.jobs.storage import is_url
+
+log = logging.getLogger(__name__)
+
+#: What a multi-GPU job's stage counts mean, shown with its progress.
+MULTI_GPU_NOTE = (
+    "cudf-polars runs all of this job's steps as one query across every GPU worker (its DaskEngine, one rank per worker). "
+    "The ranks keep their workers busy and report nothing until the query ends, so each stage shows 0 of 1 while it runs "
+    "and 1 of 1 once every rank has written its files; elapsed_s counts the seconds so far."
+)
+#: Where the ranks write, inside the staging directory; hidden, so no commit could list it.
+RANKS_FOLDER = ".spillway-ranks"
+
+
+@dataclass(frozen=True)
+class MultiGpuResult:
+    """What a run across the GPU workers did: rows and files written, its timings, and what it spilled."""
+
+    rows: int
+    files: int
+    ranks: int
+    seconds: float
+    bootstrap_s: float
+    #: Set (and nothing run) when cudf-polars cannot run the query on the GPU: why not.
+    unsupported: str | None = None
+    spilled_bytes: int | None = None
+
+
+def why_not_across_gpus(spec: JobSpec) -> str | None:
+    """Why ``spec`` cannot run across the GPU workers (None: it can).
+
+    The ranks write parquet files by path, each its own: a CSV sink (one file), partition
+    directories (``partition_by`` sinks are not on the GPU in cudf-polars 26.10) and object
+    stores (the rename of the ranks' files is local) stay on one worker.
+    """
+    sink = spec.sink
+    if sink.format != "parquet":
+        return f"its sink is {sink.format}, and the ranks write parquet files"
+    if sink.partition_on:
+        return "its sink has partition_on, which cudf-polars' multi-GPU engine does not write"
+    if is_url(sink.path):
+        return "its sink is in an object store"
+    return None
+
+
+class MultiGpuEngines:
+    """The service's one ``DaskEngine``, kept between jobs while the cluster's workers stay the same.
+
+    Its bootstrap (~2.5 s on an H200) would otherwise come with every job. One engine runs one
+    query at a time (cudf-polars' collective ids come from one pool), which the gate ensures. A
+    different set of workers (one restarted, added, gone), another spill limit, or an error in a
+    query builds a new one; :meth:`discard` drops it (cancel, timeout, stop).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._key: tuple[str, tuple[str, ...], int | None] | None = None
+        self._client: Any = None
+        self._engine: Any = None
+        #: The engine's statistics count from its start: what they said after the last job.
+        self._spilled_seen = 0
+
+    def get(self, scheduler_address: str, workers: list[str], spill_device_limit: int | None) -> tuple[Any, float]:
+        """The engine over ``workers`` and the seconds spent starting it now (0: it was running)."""
+        from cudf_polars.engine.dask import DaskEngine
+        from cudf_polars.engine.hardware_binding import HardwareBindingPolicy
+        from cudf_polars.engine.options import StreamingOptions
+        from distributed import Client
+
+        key = (scheduler_address, tuple(sorted(workers)), spill_device_limit)
+        with self._lock:
+            if self._key == key and self._engine is not None:
+                return self._engine, 0.0
+            self._close()
+            started = time.perf_counter()
+            limit = {"spill_device_limit": f"{spill_device_limit // 2**20}MiB"} if spill_device_limit else {}
+            options = StreamingOptions(hardware_binding=HardwareBindingPolicy(enabled=False), raise_on_fail=True, statistics=True, **limit)
+            self._client = Client(scheduler_address, set_as_default=False, timeout=60)
+            try:
+                self._engine = DaskEngine.from_options(options, dask_client=self._client)
+            except BaseException:
+                self._close()
+                raise
+            self._key = key
+            return self._engine, time.perf_counter() - started
+
+    def spilled_by_last_query(self) -> int | None:
+        """Bytes the ranks spilled device → host in the query just run (None: their statistics could not be read)."""
+        with self._lock:
+            if self._engine is None:
+                return None
+            total = _spilled(self._engine)
+            if total is None:
+                return None
+            spilled, self._spilled_seen = total - self._spilled_seen, total
+            return spilled
+
+    def discard(self) -> None:
+        """Shut the engine down (and its client); the next job starts a new one."""
+        with self._lock:
+            engine, client = self._take()
+        _shut(engine, client)  # outside the lock: it may wait on workers that are restarting
+
+    def _close(self) -> None:
+        _shut(*self._take())
+
+    def _take(self) -> tuple[Any, Any]:
+        engine, client = self._engine, self._client
+        self._key = self._engine = self._client = None
+        self._spilled_seen = 0
+        return engine, client
+
+
+def _shut(engine: Any, client: Any) -> None:
+    for close in (getattr(engine, "shutdown", None), getattr(client, "close", None)):
+        if close is None:
+            continue
+        try:
+            close()
+        except Exception as exc:  # noqa: BLE001 - its workers may be restarting or gone
+            log.warning("closing the multi-GPU engine: %s: %s", type(exc).__name__, exc)
+
+
+def run_across_gpus(
+    engines: MultiGpuEngines, scheduler_address: str, workers: list[str], frame: pl.LazyFrame, target: OutputTarget,
+    spill_device_limit: int | None,
+) -> MultiGpuResult:
+    """Run ``frame`` on ``workers`` (every GPU worker of the cluster), into ``target``'s staging directory.
+
+    Blocking: call it in a thread. ``spill_device_limit`` (bytes per worker) is where rapidsmpf
+    starts spilling to host; None keeps its default (80 % of the device).
+
+    Raises
+    ------
+    PathNotAllowed, SourceChanged
+        A checked source file was swapped before or during the query (nothing is committed).
+    """
+    from spillway.jobs.polars_run import cannot_run_on_gpu
+
+    started = time.perf_counter()
+    ranks_dir = Path(target.location) / RANKS_FOLDER
+    sink = target.sink
+    engine, bootstrap_s = engines.get(scheduler_address, workers, spill_device_limit)
+    try:
+        verify_checked(target.checked)
+        try:
+            frame.sink_parquet(f"{ranks_dir}/", engine=engine, compression=sink.codec or "uncompressed", row_group_size=sink.row_group_size)
+        except Exception as exc:
+            if cannot_run_on_gpu(exc):  # refused while translating, before any work: the engine is fine
+                return MultiGpuResult(0, 0, engine.nranks, time.perf_counter() - started, bootstrap_s,
+                                      unsupported=f"{type(exc).__name__}: {str(exc)[:500]}")
+            engines.discard()  # a rank may have failed mid-collective: start clean next time
+            raise
+        verify_checked(target.checked)
+    except BaseException:
+        shutil.rmtree(ranks_dir, ignore_errors=True)
+        raise
+    spilled = engines.spilled_by_last_query()
+    rows, files = name_rank_files(ranks_dir, target)
+    return MultiGpuResult(rows, files, engine.nranks, time.perf_counter() - started, bootstrap_s, spilled_bytes=spilled)
+
+
+def name_rank_files(ranks_dir: Path, target: OutputTarget) -> tuple[int, int]:
+    """Rename the ranks' files to the sink's part names (rank order), remove their folder; the rows and files written."""
+    import pyarrow.parquet as pq
+
+    written = sorted(path for path in ranks_dir.rglob("*") if path.is_file() and not path.is_symlink())
+    rows = 0
+    for number, path in enumerate(written):
+        rows += pq.read_metadata(path).num_rows
+        os.rename(path, Path(target.location) / f"{target.stem.format(number)}.parquet")
+    for folder in sorted((p for p in ranks_dir.rglob("*") if p.is_dir()), reverse=True):
+        folder.rmdir()
+    if ranks_dir.exists():
+        ranks_dir.rmdir()  # anything else left in it (a link) makes this fail: nothing is committed
+    return rows, len(written)
+
+
+def _spilled(engine: Any) -> int | None:
+    """Bytes the ranks spilled device → host since the engine started (None: their statistics could not be read)."""
+    try:
+        return sum(spilled_device_to_host(stats.to_dict()) for stats in engine.gather_statistics())
+    except Exception as exc:  # noqa: BLE001 - statistics are a report, not the job
+        log.warning("the multi-GPU engine's statistics could not be read: %s: %s", type(exc).__name__, exc)
+        return None

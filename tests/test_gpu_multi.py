@@ -1,0 +1,174 @@
+"""A Polars job across every GPU worker (issue 19 item 1): cudf-polars' DaskEngine over the service's cluster.
+
+What runs anywhere: when a job goes across the workers (jobs/gpu_placement.py ``across_gpus``),
+the gate that gives it the workers alone (cluster/gpu_gate.py), and the renaming of the ranks'
+files to the sink's part names (jobs/gpu_multi.py). The service tests, on two workers sharing
+GPU 0 with ``gpu_multi_worker=always``, are marked ``gpu``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import polars as pl
+import pyarrow.parquet as pq
+import pytest
+from distributed import Client
+
+from spillway.cluster.gpu_gate import GpuGate
+from spillway.jobs.gpu_multi import RANKS_FOLDER, name_rank_files, why_not_across_gpus
+from spillway.jobs.gpu_placement import GpuPlacement, across_gpus
+from spillway.jobs.polars_io import OutputTarget
+from spillway.jobs.spec import JobSpec
+from spillway.jobs.status import JobStatus
+from spillway.service.launcher import ServiceProcess, launch_service
+from tests.conftest import wait_for, wait_terminal
+from tests.fault_jobs import check_slow_output, slow_spec, worker_addresses
+
+STREAMING = GpuPlacement("streaming", 30 << 30, 20 << 30, "streaming with spilling above 20.0 GiB: ...")
+IN_MEMORY = GpuPlacement("in-memory", 1 << 30, 20 << 30, "in-memory: ...")
+
+
+def _spec(**sink: object) -> JobSpec:
+    return JobSpec.model_validate({"name": "j", "source": {"format": "parquet", "path": "/data/a.parquet"}, "sink": {"path": "/data/out", **sink}})
+
+
+def test_auto_goes_across_the_workers_only_for_a_job_that_does_not_fit_one_and_only_with_two_or_more() -> None:
+    placed = across_gpus(STREAMING, _spec(), "auto", 2)
+    assert placed.executor == "multi-gpu" and "across 2 GPU worker(s)" in placed.reason and "does not fit one worker" in placed.reason
+    assert placed.spill_device_limit == 20 << 30  # each rank spills above the worker's limit
+    assert across_gpus(STREAMING, _spec(), "auto", 1) is STREAMING
+    assert across_gpus(IN_MEMORY, _spec(), "auto", 4) is IN_MEMORY
+    assert across_gpus(STREAMING, _spec(), "off", 4) is STREAMING
+
+
+def test_always_takes_every_job_whose_sink_allows_it_and_says_why_not_otherwise() -> None:
+    assert across_gpus(IN_MEMORY, _spec(), "always", 1).executor == "multi-gpu"
+    for sink, why in [({"format": "csv"}, "sink is csv"), ({"partition_on": ["a"]}, "partition_on"), ({"path": "s3://b/out"}, "object store")]:
+        spec = _spec(**sink)
+        assert why in (why_not_across_gpus(spec) or "")
+        kept = across_gpus(IN_MEMORY, spec, "always", 2)
+        assert kept.executor == "in-memory" and f"not across the GPU workers: {why_not_across_gpus(spec)}" in kept.reason
+        assert across_gpus(STREAMING, spec, "auto", 2) is STREAMING  # auto: the usual placement, silently
+    assert why_not_across_gpus(_spec()) is None
+
+
+def test_the_ranks_files_get_the_sinks_part_names_in_rank_order(tmp_path: Path) -> None:
+    staging = tmp_path / "staging"
+    ranks = staging / RANKS_FOLDER
+    ranks.mkdir(parents=True)
+    for rank, rows in enumerate([3, 5]):
+        pl.DataFrame({"rank": [rank] * rows}).write_parquet(ranks / f"part.{rank:06d}.parquet")
+    target = OutputTarget(location=str(staging), stem="part.job1.{:06d}", sink=_spec().sink)
+    assert name_rank_files(ranks, target) == (8, 2)
+    assert sorted(p.name for p in staging.iterdir()) == ["part.job1.000000.parquet", "part.job1.000001.parquet"]
+    assert pq.read_table(staging / "part.job1.000001.parquet").column("rank").to_pylist() == [1] * 5
+
+
+def test_a_link_left_among_the_ranks_files_fails_the_rename(tmp_path: Path) -> None:
+    ranks = tmp_path / "staging" / RANKS_FOLDER
+    ranks.mkdir(parents=True)
+    pl.DataFrame({"a": [1]}).write_parquet(ranks / "part.000000.parquet")
+    (ranks / "evil").symlink_to("/etc")
+    with pytest.raises(OSError):
+        name_rank_files(ranks, OutputTarget(location=str(tmp_path / "staging"), stem="part.{:06d}", sink=_spec().sink))
+
+
+def test_the_gate_shares_the_workers_or_gives_them_to_one_job_alone() -> None:
+    async def scenario() -> list[str]:
+        gate, order = GpuGate(), []
+        never = asyncio.Event()
+        assert await gate.acquire_shared(never) and await gate.acquire_shared(never) and gate.sharing == 2
+
+        async def alone() -> None:
+            assert await gate.acquire_exclusive(never)
+            order.append("alone")
+            await gate.release_exclusive()
+
+        async def later_shared() -> None:
+            assert await gate.acquire_shared(never)
+            order.append("later shared")
+            await gate.release_shared()
+
+        exclusive = asyncio.create_task(alone())
+        await asyncio.sleep(0.01)
+        later = asyncio.create_task(later_shared())  # behind the waiting exclusive: it must not starve it
+        await asyncio.sleep(0.01)
+        assert order == [] and not gate.exclusive
+        await gate.release_shared()
+        await asyncio.sleep(0.01)
+        assert order == []  # one shared holder is left
+        await gate.release_shared()
+        await asyncio.gather(exclusive, later)
+        return order
+
+    assert asyncio.run(scenario()) == ["alone", "later shared"]
+
+
+def test_a_cancel_ends_a_wait_at_the_gate_and_holds_nothing() -> None:
+    async def scenario() -> tuple[bool, bool, int]:
+        gate, never, cancelled = GpuGate(), asyncio.Event(), asyncio.Event()
+        assert await gate.acquire_shared(never)
+        waiting = asyncio.create_task(gate.acquire_exclusive(cancelled))
+        await asyncio.sleep(0.01)
+        cancelled.set()
+        await gate.wake()
+        got = await asyncio.wait_for(waiting, 5)
+        await gate.release_shared()
+        # Nothing is held and nobody waits: a new job shares at once.
+        shared_again = await asyncio.wait_for(gate.acquire_shared(never), 5)
+        return got, shared_again, gate.sharing
+
+    assert asyncio.run(scenario()) == (False, True, 1)
+
+
+@pytest.fixture(scope="module")
+def across_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
+    pytest.importorskip("cudf_polars")
+    env = {
+        "SPILLWAY_CLUSTER__BACKEND": "cudf", "SPILLWAY_CLUSTER__DASHBOARD_ADDRESS": "127.0.0.1:0", "SPILLWAY_ALLOWED_ROOTS": '["/tmp"]',
+        "SPILLWAY_CLUSTER__CUDA_VISIBLE_DEVICES": "0,0", "SPILLWAY_CLUSTER__ALLOW_GPU_SHARING": "true",
+        "SPILLWAY_CLUSTER__GPU_MULTI_WORKER": "always",
+    }
+    service = launch_service(tmp_path_factory.mktemp("across_gpus"), env, timeout=300)
+    yield service
+    service.stop()
+
+
+@pytest.mark.gpu
+def test_a_job_runs_across_both_workers_and_commits_the_ranks_files(across_service: ServiceProcess, big_data: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    with across_service.client() as api:
+        job = wait_terminal(api, api.submit(slow_spec("polars", big_data, out)).id, timeout=300)
+        log = "\n".join(api.logs(job.id))
+        assert job.state == JobStatus.SUCCEEDED, (job.error, log)
+        assert job.progress.engine is not None and "across 2 GPU worker(s)" in job.progress.engine.reason, job.progress.engine
+        assert "DaskEngine ran on 2 rank(s)" in log, log
+        assert job.result is not None and all(f.path.startswith("part.") for f in job.result.files)
+        assert job.result.total_rows == pq.read_table(out).num_rows
+        check_slow_output("polars", big_data, out)
+        # An append: the ranks' files take this job's own names beside the first job's.
+        again = wait_terminal(api, api.submit(slow_spec("polars", big_data, out, sink={"path": str(out), "mode": "append"})).id, timeout=300)
+        assert again.state == JobStatus.SUCCEEDED, again.error
+        assert again.result is not None and again.result.total_rows == 2 * job.result.total_rows
+        # A CSV sink cannot go across: it runs on one worker, and says why.
+        csv = wait_terminal(api, api.submit(slow_spec("polars", big_data, tmp_path / "csv", sink={"path": str(tmp_path / "csv"), "format": "csv"})).id, timeout=300)
+        assert csv.state == JobStatus.SUCCEEDED, csv.error
+        assert csv.progress.engine is not None and "not across the GPU workers" in csv.progress.engine.reason
+
+
+@pytest.mark.gpu
+def test_a_cancel_across_the_workers_restarts_them_and_the_next_job_runs(across_service: ServiceProcess, big_data: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "cancelled"
+    with across_service.client() as api, Client(api.cluster().scheduler_address, timeout=30) as dask_client:
+        job_id = api.submit(slow_spec("polars", big_data, out)).id
+        wait_for(lambda: any("running across" in line for line in api.logs(job_id)), timeout=120, interval=0.05, what="the ranks to start")
+        cancelled = api.cancel(job_id)
+        assert cancelled.state == JobStatus.CANCELLED, cancelled.error
+        wait_for(lambda: len(worker_addresses(dask_client)) == 2, timeout=180, what="both workers back")
+        after = wait_terminal(api, api.submit(slow_spec("polars", big_data, tmp_path / "after")).id, timeout=300)
+        assert after.state == JobStatus.SUCCEEDED, after.error
+    assert not out.exists()
+    check_slow_output("polars", big_data, tmp_path / "after")
