@@ -243,7 +243,7 @@ async def start_cluster(settings: ClusterSettings) -> ClusterHandle:
         protocol = settings.scheduler_address.split("://", 1)[0] if "://" in settings.scheduler_address else "tcp"
         return ClusterHandle(
             client, planner, backend, "external", protocol, None, settings.dashboard_public_url, reason,
-            {"gpu_multi_worker": settings.gpu_multi_worker}, dashboard_proxy=settings.dashboard_proxy,
+            {"gpu_multi_worker": settings.gpu_multi_worker, "allow_gpu_sharing": settings.allow_gpu_sharing}, dashboard_proxy=settings.dashboard_proxy,
         )
     if backend == "cudf":
         from spillway.cluster.gpu import cuda_cluster_kwargs
@@ -259,6 +259,7 @@ async def start_cluster(settings: ClusterSettings) -> ClusterHandle:
     extra = {
         "device_memory_limit": parse_memory(settings.device_memory_limit, field="device_memory_limit"),
         "gpu_multi_worker": settings.gpu_multi_worker,
+        "allow_gpu_sharing": settings.allow_gpu_sharing,
     }
     return ClusterHandle(
         client, planner, backend, kind, protocol, cluster, settings.dashboard_public_url, reason, extra, dashboard_proxy=settings.dashboard_proxy

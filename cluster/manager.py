@@ -697,7 +697,7 @@ class JobManager:
             try:
                 result: MultiGpuResult = await asyncio.to_thread(
                     run_across_gpus, self._multi_gpu, self.cluster.client.scheduler.address, active.across_workers, frame, target,
-                    placement.spill_device_limit,
+                    placement.spill_device_limit, bool(self.cluster.extra.get("allow_gpu_sharing")),
                 )
             except Exception as exc:
                 if active.cancel_requested:

@@ -90,27 +90,31 @@ class MultiGpuEngines:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._key: tuple[str, tuple[str, ...], int | None] | None = None
+        self._key: tuple[str, tuple[str, ...], int | None, bool] | None = None
         self._client: Any = None
         self._engine: Any = None
-        #: The engine's statistics count from its start: what they said after the last job.
-        self._spilled_seen = 0
 
-    def get(self, scheduler_address: str, workers: list[str], spill_device_limit: int | None) -> tuple[Any, float]:
-        """The engine over ``workers`` and the seconds spent starting it now (0: it was running)."""
+    def get(self, scheduler_address: str, workers: list[str], spill_device_limit: int | None, gpu_sharing: bool = False) -> tuple[Any, float]:
+        """The engine over ``workers`` and the seconds spent starting it now (0: it was running).
+
+        ``gpu_sharing``: several workers on one GPU (``cluster.allow_gpu_sharing``), which the
+        engine refuses unless told ("Multiple ranks share the same GPU").
+        """
         from cudf_polars.engine.dask import DaskEngine
         from cudf_polars.engine.hardware_binding import HardwareBindingPolicy
         from cudf_polars.engine.options import StreamingOptions
         from distributed import Client
 
-        key = (scheduler_address, tuple(sorted(workers)), spill_device_limit)
+        key = (scheduler_address, tuple(sorted(workers)), spill_device_limit, gpu_sharing)
         with self._lock:
             if self._key == key and self._engine is not None:
                 return self._engine, 0.0
             self._close()
             started = time.perf_counter()
             limit = {"spill_device_limit": f"{spill_device_limit // 2**20}MiB"} if spill_device_limit else {}
-            options = StreamingOptions(hardware_binding=HardwareBindingPolicy(enabled=False), raise_on_fail=True, statistics=True, **limit)
+            options = StreamingOptions(
+                hardware_binding=HardwareBindingPolicy(enabled=False), raise_on_fail=True, statistics=True, allow_gpu_sharing=gpu_sharing, **limit,
+            )
             self._client = Client(scheduler_address, set_as_default=False, timeout=60)
             try:
                 self._engine = DaskEngine.from_options(options, dask_client=self._client)
@@ -119,17 +123,6 @@ class MultiGpuEngines:
                 raise
             self._key = key
             return self._engine, time.perf_counter() - started
-
-    def spilled_by_last_query(self) -> int | None:
-        """Bytes the ranks spilled device → host in the query just run (None: their statistics could not be read)."""
-        with self._lock:
-            if self._engine is None:
-                return None
-            total = _spilled(self._engine)
-            if total is None:
-                return None
-            spilled, self._spilled_seen = total - self._spilled_seen, total
-            return spilled
 
     def discard(self) -> None:
         """Shut the engine down (and its client); the next job starts a new one."""
@@ -143,7 +136,6 @@ class MultiGpuEngines:
     def _take(self) -> tuple[Any, Any]:
         engine, client = self._engine, self._client
         self._key = self._engine = self._client = None
-        self._spilled_seen = 0
         return engine, client
 
 
@@ -159,7 +151,7 @@ def _shut(engine: Any, client: Any) -> None:
 
 def run_across_gpus(
     engines: MultiGpuEngines, scheduler_address: str, workers: list[str], frame: pl.LazyFrame, target: OutputTarget,
-    spill_device_limit: int | None,
+    spill_device_limit: int | None, gpu_sharing: bool = False,
 ) -> MultiGpuResult:
     """Run ``frame`` on ``workers`` (every GPU worker of the cluster), into ``target``'s staging directory.
 
@@ -176,7 +168,7 @@ def run_across_gpus(
     started = time.perf_counter()
     ranks_dir = Path(target.location) / RANKS_FOLDER
     sink = target.sink
-    engine, bootstrap_s = engines.get(scheduler_address, workers, spill_device_limit)
+    engine, bootstrap_s = engines.get(scheduler_address, workers, spill_device_limit, gpu_sharing)
     try:
         verify_checked(target.checked)
         try:
@@ -191,7 +183,7 @@ def run_across_gpus(
     except BaseException:
         shutil.rmtree(ranks_dir, ignore_errors=True)
         raise
-    spilled = engines.spilled_by_last_query()
+    spilled = _spilled(engine)
     rows, files = name_rank_files(ranks_dir, target)
     return MultiGpuResult(rows, files, engine.nranks, time.perf_counter() - started, bootstrap_s, spilled_bytes=spilled)
 
@@ -213,9 +205,9 @@ def name_rank_files(ranks_dir: Path, target: OutputTarget) -> tuple[int, int]:
 
 
 def _spilled(engine: Any) -> int | None:
-    """Bytes the ranks spilled device → host since the engine started (None: their statistics could not be read)."""
+    """Bytes the ranks spilled device → host in the query just run, clearing their counts (None: they could not be read)."""
     try:
-        return sum(spilled_device_to_host(stats.to_dict()) for stats in engine.gather_statistics())
+        return sum(spilled_device_to_host(stats.to_dict()) for stats in engine.gather_statistics(clear=True))
     except Exception as exc:  # noqa: BLE001 - statistics are a report, not the job
         log.warning("the multi-GPU engine's statistics could not be read: %s: %s", type(exc).__name__, exc)
         return None
