@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from spillway.jobs.gpu_streaming import spilled_device_to_host
 from spillway.jobs.polars_io import OutputTarget, verify_checked
@@ -184,24 +186,52 @@ def run_across_gpus(
         shutil.rmtree(ranks_dir, ignore_errors=True)
         raise
     spilled = _spilled(engine)
-    rows, files = name_rank_files(ranks_dir, target)
+    rows, files = name_rank_files(ranks_dir, target, pl.DataFrame(schema=frame.collect_schema()).to_arrow().schema)
     return MultiGpuResult(rows, files, engine.nranks, time.perf_counter() - started, bootstrap_s, spilled_bytes=spilled)
 
 
-def name_rank_files(ranks_dir: Path, target: OutputTarget) -> tuple[int, int]:
-    """Rename the ranks' files to the sink's part names (rank order), remove their folder; the rows and files written."""
-    import pyarrow.parquet as pq
+def name_rank_files(ranks_dir: Path, target: OutputTarget, schema: pa.Schema) -> tuple[int, int]:
+    """Give the ranks' files the sink's part names (rank order) and the job's ``schema``; the rows and files written.
 
+    libcudf writes a Polars ``Date`` as a UTC timestamp, where the one-worker path (Polars'
+    writer) writes a date: a file whose types differ from ``schema`` is rewritten cast to it, so
+    the output's types do not depend on how many workers ran the job. An empty output (no rank
+    wrote a file) gets one empty file with the schema, as on one worker.
+    """
     written = sorted(path for path in ranks_dir.rglob("*") if path.is_file() and not path.is_symlink())
     rows = 0
     for number, path in enumerate(written):
-        rows += pq.read_metadata(path).num_rows
-        os.rename(path, Path(target.location) / f"{target.stem.format(number)}.parquet")
+        final = Path(target.location) / f"{target.stem.format(number)}.parquet"
+        found = pq.read_schema(path)
+        if _same_types(found, schema):
+            rows += pq.read_metadata(path).num_rows
+            os.rename(path, final)
+            continue
+        table = pq.read_table(path)
+        rows += table.num_rows
+        cast = pa.schema([schema.field(name) if not _same_type(field.type, schema.field(name).type) else field
+                          for name, field in zip(found.names, found)])
+        pq.write_table(table.cast(cast), final, compression=target.sink.codec or "none", row_group_size=target.sink.row_group_size)
+        path.unlink()
+    if not written:
+        pq.write_table(schema.empty_table(), Path(target.location) / f"{target.stem.format(0)}.parquet")
     for folder in sorted((p for p in ranks_dir.rglob("*") if p.is_dir()), reverse=True):
         folder.rmdir()
     if ranks_dir.exists():
         ranks_dir.rmdir()  # anything else left in it (a link) makes this fail: nothing is committed
-    return rows, len(written)
+    return rows, max(len(written), 1)
+
+
+def _same_types(found: pa.Schema, wanted: pa.Schema) -> bool:
+    return found.names == wanted.names and all(_same_type(a.type, b.type) for a, b in zip(found, wanted))
+
+
+def _same_type(found: pa.DataType, wanted: pa.DataType) -> bool:
+    """Equal, or both strings (libcudf writes ``string``, Polars ``large_string``/``string_view``: the same parquet column)."""
+    def text(kind: pa.DataType) -> bool:
+        return pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)
+
+    return found == wanted or (text(found) and text(wanted))
 
 
 def _spilled(engine: Any) -> int | None:

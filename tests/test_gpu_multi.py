@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from datetime import date, datetime, timezone
 from pathlib import Path
 
-import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from distributed import Client
@@ -60,20 +61,43 @@ def test_the_ranks_files_get_the_sinks_part_names_in_rank_order(tmp_path: Path) 
     ranks = staging / RANKS_FOLDER
     ranks.mkdir(parents=True)
     for rank, rows in enumerate([3, 5]):
-        pl.DataFrame({"rank": [rank] * rows}).write_parquet(ranks / f"part.{rank:06d}.parquet")
+        pq.write_table(pa.table({"rank": pa.array([rank] * rows, pa.int64()), "name": pa.array(["x"] * rows, pa.string())}), ranks / f"part.{rank:06d}.parquet")
     target = OutputTarget(location=str(staging), stem="part.job1.{:06d}", sink=_spec().sink)
-    assert name_rank_files(ranks, target) == (8, 2)
+    schema = pa.schema([("rank", pa.int64()), ("name", pa.large_string())])  # strings: the same parquet column either way
+    assert name_rank_files(ranks, target, schema) == (8, 2)
     assert sorted(p.name for p in staging.iterdir()) == ["part.job1.000000.parquet", "part.job1.000001.parquet"]
     assert pq.read_table(staging / "part.job1.000001.parquet").column("rank").to_pylist() == [1] * 5
+
+
+def test_a_date_libcudf_wrote_as_a_utc_timestamp_is_a_date_again(tmp_path: Path) -> None:
+    """Seen on the H200 (TPC-H q03, q18): the ranks wrote o_orderdate as timestamp[ms, UTC]; one worker writes date32."""
+    ranks = tmp_path / "staging" / RANKS_FOLDER
+    ranks.mkdir(parents=True)
+    stamps = pa.array([datetime(1995, 3, 15, tzinfo=timezone.utc)], pa.timestamp("ms", tz="UTC"))
+    pq.write_table(pa.table({"o_orderdate": stamps, "n": pa.array([1], pa.int64())}), ranks / "part.000000.parquet")
+    target = OutputTarget(location=str(tmp_path / "staging"), stem="part.{:06d}", sink=_spec().sink)
+    schema = pa.schema([("o_orderdate", pa.date32()), ("n", pa.int64())])
+    assert name_rank_files(ranks, target, schema) == (1, 1)
+    written = pq.read_table(tmp_path / "staging" / "part.000000.parquet")
+    assert written.schema == schema and written.column("o_orderdate").to_pylist() == [date(1995, 3, 15)]
+
+
+def test_an_empty_output_gets_one_empty_file_with_the_jobs_columns(tmp_path: Path) -> None:
+    ranks = tmp_path / "staging" / RANKS_FOLDER
+    ranks.mkdir(parents=True)
+    schema = pa.schema([("key", pa.int64()), ("value", pa.float64())])
+    target = OutputTarget(location=str(tmp_path / "staging"), stem="part.{:06d}", sink=_spec().sink)
+    assert name_rank_files(ranks, target, schema) == (0, 1)
+    assert pq.read_table(tmp_path / "staging" / "part.000000.parquet").schema == schema and not ranks.exists()
 
 
 def test_a_link_left_among_the_ranks_files_fails_the_rename(tmp_path: Path) -> None:
     ranks = tmp_path / "staging" / RANKS_FOLDER
     ranks.mkdir(parents=True)
-    pl.DataFrame({"a": [1]}).write_parquet(ranks / "part.000000.parquet")
+    pq.write_table(pa.table({"a": [1]}), ranks / "part.000000.parquet")
     (ranks / "evil").symlink_to("/etc")
     with pytest.raises(OSError):
-        name_rank_files(ranks, OutputTarget(location=str(tmp_path / "staging"), stem="part.{:06d}", sink=_spec().sink))
+        name_rank_files(ranks, OutputTarget(location=str(tmp_path / "staging"), stem="part.{:06d}", sink=_spec().sink), pa.schema([("a", pa.int64())]))
 
 
 def test_the_gate_shares_the_workers_or_gives_them_to_one_job_alone() -> None:
