@@ -266,7 +266,7 @@ def test_each_source_is_read_and_each_derived_source_checked_once(sample_data: d
         parsed[text] += 1
         return real_parse(text, field=field)
 
-    monkeypatch.setattr(jobs.validate, "parse_expression", counting_parse)
+    monkeypatch.setattr(spillway.jobs.validate, "parse_expression", counting_parse)
     spec = job(
         "north",
         [{"op": "join", "right": "north", "on": ["order_id"], "right_suffix": "_1"}, {"op": "join", "right": "per_region", "on": ["region"]}],

@@ -89,7 +89,7 @@ import sys
 
 class _NoSpillway:
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in ("cluster", "jobs", "service"):
+        if name.split(".")[0] == "spillway":
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
         return None
 
@@ -248,5 +248,5 @@ def test_scheduler_without_spillway_fails_jobs_clearly(dask_cluster: DaskCluster
     with joined_service.client() as api:
         job = wait_terminal(api, api.submit(spec).id, timeout=120)
     assert job.state == JobStatus.FAILED and job.error is not None
-    assert "ModuleNotFoundError" in job.error.message and "cluster" in job.error.message, job.error
+    assert "ModuleNotFoundError" in job.error.message and "spillway" in job.error.message, job.error
     assert not (tmp_path / "out").exists()
