@@ -7,6 +7,7 @@ Storing, listing, revoking and rotating tokens is :mod:`service.tokens`' job.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections.abc import Callable
@@ -72,9 +73,13 @@ def identify(connection: HTTPConnection, token: str) -> TokenIdentity:
 
 
 def require(needed: Scope):  # noqa: ANN201 - a FastAPI dependency factory
-    """A dependency that checks the bearer token for ``needed`` (a no-op when auth is off)."""
+    """A dependency that checks the bearer token for ``needed`` (a no-op when auth is off).
 
-    def check(request: Request) -> None:
+    It runs on the event loop; only the token's lookup (a database read, or a JWT check) goes
+    to a thread, and only with auth on.
+    """
+
+    async def check(request: Request) -> None:
         services = request.app.state.services
         if not services.settings.auth_required:
             return
@@ -85,7 +90,7 @@ def require(needed: Scope):  # noqa: ANN201 - a FastAPI dependency factory
             scheme, token = "bearer", request.query_params["token"]
         if scheme.lower() != "bearer" or not token:
             raise Unauthenticated("this service needs a bearer token: send 'Authorization: Bearer <token>' (create one with `spillway token create`)")
-        identity = identify(request, token)
+        identity = await asyncio.to_thread(identify, request, token)
         request.state.token_name, scope = identity.owner, identity.scope
         request.state.token_scope = scope  # read by current_caller: admin sees every owner's jobs
         if not scope.allows(needed):
@@ -119,7 +124,7 @@ class Caller:
         return None if self.admin else self.owner
 
 
-def current_caller(request: Request) -> Caller:
+async def current_caller(request: Request) -> Caller:
     """The :class:`Caller` of a request whose token a :func:`require` dependency has checked.
 
     Raises

@@ -153,7 +153,7 @@ def _upstream_path(connection: HTTPConnection) -> str:
     return path
 
 
-def _proxy(request: Request) -> DashboardProxy:
+async def _proxy(request: Request) -> DashboardProxy:
     return request.app.state.dashboard_proxy
 
 

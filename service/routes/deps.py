@@ -11,7 +11,13 @@ if TYPE_CHECKING:
     from spillway.service.config import Settings
 
 
-def get_services(request: Request) -> Services:
+async def get_services(request: Request) -> Services:
+    """The services the app built in its lifespan.
+
+    Dependencies that do no blocking work are ``async def``: FastAPI runs a plain ``def``
+    dependency in its thread pool, a thread hop per dependency per request, which on a busy
+    event loop cost more than the request's own work (bench/RESULTS.md, issue 16 item 14).
+    """
     return request.app.state.services
 
 

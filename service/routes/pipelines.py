@@ -46,7 +46,7 @@ _ERRORS = {
 }
 
 
-def get_pipelines(request: Request) -> PipelineServices:
+async def get_pipelines(request: Request) -> PipelineServices:
     """The pipeline services the app built in its lifespan."""
     return request.app.state.pipelines
 

@@ -19,7 +19,7 @@ from spillway.service.schemas import ErrorBody
 from spillway.service.token_models import NAME_PATTERN, IssuedToken, TokenInfo, parse_duration
 
 
-def _auth_on(services: ServicesDep) -> None:
+async def _auth_on(services: ServicesDep) -> None:
     # With auth off anyone who reaches the port could mint an admin token that stays good once auth is on.
     if not services.settings.auth_required:
         raise Forbidden("auth is off on this service, so tokens are not managed over REST: use `spillway token ...` on its host")
