@@ -76,7 +76,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         store = JobStore(settings.database_url, migrate=settings.migrate_on_start)
-        changes = JobChanges(asyncio.get_running_loop())
+        changes = JobChanges(asyncio.get_running_loop(), versions=store.versions)
         store.subscribe(changes.notify)
         cluster = await start_cluster(settings.cluster)
         log.info("backend %s: %s", cluster.backend, cluster.backend_reason)
@@ -136,6 +136,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
         finally:
             await app.state.dashboard_proxy.close()
+            await changes.close()
             await retention.stop()
             await pipeline_scheduler.stop()
             await lease.release()

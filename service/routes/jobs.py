@@ -27,6 +27,7 @@ from spillway.service.retention import delete_job as delete_record
 from spillway.service.routes.dashboard import dashboard_link
 from spillway.service.routes.deps import MAX_OFFSET, ServicesDep, submission_limits
 from spillway.service.schemas import ErrorBody, JobAccepted, JobDeleted, JobLinks, JobLogs, JobPage, JobView, OutputDeletion
+from spillway.service.store import job_version
 
 router = APIRouter(prefix="/jobs", tags=["jobs"], dependencies=[require(Scope.READ)])
 
@@ -40,9 +41,10 @@ _ERRORS = {
     429: {"model": ErrorBody, "description": "Too many jobs waiting; see Retry-After."},
     422: {"model": ErrorBody, "description": "The spec does not fit its sources: the field and column are named."},
 }
-# A stream wakes on every write this process makes to its job (service.job_changes); it also
-# re-reads the row this often, for writes made by another service process on the same database.
-_EVENT_FALLBACK_S = 1.0
+# A stream wakes on every write this process makes to its job, and on writes another service
+# process made to it on the same database, which service.job_changes looks for once a second for
+# every stream at once; it reads the row only then. A comment goes out after this many seconds
+# with nothing to send, so that proxies keep the connection.
 _KEEPALIVE_S = 15.0
 
 
@@ -72,26 +74,35 @@ async def submit_job(
     ] = None,
 ) -> JobAccepted:
     """Validate a JobSpec against the data roots and its sources' schemas, persist it and queue it."""
-    owner = caller.owner
-    if idempotency_key is not None:
-        existing = await asyncio.to_thread(_find_by_key, services, idempotency_key, owner)
-        if existing is not None:
-            return _replay(existing, spec, services, request, response)
-    limit = services.settings.max_queued_jobs
-    # A cheap refusal before validation reads the sources; the insert below is what enforces the limit.
-    queued = (await asyncio.to_thread(services.store.count_by_state))[JobStatus.PENDING]
-    if queued >= limit:
-        raise QueueFull(f"{queued} jobs are waiting; the limit is {limit}. Retry later.")
-    plan = await asyncio.to_thread(validate_submission, spec, **submission_limits(services.settings))
-    if services.cluster.backend == "cudf":
-        await asyncio.to_thread(check_gpu_submission, plan, services.settings.default_engine, services.cluster.backend)
-    job, created = await asyncio.to_thread(
-        services.store.create, spec, services.cluster.backend, idempotency_key=idempotency_key, owner=owner, max_pending=limit
-    )
+    # One thread hop for the whole of it: under 200 submissions at once each hop waited its turn
+    # on the thread pool and then on the event loop again (bench/RESULTS.md, issue 16 item 14).
+    existing, job, created = await asyncio.to_thread(_accept, services, spec, idempotency_key, caller.owner)
+    if existing is not None:
+        return _replay(existing, spec, services, request, response)
     if not created:  # a concurrent request with the same key won the insert
         return _replay(job, spec, services, request, response)
-    services.manager.enqueue(job.id, owner)
+    services.manager.enqueue(job.id, caller.owner)
     return JobAccepted(id=job.id, state=job.state, links=_links(services, request, job.id))
+
+
+def _accept(services: ServicesDep, spec: JobSpec, idempotency_key: str | None, owner: str | None) -> tuple[JobView | None, JobView, bool]:
+    """The blocking part of a submit, in order: the job already made under the key (then nothing
+    else is done), the queue's limit, the spec's checks against the sources, the insert.
+
+    Returns ``(existing, job, created)``: ``existing`` is the job found under the key, else None.
+    """
+    if idempotency_key is not None and (existing := _find_by_key(services, idempotency_key, owner)) is not None:
+        return existing, existing, False
+    limit = services.settings.max_queued_jobs
+    # A cheap refusal before validation reads the sources; the insert below is what enforces the limit.
+    queued = services.store.pending_count()
+    if queued >= limit:
+        raise QueueFull(f"{queued} jobs are waiting; the limit is {limit}. Retry later.")
+    plan = validate_submission(spec, **submission_limits(services.settings))
+    if services.cluster.backend == "cudf":
+        check_gpu_submission(plan, services.settings.default_engine, services.cluster.backend)
+    job, created = services.store.create(spec, services.cluster.backend, idempotency_key=idempotency_key, owner=owner, max_pending=limit)
+    return None, job, created
 
 
 def _find_by_key(services: ServicesDep, key: str, owner: str | None) -> JobView | None:
@@ -166,9 +177,11 @@ async def job_events(job_id: str, services: ServicesDep, request: Request, calle
     async def stream() -> AsyncIterator[str]:
         last: str | None = None
         quiet = 0.0
+        loop = asyncio.get_running_loop()
         async with services.changes.watch(job_id) as changed:
             while True:
                 job = await asyncio.to_thread(services.store.get, job_id)
+                changed.seen(job_version(job))
                 fields = {
                     "id": job.id,
                     "state": job.state.value,
@@ -183,12 +196,14 @@ async def job_events(job_id: str, services: ServicesDep, request: Request, calle
                 if data != last:
                     yield f"event: progress\ndata: {data}\n\n"
                     last, quiet = data, 0.0
-                elif quiet >= _KEEPALIVE_S:
+                while True:  # until the job changes; a keep-alive for each _KEEPALIVE_S sent nothing
+                    started = loop.time()
+                    woke = await changed.wait(max(0.0, _KEEPALIVE_S - quiet))
+                    quiet += loop.time() - started
+                    if woke:
+                        break
                     yield ": keep-alive\n\n"
                     quiet = 0.0
-                started = asyncio.get_running_loop().time()
-                await changed.wait(_EVENT_FALLBACK_S)
-                quiet += asyncio.get_running_loop().time() - started
 
     return StreamingResponse(stream(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
