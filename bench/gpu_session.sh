@@ -21,7 +21,7 @@ part=${1:-}; shift || true  # what follows goes to bench/gpu_tpch.py (e.g. --rmm
 case "$part" in
 tests)
     # Every GPU-marked test of the suite (the fault tests start two workers on the one GPU).
-    timeout 560 python3 -m pytest -m gpu tests/ -o addopts="" -q -p no:cacheprovider --durations=15 --continue-on-collection-errors > "$OUT/gpu_tests.log" 2>&1
+    timeout 560 python3 -m pytest -m gpu tests/ -o addopts="" -q -rs -p no:cacheprovider --durations=15 --continue-on-collection-errors > "$OUT/gpu_tests.log" 2>&1
     echo "gpu tests rc=$?"; grep -E "passed|failed|error" "$OUT/gpu_tests.log" | tail -40
     ;;
 tpch10)
