@@ -16,6 +16,14 @@ import pandas as pd
 from distributed import Client
 
 
+def shared_gpu_env(**extra: str) -> dict[str, str]:
+    """A GPU service's settings with two workers sharing GPU 0 (``allow_gpu_sharing``), plus ``extra``."""
+    return {
+        "SPILLWAY_CLUSTER__BACKEND": "cudf", "SPILLWAY_CLUSTER__DASHBOARD_ADDRESS": "127.0.0.1:0", "SPILLWAY_ALLOWED_ROOTS": '["/tmp"]',
+        "SPILLWAY_CLUSTER__CUDA_VISIBLE_DEVICES": "0,0", "SPILLWAY_CLUSTER__ALLOW_GPU_SHARING": "true", **extra,
+    }
+
+
 def slow_spec(engine: str, data: dict[str, Path], out: Path, **overrides: Any) -> dict[str, Any]:
     """A job on ``engine`` that runs long enough to be hit mid-run."""
     sales = str(data["sales"])

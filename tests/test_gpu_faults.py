@@ -19,7 +19,7 @@ from distributed import Client
 from spillway.jobs.status import JobStatus
 from spillway.service.launcher import ServiceProcess, launch_service
 from tests.conftest import wait_for, wait_terminal
-from tests.fault_jobs import check_slow_output, polars_task_worker, slow_spec, worker_addresses
+from tests.fault_jobs import check_slow_output, polars_task_worker, shared_gpu_env, slow_spec, worker_addresses
 
 pytestmark = pytest.mark.gpu
 
@@ -27,11 +27,7 @@ pytestmark = pytest.mark.gpu
 @pytest.fixture(scope="module")
 def shared_gpu_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
     pytest.importorskip("cudf_polars")
-    env = {
-        "SPILLWAY_CLUSTER__BACKEND": "cudf", "SPILLWAY_CLUSTER__DASHBOARD_ADDRESS": "127.0.0.1:0", "SPILLWAY_ALLOWED_ROOTS": '["/tmp"]',
-        "SPILLWAY_CLUSTER__CUDA_VISIBLE_DEVICES": "0,0", "SPILLWAY_CLUSTER__ALLOW_GPU_SHARING": "true",
-    }
-    service = launch_service(tmp_path_factory.mktemp("shared_gpu"), env, timeout=300)
+    service = launch_service(tmp_path_factory.mktemp("shared_gpu"), shared_gpu_env(), timeout=300)
     yield service
     service.stop()
 

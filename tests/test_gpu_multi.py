@@ -26,7 +26,7 @@ from spillway.jobs.spec import JobSpec
 from spillway.jobs.status import JobStatus
 from spillway.service.launcher import ServiceProcess, launch_service
 from tests.conftest import wait_for, wait_terminal
-from tests.fault_jobs import check_slow_output, slow_spec, worker_addresses
+from tests.fault_jobs import check_slow_output, shared_gpu_env, slow_spec, worker_addresses
 
 STREAMING = GpuPlacement("streaming", 30 << 30, 20 << 30, "streaming with spilling above 20.0 GiB: ...")
 IN_MEMORY = GpuPlacement("in-memory", 1 << 30, 20 << 30, "in-memory: ...")
@@ -151,12 +151,7 @@ def test_a_cancel_ends_a_wait_at_the_gate_and_holds_nothing() -> None:
 @pytest.fixture(scope="module")
 def across_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
     pytest.importorskip("cudf_polars")
-    env = {
-        "SPILLWAY_CLUSTER__BACKEND": "cudf", "SPILLWAY_CLUSTER__DASHBOARD_ADDRESS": "127.0.0.1:0", "SPILLWAY_ALLOWED_ROOTS": '["/tmp"]',
-        "SPILLWAY_CLUSTER__CUDA_VISIBLE_DEVICES": "0,0", "SPILLWAY_CLUSTER__ALLOW_GPU_SHARING": "true",
-        "SPILLWAY_CLUSTER__GPU_MULTI_WORKER": "always",
-    }
-    service = launch_service(tmp_path_factory.mktemp("across_gpus"), env, timeout=300)
+    service = launch_service(tmp_path_factory.mktemp("across_gpus"), shared_gpu_env(SPILLWAY_CLUSTER__GPU_MULTI_WORKER="always"), timeout=300)
     yield service
     service.stop()
 
