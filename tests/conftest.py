@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -130,6 +131,13 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'spillway.db'}"
         return
+    with fresh_postgres_schema() as url:
+        yield url
+
+
+@contextlib.contextmanager
+def fresh_postgres_schema() -> Iterator[str]:
+    """The URL of a fresh PostgreSQL schema of its own, dropped after; skips the test without SPILLWAY_TEST_POSTGRES_URL."""
     if not POSTGRES_URL:
         pytest.skip("PostgreSQL test skipped: set SPILLWAY_TEST_POSTGRES_URL (e.g. postgresql+psycopg://postgres@127.0.0.1:5432/test)")
     from sqlalchemy import text
@@ -140,10 +148,12 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
     engine = make_engine(POSTGRES_URL)
     with engine.begin() as conn:
         conn.execute(text(f"CREATE SCHEMA {schema}"))
-    yield POSTGRES_URL + ("&" if "?" in POSTGRES_URL else "?") + f"options=-csearch_path%3D{schema}"
-    with engine.begin() as conn:
-        conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
-    engine.dispose()
+    try:
+        yield POSTGRES_URL + ("&" if "?" in POSTGRES_URL else "?") + f"options=-csearch_path%3D{schema}"
+    finally:
+        with engine.begin() as conn:
+            conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+        engine.dispose()
 
 
 def wait_terminal(client: SpillwayClient, job_id: str, timeout: float = 120.0) -> JobView:

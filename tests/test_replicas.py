@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import signal
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -28,8 +27,8 @@ from distributed import Client
 from spillway.jobs.status import ErrorDetail, JobStatus
 from spillway.service.client import SpillwayClient
 from spillway.service.replica_heartbeat import SCHEDULER_LEASE
-from spillway.service.store import JobStore, make_engine
-from tests.conftest import POSTGRES_URL, ServiceProcess, start_service, wait_for, wait_terminal
+from spillway.service.store import JobStore
+from tests.conftest import ServiceProcess, fresh_postgres_schema, start_service, wait_for, wait_terminal
 from tests.fault_jobs import polars_task_worker, slow_spec
 
 pytestmark = pytest.mark.slow
@@ -50,18 +49,8 @@ REPLICA_ENV = {
 @pytest.fixture()
 def postgres_url() -> Iterator[str]:
     """A fresh PostgreSQL schema of its own (dropped after)."""
-    if not POSTGRES_URL:
-        pytest.skip("PostgreSQL test skipped: set SPILLWAY_TEST_POSTGRES_URL (e.g. postgresql+psycopg://postgres@127.0.0.1:5432/test)")
-    from sqlalchemy import text
-
-    schema = f"t_{uuid.uuid4().hex[:8]}"
-    engine = make_engine(POSTGRES_URL)
-    with engine.begin() as conn:
-        conn.execute(text(f"CREATE SCHEMA {schema}"))
-    yield POSTGRES_URL + ("&" if "?" in POSTGRES_URL else "?") + f"options=-csearch_path%3D{schema}"
-    with engine.begin() as conn:
-        conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
-    engine.dispose()
+    with fresh_postgres_schema() as url:
+        yield url
 
 
 def replica(tmp_path: Path, url: str, name: str) -> ServiceProcess:
