@@ -15,7 +15,8 @@ One run measures, side by side, against one live service (2 CPU workers, SQLite)
    (the measure is of the streams, not of jobs running); once measured, the workers are
    released, the jobs run, and every stream must end with its job's ``end`` event.
 
-Every submitted job must be accounted for exactly once (one id per submission, each reaching
+One job runs first, unmeasured, as on a service that has run jobs before. Every submitted job
+must be accounted for exactly once (one id per submission, each reaching
 SUCCEEDED, each listed exactly once, every event stream ending). A benchmark, not a test: it
 records figures, it asserts only the accounting. The client runs on the same machine as the
 service: its CPU seconds per phase are reported beside the service's. It is aiohttp, not the
@@ -182,6 +183,10 @@ async def run(url: str, pid: int, data: Path, out: Path, args: argparse.Namespac
     async with load as http, one as probe:
         await health_latency(probe, 20)  # warm-up
         result["healthz_idle_start_ms"] = await health_latency(probe, args.health_probes)
+        # One job first, as a service that has run jobs before: the first submit and run import
+        # what validation and the engines need (fsspec's filesystems, Polars' IO), a one-time cost.
+        warm_ids = await submit_all(http, data, out, "warm", 1, [])
+        warm_states = await poll_all(http, warm_ids, [])
 
         # 1. Concurrent submissions, then every job polled to its end.
         submit_s: list[float] = []
@@ -242,13 +247,15 @@ async def run(url: str, pid: int, data: Path, out: Path, args: argparse.Namespac
         await asyncio.to_thread(hold.release)
         await asyncio.wait_for(asyncio.gather(*streams), 600)
         held_states = await poll_all(http, held_ids, [])
-        listed = await timed([], "GET", http, "/jobs", params={"limit": 500})
-    every_id = ids + held_ids
-    names = [j["name"] for j in listed["items"] if j["name"].startswith(("load", "held"))]
+        listed: list[dict[str, Any]] = []
+        while len(page := (await timed([], "GET", http, "/jobs", params={"limit": 500, "offset": len(listed)}))["items"]):
+            listed.extend(page)
+    every_id = warm_ids + ids + held_ids
+    names = [j["name"] for j in listed if j["name"].startswith(("warm", "load", "held"))]
     result.update(
         distinct_ids=len(set(every_id)),
         submitted=len(every_id),
-        succeeded=(states + held_states).count("SUCCEEDED"),
+        succeeded=(warm_states + states + held_states).count("SUCCEEDED"),
         streams_ended=sum(1 for i in held_ids if ends.get(i) == "SUCCEEDED"),
         listed_once_each=len(names) == len(every_id) and len(set(names)) == len(every_id),
         loadavg_end=os.getloadavg(),
@@ -276,7 +283,7 @@ def main() -> None:
         finally:
             service.stop()
     result["date"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    submitted = args.jobs + args.streams
+    submitted = 1 + args.jobs + args.streams
     ok = (result["distinct_ids"] == submitted and result["succeeded"] == submitted and result["listed_once_each"]
           and result["streams_open"] == args.streams and result["streams_ended"] == args.streams)
     assert ok, result
