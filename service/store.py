@@ -297,9 +297,9 @@ class JobStore:
 
     def get(self, job_id: str, *, owner: str | None = None) -> JobView:
         """One job (of ``owner``, when given). Raises :class:`JobNotFound`."""
-        query = _owned(select(jobs_table).where(jobs_table.c.id == job_id), owner)
+        params = {"job_id": job_id} if owner is None else {"job_id": job_id, "owner": owner}
         with self.engine.connect() as conn:
-            row = conn.execute(query).mappings().first()
+            row = conn.execute(_get_statement(owner is not None), params).mappings().first()
         if row is None:
             raise JobNotFound(f"no job with id '{job_id}'", field="id")
         return _to_view(row)
@@ -477,6 +477,14 @@ class JobStore:
         counts = {s: 0 for s in JobStatus}
         counts.update({JobStatus(state): int(n) for state, n in rows})
         return counts
+
+
+@functools.cache
+def _get_statement(owned: bool) -> Select[Any]:
+    """``SELECT * ... WHERE id = :job_id`` (``AND owner = :owner``): built once, so a status read,
+    the most frequent request, does not build and key a new statement each time."""
+    query = select(jobs_table).where(jobs_table.c.id == bindparam("job_id"))
+    return query.where(jobs_table.c.owner == bindparam("owner")) if owned else query
 
 
 def _owned(query: Select[Any], owner: str | None) -> Select[Any]:
