@@ -75,17 +75,17 @@ def check_gpu_submission(plan: LogicalPlan, default: EngineName, backend: str) -
 
     Under ``auto`` nothing is refused: the worker's cudf-polars refuses it before running anything
     and the job moves to dask-cudf (``JobManager._gpu_fallback``),
-    unless it has a SQL source, which only Polars runs: then a refusal is a 422 under ``auto`` too.
+    unless only Polars can run it (a SQL source, exact decimals): then a refusal is a 422 under ``auto`` too.
     """
     choice = choose_engine(plan.spec, default, backend)
     asked = plan.spec.engine or default
-    sql = list(plan.spec.sql_sources())
-    if choice.engine != "polars" or choice.device != "gpu" or (asked == "auto" and not sql):
+    only = plan.spec.polars_only()
+    if choice.engine != "polars" or choice.device != "gpu" or (asked == "auto" and only is None):
         return
     from spillway.jobs.polars_frame import build_lazyframe
 
     refusal = gpu_refusal(build_lazyframe(plan))
-    if sql and refusal is not None:  # no dask-cudf to move to: the Dask engine does not run SQL
-        raise GpuUnsupported(f"cudf-polars cannot run this job on the GPU ({refusal}), and source '{sql[0]}' is SQL, which only "
-                             "the Polars engine runs: change the query, or run it on a CPU cluster", field=f"sources.{sql[0]}.sql")
+    if only is not None and refusal is not None:  # no dask-cudf to move to: the Dask engine cannot run it
+        raise GpuUnsupported(f"cudf-polars cannot run this job on the GPU ({refusal}), and {only[1]}: change the job, or run it "
+                             "on a CPU cluster", field=only[0])
     settle_on_gpu(choice, asked, refusal)

@@ -22,6 +22,7 @@ import dask.dataframe as dd
 
 from spillway.jobs.dask_read import nullable_integers, read_source
 from spillway.jobs.decimal_cast import decimal_casts, refuse_on_dask
+from spillway.jobs.errors import SpecError
 from spillway.jobs.logical import LogicalPlan
 from spillway.jobs.named_sources import NamedSources
 from spillway.jobs.join_condition_dask import join_with_condition
@@ -459,9 +460,13 @@ def build_frame(spec: JobSpec, plan: LogicalPlan | None = None) -> dd.DataFrame:
     Raises
     ------
     SpecError
-        For a cast to ``decimal(p, s)``, which only the Polars engine computes (a job moved here
-        from the GPU Polars engine; at submit, one for this engine is refused already).
+        For a cast to ``decimal(p, s)`` or a source with ``decimals: exact``, which only the Polars
+        engine computes (a job moved here from the GPU Polars engine; at submit, one for this
+        engine is refused already).
     """
     for field in decimal_casts(plan.expressions if plan is not None else {}):
         raise refuse_on_dask(field)
+    for field in spec.exact_decimal_sources():  # read as float64 here, it would be a silently inexact answer
+        raise SpecError(f"{field}.decimals: exact decimals run only on the Polars engine (pandas and cuDF frames here compute "
+                        "in float64): use engine: polars or auto, or decimals: float64", field=f"{field}.decimals")
     return NamedFrames(spec, plan).output()

@@ -59,11 +59,11 @@ def polars_storage_options(path: str) -> dict[str, str] | None:
     return options
 
 
-def _plain_columns(frame: pl.LazyFrame) -> pl.LazyFrame:
-    """Decimals as float64 and dates as microsecond datetimes, as the Dask engine reads them."""
+def _plain_columns(frame: pl.LazyFrame, *, exact_decimals: bool = False) -> pl.LazyFrame:
+    """Decimals as float64 (kept with ``exact_decimals``) and dates as microsecond datetimes, as the Dask engine reads them."""
     casts = []
     for name, dtype in frame.collect_schema().items():
-        if isinstance(dtype, pl.Decimal):
+        if isinstance(dtype, pl.Decimal) and not exact_decimals:
             casts.append(pl.col(name).cast(pl.Float64))
         elif dtype == pl.Date:
             casts.append(pl.col(name).cast(pl.Datetime("us")))
@@ -77,7 +77,8 @@ def scan_source(source: SourceSpec, *, field: str = "source") -> pl.LazyFrame:
     frame: pl.LazyFrame
     if source.format == "parquet":
         hive = any("=" in part for part in os.path.dirname(files[0]).replace("\\", "/").split("/")[-8:])
-        frame = _plain_columns(_scan_hive(files, options) if hive else pl.scan_parquet(files, storage_options=options))
+        frame = _plain_columns(_scan_hive(files, options) if hive else pl.scan_parquet(files, storage_options=options),
+                               exact_decimals=source.decimals == "exact")
     elif source.format == "csv":
         if files[0].endswith(".gz"):  # Polars' CSV scan does not decompress; read those whole
             frame = pl.concat([_read_csv_now(f, options).lazy() for f in files], how="vertical_relaxed")

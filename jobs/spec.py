@@ -67,6 +67,18 @@ class SourceSpec(_Strict):
         pattern=r"^\d+(\.\d+)?\s*([KMGT]i?B)?$",
         description="Target partition size, e.g. '128MiB', at least 1KiB. Smaller partitions bound each task's memory (dask-cudf's default is 1/32 of the GPU).",
     )
+    decimals: Literal["float64", "exact"] = Field(
+        default="float64",
+        description="Parquet decimal columns read as float64 (the default, on every engine) or kept `exact`: decimal(p, s) through "
+        "every step to the sink, on the Polars engine only (docs/spec.md, 'Exact decimals').",
+    )
+
+    @model_validator(mode="after")
+    def _exact_decimals_are_parquet(self) -> SourceSpec:
+        if self.decimals == "exact" and self.format != "parquet":
+            raise ValueError(f"decimals: exact reads parquet decimal columns; a {self.format} source has none (its numbers are "
+                             "read as int64 or float64): cast(x, 'decimal(p, s)') makes them exact")
+        return self
 
     @field_validator("blocksize")
     @classmethod
@@ -651,6 +663,11 @@ class JobSpec(_Strict):
                 type=PydanticCustomError("engine_cannot_run_sql", "the Dask engine does not run SQL, and source '{name}' is SQL "
                                          "(sources.{name}.sql): use engine: polars or auto", {"name": sql}),
                 loc=("engine",), input=self.engine))
+        elif self.engine == "dask" and (exact := next(iter(self.exact_decimal_sources()), None)) is not None:
+            errors.append(InitErrorDetails(
+                type=PydanticCustomError("engine_cannot_run_exact_decimals", "the Dask engine computes decimals as float64, and "
+                                         "{field}.decimals is exact: use engine: polars or auto, or decimals: float64", {"field": exact}),
+                loc=("engine",), input=self.engine))
         if errors:
             # Raised as a ValidationError so each error keeps its own location (steps[3].right).
             raise ValidationError.from_exception_data(type(self).__name__, errors)
@@ -680,6 +697,18 @@ class JobSpec(_Strict):
     def sql_sources(self) -> dict[str, SqlSource]:
         """The named sources that are SQL queries, by name, in definition order."""
         return {name: source for name, source in self.sources.items() if isinstance(source, SqlSource)}
+
+    def exact_decimal_sources(self) -> list[str]:
+        """The fields (``source``, ``sources.x``, ``steps[1].right``) of the file sources that keep decimals exact."""
+        return [field for field, source in self.source_fields() if source.decimals == "exact"]
+
+    def polars_only(self) -> tuple[str, str] | None:
+        """Why only the Polars engine runs this spec: (the field, the reason); None when both can."""
+        if sql := next(iter(self.sql_sources()), None):
+            return f"sources.{sql}.sql", f"source '{sql}' is SQL, which only the Polars engine runs"
+        if exact := next(iter(self.exact_decimal_sources()), None):
+            return f"{exact}.decimals", f"{exact} reads decimals exactly, which only the Polars engine computes"
+        return None
 
     def _references(self) -> Iterator[tuple[Loc, SourceSpec | str]]:
         """(location, reference) for every source reference: ``source``, joins, unions, and each

@@ -13,7 +13,9 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 import pytest
+from pydantic import ValidationError
 
+from spillway.jobs.engine_choice import choose_engine
 from spillway.jobs.errors import ExpressionError, SpecError, TypeMismatch
 from spillway.jobs.pipeline import backend_config, build_frame
 from spillway.jobs.polars_frame import build_lazyframe
@@ -108,3 +110,64 @@ def test_a_product_of_two_decimals_is_rounded_to_the_larger_scale(tmp_path: Path
     out = build_lazyframe(plan_spec(JobSpec.model_validate(spec))).collect()
     assert out["at_two"].to_list() == [decimal.Decimal("0.00"), decimal.Decimal("0.01")]
     assert out["at_four"].to_list() == [decimal.Decimal("0.0025"), decimal.Decimal("0.0081")]
+
+
+# A source that keeps its decimals: ``decimals: exact`` (docs/spec.md, "Exact decimals").
+
+
+def exact_job(path: Path, sink: Path | str = "/tmp/unused-decimals", **source: Any) -> dict[str, Any]:
+    return {"source": {"format": "parquet", "path": str(path), "decimals": "exact", **source},
+            "steps": [{"op": "filter", "expr": "price > 0.05"},
+                      {"op": "groupby", "by": ["k"], "aggs": {"total": {"func": "sum", "column": "price"},
+                                                               "top": {"func": "max", "column": "price"}}},
+                      {"op": "sort", "by": ["k"]}],
+            "sink": {"path": str(sink)}}
+
+
+def test_a_source_keeping_its_decimals_sums_them_exactly_where_float64_does_not(prices: Path) -> None:
+    exact = build_lazyframe(plan_spec(JobSpec.model_validate(exact_job(prices)))).collect()
+    assert exact["total"].to_list() == [decimal.Decimal("1.00"), decimal.Decimal("32986.52")]
+    assert exact.schema["total"] == pl.Decimal(38, 2) and exact.schema["top"] == pl.Decimal(10, 2)
+    def tripled(decimals: str) -> pl.DataFrame:
+        spec = {**exact_job(prices, decimals=decimals), "steps": [{"op": "assign", "column": "t", "expr": "price * 3"}, {"op": "limit", "n": 1}]}
+        return build_lazyframe(plan_spec(JobSpec.model_validate(spec))).collect()
+
+    assert tripled("exact")["t"].to_list() == [decimal.Decimal("0.30")]
+    assert tripled("float64")["t"].to_list() == [0.30000000000000004]  # the default: float64's 0.1 × 3
+
+
+def test_exact_decimals_run_on_polars_whatever_the_default_and_dask_refuses_them(prices: Path) -> None:
+    spec = JobSpec.model_validate(exact_job(prices))
+    choice = choose_engine(spec, "dask", "pandas")
+    assert choice.engine == "polars" and "source reads decimals exactly, which only the Polars engine computes" in choice.reason
+    with pytest.raises(ValidationError) as asked:
+        JobSpec.model_validate({**exact_job(prices), "engine": "dask"})
+    (error,) = asked.value.errors()
+    assert error["loc"] == ("engine",) and "source.decimals is exact" in error["msg"]
+    with backend_config("pandas"), dask.config.set(scheduler="sync"), pytest.raises(SpecError) as built:
+        build_frame(spec, plan_spec(spec))  # a job moved from the GPU Polars engine must not read them as floats
+    assert built.value.field == "source.decimals"
+
+
+def test_decimals_exact_on_a_csv_source_is_refused_naming_the_field(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError) as refused:
+        JobSpec.model_validate({"source": {"format": "csv", "path": str(tmp_path / "a.csv"), "decimals": "exact"}, "sink": {"path": "/tmp/x"}})
+    (error,) = refused.value.errors()
+    assert error["loc"] == ("source",) and "decimals: exact reads parquet decimal columns" in error["msg"]
+
+
+def test_through_the_service_exact_decimals_are_written_as_decimals_or_refused(api: SpillwayClient, engine: str, prices: Path,
+                                                                                 tmp_path: Path) -> None:
+    spec = {**exact_job(prices, sink=tmp_path / "out"), "engine": engine}
+    if engine == "dask":
+        with pytest.raises(ApiError) as info:
+            api.submit(spec)
+        assert info.value.status == 422 and info.value.detail.field == "engine" and "source.decimals" in info.value.detail.message
+        assert not (tmp_path / "out").exists()
+        return
+    done = wait_terminal(api, api.submit(spec).id)
+    assert done.state.value == "SUCCEEDED", done.error
+    written = pads.dataset(tmp_path / "out", format="parquet").to_table()
+    assert written.schema.field("total").type == pa.decimal128(38, 2)
+    assert sorted(written.column("total").to_pylist()) == [decimal.Decimal("1.00"), decimal.Decimal("32986.52")]
+    assert done.result is not None and {c.name: c.type for c in done.result.columns}["total"] == "decimal128(38, 2)"

@@ -302,8 +302,8 @@ def assert_output(example: Example, frame: pd.DataFrame) -> None:
 def run_pipeline(spec: dict[str, Any], engine: str = "dask") -> pd.DataFrame:
     """Validate as the service does before accepting a job, then run it in-process on ``engine``.
 
-    A job with a SQL source or a cast to a decimal runs on Polars only: on ``dask`` the Dask
-    lowering must refuse it, saying why.
+    A job with a SQL source, a cast to a decimal or a source keeping its decimals exact runs on
+    Polars only: on ``dask`` the Dask lowering must refuse it, saying why.
     """
     job = JobSpec.model_validate(spec)
     plan = plan_spec(job)
@@ -313,6 +313,10 @@ def run_pipeline(spec: dict[str, Any], engine: str = "dask") -> pd.DataFrame:
         engine = "polars"
     if engine == "dask" and decimal_casts(plan.expressions):
         with pytest.raises(SpecError, match="runs only on the Polars engine"):
+            build_frame(job, plan)
+        engine = "polars"
+    if engine == "dask" and job.exact_decimal_sources():
+        with pytest.raises(SpecError, match="exact decimals run only on the Polars engine"):
             build_frame(job, plan)
         engine = "polars"
     if engine == "polars":
