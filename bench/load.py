@@ -15,6 +15,9 @@ One run measures, side by side, against one live service (2 CPU workers, SQLite)
    (the measure is of the streams, not of jobs running); once measured, the workers are
    released, the jobs run, and every stream must end with its job's ``end`` event.
 
+With ``--assign-steps N``, last, one job per engine of N trivial ``assign`` steps on
+``--assign-rows`` rows (issue 16 item 14: 200 steps on 400k rows), submit to its end.
+
 One job runs first, unmeasured, as on a service that has run jobs before. Every submitted job
 must be accounted for exactly once (one id per submission, each reaching
 SUCCEEDED, each listed exactly once, every event stream ending). A benchmark, not a test: it
@@ -162,6 +165,11 @@ async def submit_all(http: aiohttp.ClientSession, data: Path, out: Path, prefix:
     return list(await asyncio.gather(*(submit(i) for i in range(count))))
 
 
+async def submit_all_bodies(http: aiohttp.ClientSession, bodies: list[dict[str, Any]]) -> list[str]:
+    """Each of ``bodies`` posted to ``/jobs``, one after the other; their ids, in order."""
+    return [str((await timed([], "POST", http, "/jobs", json=body))["id"]) for body in bodies]
+
+
 async def poll_all(http: aiohttp.ClientSession, ids: list[str], latencies: list[float]) -> list[str]:
     """Each job polled every 0.2 s until terminal; their final states."""
     async def poll(job_id: str) -> str:
@@ -247,11 +255,22 @@ async def run(url: str, pid: int, data: Path, out: Path, args: argparse.Namespac
         await asyncio.to_thread(hold.release)
         await asyncio.wait_for(asyncio.gather(*streams), 600)
         held_states = await poll_all(http, held_ids, [])
+        if args.assign_steps:
+            assign_data = write_sample_data(out.parent / "assign_data", rows=args.assign_rows, files=4)["sales"]
+            result["assign_steps"] = {"steps": args.assign_steps, "rows": args.assign_rows}
+            for engine in ("polars", "dask"):
+                body = {**spec(f"assign-{engine}", assign_data, out / f"assign-{engine}"), "engine": engine,
+                        "steps": [{"op": "assign", "column": f"c{i}", "expr": "amount + 1"} for i in range(args.assign_steps)]}
+                start = time.perf_counter()
+                assign_ids = await submit_all_bodies(http, [body])
+                (state,) = await poll_all(http, assign_ids, [])
+                result["assign_steps"][engine] = {"state": state, "submit_to_end_s": round(time.perf_counter() - start, 2)}
+                warm_ids, warm_states = warm_ids + assign_ids, warm_states + [state]
         listed: list[dict[str, Any]] = []
         while len(page := (await timed([], "GET", http, "/jobs", params={"limit": 500, "offset": len(listed)}))["items"]):
             listed.extend(page)
     every_id = warm_ids + ids + held_ids
-    names = [j["name"] for j in listed if j["name"].startswith(("warm", "load", "held"))]
+    names = [j["name"] for j in listed if j["name"].startswith(("warm", "load", "held", "assign-"))]
     result.update(
         distinct_ids=len(set(every_id)),
         submitted=len(every_id),
@@ -270,6 +289,8 @@ def main() -> None:
     parser.add_argument("--readers", type=int, default=100, help="Concurrent readers in the throughput measure.")
     parser.add_argument("--streams", type=int, default=200, help="Event streams open while /healthz is measured.")
     parser.add_argument("--health-probes", type=int, default=200, help="Sequential /healthz requests per latency measure.")
+    parser.add_argument("--assign-steps", type=int, default=0, help="Last, one job per engine with this many assign steps (0: none).")
+    parser.add_argument("--assign-rows", type=int, default=400_000, help="Rows the assign-steps jobs read.")
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     parser.add_argument("--name", default="load.json", help="File name of the JSON written under --out.")
     args = parser.parse_args()
@@ -283,7 +304,7 @@ def main() -> None:
         finally:
             service.stop()
     result["date"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    submitted = 1 + args.jobs + args.streams
+    submitted = 1 + args.jobs + args.streams + (2 if args.assign_steps else 0)
     ok = (result["distinct_ids"] == submitted and result["succeeded"] == submitted and result["listed_once_each"]
           and result["streams_open"] == args.streams and result["streams_ended"] == args.streams)
     assert ok, result
