@@ -691,6 +691,7 @@ class JobManager:
             active.log.add(f"{self._now()} waiting for the {self._gpu_gate.sharing} job(s) on the GPU workers to finish: "
                            "a job across all of them has them to itself")
         async with self._holding_gpus(active, alone=True):
+            active.across_workers = sorted(await self.cluster.client.processing())  # as they are now: the wait may have been long
             active.log.add(f"{self._now()} Polars query built in {planned_s:.3f} s; running across {len(active.across_workers)} GPU "
                            "worker(s) with cudf-polars' DaskEngine (no task the scheduler sees; a cancel restarts them)")
             phase = time.perf_counter()
