@@ -4,6 +4,7 @@
 
 One run measures, side by side, against one live service (2 CPU workers, SQLite):
 
+0. ``POST /jobs`` latency of ``--sequential`` submissions one at a time;
 1. ``POST /jobs`` latency p50/p99 with ``--jobs`` submissions in flight at once, each job then
    polled every 0.2 s until terminal (the status latency of that is reported too);
 2. ``GET /jobs/{id}`` throughput: ``--reads`` reads of the finished jobs by ``--readers``
@@ -196,6 +197,14 @@ async def run(url: str, pid: int, data: Path, out: Path, args: argparse.Namespac
         warm_ids = await submit_all(http, data, out, "warm", 1, [])
         warm_states = await poll_all(http, warm_ids, [])
 
+        # 0. Submissions one at a time: what one costs with nothing else in flight (the jobs run meanwhile).
+        alone_s: list[float] = []
+        for i in range(args.sequential):
+            warm_ids += await submit_all(http, data, out, f"warm-seq{i}-", 1, alone_s)
+        warm_states += await poll_all(http, warm_ids[1:], [])
+        if alone_s:
+            result["submit_one_at_a_time_ms"] = summary(alone_s)
+
         # 1. Concurrent submissions, then every job polled to its end.
         submit_s: list[float] = []
         status_s: list[float] = []
@@ -285,6 +294,7 @@ async def run(url: str, pid: int, data: Path, out: Path, args: argparse.Namespac
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=200, help="Submissions in flight at once.")
+    parser.add_argument("--sequential", type=int, default=50, help="Submissions one at a time, before the concurrent ones.")
     parser.add_argument("--reads", type=int, default=2000, help="GET /jobs/{id} per throughput measure.")
     parser.add_argument("--readers", type=int, default=100, help="Concurrent readers in the throughput measure.")
     parser.add_argument("--streams", type=int, default=200, help="Event streams open while /healthz is measured.")
@@ -304,7 +314,7 @@ def main() -> None:
         finally:
             service.stop()
     result["date"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    submitted = 1 + args.jobs + args.streams + (2 if args.assign_steps else 0)
+    submitted = 1 + args.sequential + args.jobs + args.streams + (2 if args.assign_steps else 0)
     ok = (result["distinct_ids"] == submitted and result["succeeded"] == submitted and result["listed_once_each"]
           and result["streams_open"] == args.streams and result["streams_ended"] == args.streams)
     assert ok, result
