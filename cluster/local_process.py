@@ -40,7 +40,30 @@ def dashboard_options(settings: ClusterSettings) -> dict[str, Any]:
     return {"dashboard_address": None, "scheduler_kwargs": {"dashboard": False, "dashboard_address": "127.0.0.1:0"}}
 
 
+#: The scheduler's worker-ttl while a job may run across the GPU workers: as long as a job may run
+#: (SPILLWAY_DEFAULT_JOB_TIMEOUT_S's default).
+MULTI_GPU_WORKER_TTL = "24h"
+
+
+def scheduler_config(settings: ClusterSettings, backend: str) -> dict[str, Any]:
+    """Dask settings for the scheduler this process starts.
+
+    A job across the GPU workers (cudf-polars' DaskEngine, jobs/gpu_multi.py) runs in
+    ``client.run``, which holds each worker's event loop for the whole query: no heartbeat
+    goes out, and Dask's ``worker-ttl`` (5 minutes) would remove every worker of a longer
+    query. With such jobs possible the ttl is :data:`MULTI_GPU_WORKER_TTL`; a worker that
+    hangs in any other job is still restarted by the service within ``SPILLWAY_HUNG_WORKER_S``
+    (cluster/hung_workers.py), which spares a multi-GPU job's workers only while it runs.
+    """
+    if backend == "cudf" and settings.gpu_multi_worker != "off":
+        return {"distributed.scheduler.worker-ttl": MULTI_GPU_WORKER_TTL}
+    return {}
+
+
 def _start(settings: ClusterSettings, backend: str) -> object:
+    import dask
+
+    dask.config.set(scheduler_config(settings, backend))  # this process is the scheduler's: set for its lifetime
     if backend == "cudf":
         from spillway.cluster.gpu import local_cuda_cluster
 

@@ -191,3 +191,20 @@ def test_a_cancel_across_the_workers_restarts_them_and_the_next_job_runs(across_
         assert after.state == JobStatus.SUCCEEDED, after.error
     assert not out.exists()
     check_slow_output("polars", big_data, tmp_path / "after")
+
+
+def test_with_jobs_across_the_gpu_workers_possible_the_schedulers_worker_ttl_outlasts_a_long_query() -> None:
+    """Their ranks hold the workers' event loops (no heartbeats): Dask's 5-minute ttl would remove them mid-query."""
+    import dask
+    from distributed import LocalCluster
+
+    from spillway.cluster.local_process import MULTI_GPU_WORKER_TTL, scheduler_config
+    from spillway.cluster.settings import ClusterSettings
+
+    assert scheduler_config(ClusterSettings(), "cudf") == {"distributed.scheduler.worker-ttl": MULTI_GPU_WORKER_TTL}
+    assert scheduler_config(ClusterSettings(gpu_multi_worker="off"), "cudf") == {}
+    assert scheduler_config(ClusterSettings(), "pandas") == {}
+    # The scheduler reads it when it starts, as the cluster's own process starts it.
+    with dask.config.set(scheduler_config(ClusterSettings(), "cudf")), \
+            LocalCluster(n_workers=0, processes=False, dashboard_address=None) as cluster:
+        assert cluster.scheduler.worker_ttl == 24 * 3600
