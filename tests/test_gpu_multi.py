@@ -69,17 +69,21 @@ def test_the_ranks_files_get_the_sinks_part_names_in_rank_order(tmp_path: Path) 
     assert pq.read_table(staging / "part.job1.000001.parquet").column("rank").to_pylist() == [1] * 5
 
 
-def test_a_date_libcudf_wrote_as_a_utc_timestamp_is_a_date_again(tmp_path: Path) -> None:
-    """Seen on the H200 (TPC-H q03, q18): the ranks wrote o_orderdate as timestamp[ms, UTC]; one worker writes date32."""
+@pytest.mark.parametrize(("wanted", "value"), [
+    (pa.timestamp("us"), datetime(1995, 3, 15)),  # sources read dates as datetime[us]: TPC-H's o_orderdate in the job
+    (pa.date32(), date(1995, 3, 15)),  # a date the job made (cast(x, 'date'))
+])
+def test_a_date_libcudf_wrote_as_a_utc_timestamp_gets_the_jobs_type_again(tmp_path: Path, wanted: pa.DataType, value: object) -> None:
+    """Seen on the H200 (TPC-H q03, q18): the ranks wrote o_orderdate as a UTC timestamp, which pandas reads tz-aware."""
     ranks = tmp_path / "staging" / RANKS_FOLDER
     ranks.mkdir(parents=True)
     stamps = pa.array([datetime(1995, 3, 15, tzinfo=timezone.utc)], pa.timestamp("ms", tz="UTC"))
     pq.write_table(pa.table({"o_orderdate": stamps, "n": pa.array([1], pa.int64())}), ranks / "part.000000.parquet")
     target = OutputTarget(location=str(tmp_path / "staging"), stem="part.{:06d}", sink=_spec().sink)
-    schema = pa.schema([("o_orderdate", pa.date32()), ("n", pa.int64())])
+    schema = pa.schema([("o_orderdate", wanted), ("n", pa.int64())])
     assert name_rank_files(ranks, target, schema) == (1, 1)
     written = pq.read_table(tmp_path / "staging" / "part.000000.parquet")
-    assert written.schema == schema and written.column("o_orderdate").to_pylist() == [date(1995, 3, 15)]
+    assert written.schema == schema and written.column("o_orderdate").to_pylist() == [value]
 
 
 def test_an_empty_output_gets_one_empty_file_with_the_jobs_columns(tmp_path: Path) -> None:
