@@ -193,9 +193,9 @@ def run_across_gpus(
 def name_rank_files(ranks_dir: Path, target: OutputTarget, schema: pa.Schema) -> tuple[int, int]:
     """Give the ranks' files the sink's part names (rank order) and the job's ``schema``; the rows and files written.
 
-    libcudf writes a datetime (sources read dates as datetime[us]) as a UTC timestamp, where the one-worker path (Polars'
-    writer) writes a date: a file whose types differ from ``schema`` is rewritten cast to it, so
-    the output's types do not depend on how many workers ran the job. An empty output (no rank
+    libcudf writes a datetime (sources read dates as datetime[us]) as a UTC timestamp, where the
+    one-worker path (Polars' writer) writes it naive: a file whose types differ from ``schema`` is
+    rewritten cast to it, so the output's types do not depend on how many workers ran the job. An empty output (no rank
     wrote a file) gets one empty file with the schema, as on one worker.
     """
     written = sorted(path for path in ranks_dir.rglob("*") if path.is_file() and not path.is_symlink())
