@@ -8,8 +8,9 @@ and whether the server's libraries (FastAPI, SQLAlchemy, Dask, pandas) were load
     .venv/bin/python -m bench.cli_startup                    # this checkout
     .venv/bin/python -m bench.cli_startup --repo /tmp/old    # another checkout, same venv
 
-``--repo`` points at a checkout (e.g. ``git archive <commit> | tar -x -C /tmp/old``) whose
-``service.cli`` is run from its own folder; the service itself always comes from this one.
+``--repo`` points at a checkout (e.g. ``git archive <commit> | tar -x -C /tmp/old``) whose CLI
+is run from its own folder (``-m spillway``, or ``-m service.cli`` in a checkout from before the one
+``spillway`` package); the service itself always comes from this one.
 """
 
 from __future__ import annotations
@@ -27,19 +28,24 @@ from spillway.service.launcher import REPO_ROOT, launch_service
 SERVER_LIBRARIES = ("fastapi", "sqlalchemy", "dask", "distributed", "pandas", "uvicorn")
 
 
+def cli_module(repo: Path) -> str:
+    """The CLI's module in ``repo``: ``spillway``, or ``service.cli`` before there was one package."""
+    return "spillway" if (repo / "spillway" / "__main__.py").is_file() else "service.cli"
+
+
 def time_command(repo: Path, args: list[str], repeat: int) -> tuple[float, float]:
-    """The fastest and the median wall time, in seconds, of ``python -m service.cli ARGS`` run from ``repo``."""
+    """The fastest and the median wall time, in seconds, of ``python -m <the CLI> ARGS`` run from ``repo``."""
     times: list[float] = []
     for _ in range(repeat):
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "spillway", *args], cwd=repo, capture_output=True, check=False)
+        subprocess.run([sys.executable, "-m", cli_module(repo), *args], cwd=repo, capture_output=True, check=False)
         times.append(time.perf_counter() - start)
     return min(times), statistics.median(times)
 
 
 def import_profile(repo: Path, args: list[str]) -> tuple[float, list[str]]:
     """Total import time (s) of one run, summed over top-level imports, and the server libraries loaded."""
-    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "spillway", *args], cwd=repo, capture_output=True, text=True, check=False)
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", cli_module(repo), *args], cwd=repo, capture_output=True, text=True, check=False)
     total_us = 0
     loaded: set[str] = set()
     for line in done.stderr.splitlines():
