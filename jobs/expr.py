@@ -136,6 +136,15 @@ _FUNCS: dict[str, _Func] = {
     "coalesce": _Func("coalesce(x, y, ...)", 2, None),
     "abs": _Func("abs(x)", 1, 1),
     "round": _Func("round(x[, ndigits])", 1, 2, {1: "int"}),
+    "floor": _Func("floor(x)", 1, 1),
+    "ceil": _Func("ceil(x)", 1, 1),
+    "sign": _Func("sign(x)", 1, 1),
+    "sqrt": _Func("sqrt(x)", 1, 1),
+    "exp": _Func("exp(x)", 1, 1),
+    "ln": _Func("ln(x)", 1, 1),
+    "pow": _Func("pow(x, y)", 2, 2),
+    "greatest": _Func("greatest(x, y, ...)", 2, None),
+    "least": _Func("least(x, y, ...)", 2, None),
     "cast": _Func('cast(x, "dtype")', 2, 2, {1: "dtype"}),
     "try_cast": _Func('try_cast(x, "int64" | "int32" | "float64" | "float32")', 2, 2, {1: "number_type"}),
     "between": _Func("between(x, low, high)", 3, 3),
@@ -368,6 +377,8 @@ class _Parser(_Source):
         self.check_args(name, spec, args, node)
         if name == "col":
             return ir.Col(*self.span(node), args[0].value)  # type: ignore[attr-defined]  # checked: a text literal
+        if name == "pow":  # x ** y, with its rules (integer overflow, float exponents) on both engines
+            return self.fold(ir.Binary(*self.span(node), "**", args[0], args[1]))
         if name in _CONSTRUCTORS:
             try:
                 value = _CONSTRUCTORS[name](*(arg.value for arg in args))  # type: ignore[attr-defined]

@@ -53,6 +53,8 @@ _MIXED_ARITHMETIC: dict[tuple[str, str, str], str] = {
 # coalesce, fillna, between and cast are checked by _KindChecker.kind_Call itself.
 _SIGNATURES: dict[str, tuple[str | None, str]] = {
     "isnull": (None, "bool"), "notnull": (None, "bool"), "abs": ("numeric", "numeric"), "round": ("numeric", "numeric"),
+    "floor": ("numeric", "numeric"), "ceil": ("numeric", "numeric"), "sign": ("numeric", "numeric"),
+    "sqrt": ("numeric", "numeric"), "exp": ("numeric", "numeric"), "ln": ("numeric", "numeric"),
     "lower": ("string", "string"), "upper": ("string", "string"), "substr": ("string", "string"),
     "contains": ("string", "bool"), "like": ("string", "bool"), "startswith": ("string", "bool"), "endswith": ("string", "bool"),
     "length": ("string", "numeric"),
@@ -226,7 +228,7 @@ class _KindChecker:
             for test in args[:-1:2]:
                 self.condition(test, "case()")
             return self.common([*args[1::2], args[-1]], "case()")
-        if name in ("coalesce", "fillna"):
+        if name in ("coalesce", "fillna", "greatest", "least"):
             return self.common(list(args), f"{name}()")
         kinds = [self.kind(arg) for arg in args]
         if name == "between":

@@ -23,6 +23,7 @@ from spillway.jobs import ir
 from spillway.jobs.decimal_cast import is_decimal_cast
 from spillway.jobs.errors import ExpressionError, IntegerOverflow
 from spillway.jobs.pandas_functions import FUNCTIONS, cast_values
+from spillway.jobs.pandas_numbers import NUMBER_FUNCTIONS
 
 MAX_INT_BITS = 10_000  # caps constant integer powers such as 9 ** 9 ** 9
 _EVAL_ERRORS = (ArithmeticError, AttributeError, NotImplementedError, TypeError, ValueError)
@@ -283,6 +284,7 @@ IMPLS: dict[str, Callable[..., Any]] = {
     "month": _elementwise(lambda s: s.dt.month, operator.attrgetter("month")),
     "day": _elementwise(lambda s: s.dt.day, operator.attrgetter("day")),
     **FUNCTIONS,
+    **NUMBER_FUNCTIONS,
 }
 
 

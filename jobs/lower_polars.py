@@ -101,6 +101,15 @@ _CALLS: dict[str, Callable[..., pl.Expr]] = {
     "notnull": lambda x: x.is_not_null(),
     "fillna": lambda x, v: x.fill_null(v),
     "abs": lambda x: x.abs(),
+    # Integers stay integers through floor, ceil and sign; sqrt and ln are null outside their domain.
+    "floor": lambda x: x.floor(),
+    "ceil": lambda x: x.ceil(),
+    "sign": lambda x: x.sign(),
+    "sqrt": lambda x: pl.when(x >= 0).then(x.cast(pl.Float64).sqrt()),
+    "exp": lambda x: x.cast(pl.Float64).exp(),
+    "ln": lambda x: pl.when(x > 0).then(x.cast(pl.Float64).log()),
+    "greatest": lambda *xs: pl.max_horizontal(*xs),  # nulls skipped, as PostgreSQL and DuckDB do
+    "least": lambda *xs: pl.min_horizontal(*xs),
     "lower": lambda s: s.str.to_lowercase(),
     "upper": lambda s: s.str.to_uppercase(),
     "length": lambda s: s.str.len_chars(),

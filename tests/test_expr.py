@@ -256,7 +256,44 @@ STRING_FUNCTIONS: dict[str, Ref] = {
     "concat(name, '-', category)": lambda df: pd.Series([(n if isinstance(n, str) else "") + "-" + c for n, c in zip(df.name, df.category)],
                                                          index=df.index, dtype=object),
 }
-FEATURES = {**ARITHMETIC, **COMPARISON, **NULLS, **NUMERIC, **STRINGS, **DATES, **CONDITIONALS, **DATE_FUNCTIONS, **STRING_FUNCTIONS}
+def _floats(fn: Any, *columns: str) -> Ref:
+    """A float64 reference: ``fn`` of the row's values, None (NaN) where one is null or ``fn`` gives None."""
+    def ref(df: pd.DataFrame) -> pd.Series:
+        values = [None if any(pd.isna(v) for v in row) else fn(*row) for row in zip(*(df[c] for c in columns))]
+        return pd.Series([np.nan if v is None else float(v) for v in values], index=df.index, dtype="float64")
+    return ref
+
+
+def _pick(fn: Any, *columns: str) -> Ref:
+    """greatest / least: ``fn`` of the row's non-null values (all null: null)."""
+    def ref(df: pd.DataFrame) -> pd.Series:
+        rows = [[v for v in row if not pd.isna(v)] for row in zip(*(df[c] for c in columns))]
+        return pd.Series([fn(row) if row else np.nan for row in rows], index=df.index, dtype="float64")
+    return ref
+
+
+NUMBER_FUNCTIONS: dict[str, Ref] = {
+    "floor(amount)": _floats(math.floor, "amount"),
+    "ceil(amount)": _floats(math.ceil, "amount"),
+    "floor(qty)": lambda df: df.qty,  # an integer stays an integer
+    "ceil(qty) + 1": lambda df: df.qty + 1,
+    "sign(amount - 100)": _floats(lambda a: float(np.sign(a - 100)), "amount"),
+    "sign(qty)": lambda df: pd.Series(np.sign(df.qty), index=df.index),
+    "sqrt(amount)": _floats(lambda a: math.sqrt(a) if a >= 0 else None, "amount"),  # a negative: null
+    "sqrt(qty)": _floats(lambda q: math.sqrt(q) if q >= 0 else None, "qty"),
+    "ln(amount)": _floats(lambda a: math.log(a) if a > 0 else None, "amount"),  # zero or a negative: null
+    "ln(qty)": _floats(lambda q: math.log(q) if q > 0 else None, "qty"),
+    "exp(discount)": _floats(math.exp, "discount"),
+    "pow(qty, 2)": lambda df: df.qty ** 2,
+    "pow(amount, 0.5)": lambda df: df.amount ** 0.5,
+    "greatest(amount, discount * 1000)": _pick(max, "amount", "discount_k"),
+    "least(amount, discount * 1000, 50)": _pick(min, "amount", "discount_k", "fifty"),
+    "greatest(qty, 3)": lambda df: df.qty.clip(lower=3),
+}
+# greatest / least references read these helper columns (the pdf fixture adds them to its copy).
+NUMBER_HELPERS = {"discount_k": lambda df: df.discount * 1000, "fifty": lambda df: pd.Series(50.0, index=df.index)}
+FEATURES = {**ARITHMETIC, **COMPARISON, **NULLS, **NUMERIC, **STRINGS, **DATES, **CONDITIONALS, **DATE_FUNCTIONS, **STRING_FUNCTIONS,
+            **NUMBER_FUNCTIONS}
 # Python refs: object dtype
 LOOSE = set(STRINGS) | set(DATE_FUNCTIONS) | set(STRING_FUNCTIONS) | {"year(ship_date)", "month(ship_date)", "day(ship_date)",
                                                                          'cast(amount, "string")'}
@@ -264,7 +301,8 @@ LOOSE = set(STRINGS) | set(DATE_FUNCTIONS) | set(STRING_FUNCTIONS) | {"year(ship
 
 @pytest.mark.parametrize("text", list(FEATURES))
 def test_feature_matches_pandas_reference_and_dask(text: str, pdf: pd.DataFrame, ddf: dd.DataFrame) -> None:
-    check(text, pdf, ddf, FEATURES[text](pdf), strict=text not in LOOSE)
+    reference = pdf.assign(**{name: make(pdf) for name, make in NUMBER_HELPERS.items()})
+    check(text, pdf, ddf, FEATURES[text](reference), strict=text not in LOOSE)
 
 
 @pytest.mark.parametrize(

@@ -45,6 +45,18 @@ SCHEMA = {"name": "string", "day": "datetime", "n": "numeric"}
         ("7 % -3", 1),
         ("7 // 0", None),
         ("7 % 0", None),
+        ("floor(2.7)", 2.0),
+        ("ceil(-2.5)", -2.0),
+        ("floor(7)", 7),
+        ("sign(-3)", -1),
+        ("sqrt(16)", 4.0),
+        ("sqrt(-1)", None),
+        ("ln(0)", None),
+        ("exp(0)", 1.0),
+        ("pow(2, 10)", 1024),
+        ("greatest(1, None, 3)", 3),
+        ("least(4, 2.5)", 2.5),
+        ("least(None, None)", None),
     ],
 )
 def test_constant_calls_are_folded(text: str, value: Any) -> None:
@@ -84,6 +96,10 @@ def test_function_literals_are_checked(text: str, fragment: str) -> None:
         ("week(name)", "argument 1 of week() must be of kind datetime"),
         ("trim(n)", "argument 1 of trim() must be of kind string"),
         ("strpos(day, 'x')", "argument 1 of strpos() must be of kind string"),
+        ("sqrt(name)", "argument 1 of sqrt() must be of kind numeric, got 'name' (string)"),
+        ("floor(day)", "argument 1 of floor() must be of kind numeric"),
+        ("greatest(n, name)", "cannot mix 'n' (numeric) with 'name' (string) in greatest()"),
+        ("pow(name, 2)", "name"),
     ],
 )
 def test_function_kinds_are_checked(text: str, fragment: str) -> None:

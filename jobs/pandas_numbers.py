@@ -1,0 +1,95 @@
+"""Number functions of the expression language for the Dask engine (pandas, dask, cuDF).
+
+Each takes the call's argument values: a column (a Series-like) or, when the parser folds a
+constant, a plain value. The semantics are :mod:`jobs.lower_polars`' (docs/spec.md, "Numbers"):
+``floor``, ``ceil`` and ``sign`` keep an integer an integer; ``sqrt`` of a negative and ``ln``
+of zero or a negative are null; ``greatest`` and ``least`` skip nulls, as PostgreSQL and DuckDB do.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from spillway.jobs.pandas_functions import _is_value
+
+
+def _integral(value: Any) -> bool:
+    return pd.api.types.is_integer_dtype(getattr(value, "dtype", None)) or isinstance(value, (int, np.integer))
+
+
+def _rounding(ufunc: Any, scalar: Callable[[float], float]) -> Callable[[Any], Any]:
+    def impl(value: Any) -> Any:
+        if _is_value(value):
+            return None if pd.isna(value) else value if isinstance(value, (int, np.integer)) else float(scalar(value))
+        return value if _integral(value) else ufunc(value)
+
+    return impl
+
+
+def _sign(value: Any) -> Any:
+    if _is_value(value):
+        return None if pd.isna(value) else type(value)(np.sign(value))
+    return np.sign(value)
+
+
+def _within(ufunc: Any, scalar: Callable[[float], float], lowest: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``ufunc`` over floats, null where ``lowest`` (the domain's test) is false."""
+
+    def impl(value: Any) -> Any:
+        if _is_value(value):
+            return None if pd.isna(value) or not lowest(value) else scalar(float(value))
+        floats = value.astype("float64")
+        return ufunc(floats.where(lowest(floats)))
+
+    return impl
+
+
+def _exp(value: Any) -> Any:
+    if _is_value(value):
+        return None if pd.isna(value) else float(np.exp(float(value)))
+    return np.exp(value.astype("float64"))
+
+
+def _extreme(keeps_left: Callable[[Any, Any], Any]) -> Callable[..., Any]:
+    """greatest / least: the values folded pairwise, a null giving way to the other side."""
+
+    def pair(left: Any, right: Any) -> Any:
+        if _is_value(left) and _is_value(right):
+            if pd.isna(left):
+                return None if pd.isna(right) else right
+            return left if pd.isna(right) or keeps_left(left, right) else right
+        if _is_value(left):  # the column first: the pick is symmetric
+            left, right = right, left
+        if _is_value(right) and pd.isna(right):
+            return left
+        keep = keeps_left(left, right).fillna(False).astype(bool)
+        if not _is_value(right):
+            keep = keep | right.isna()
+        return left.where(keep, right)
+
+    def impl(*values: Any) -> Any:
+        result = values[0]
+        for value in values[1:]:
+            result = pair(result, value)
+        return result
+
+    return impl
+
+
+#: Function name → implementation; lower_pandas registers them beside its own.
+NUMBER_FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "floor": _rounding(np.floor, math.floor),
+    "ceil": _rounding(np.ceil, math.ceil),
+    "sign": _sign,
+    "sqrt": _within(np.sqrt, math.sqrt, lambda x: x >= 0),
+    "ln": _within(np.log, math.log, lambda x: x > 0),
+    "exp": _exp,
+    "greatest": _extreme(operator.ge),
+    "least": _extreme(operator.le),
+}
