@@ -21,6 +21,7 @@ from typing import Any
 import pandas as pd
 
 from spillway.jobs import ir
+from spillway.jobs.regex_functions import MAX_PATTERN, valid_pattern, valid_replacement
 from spillway.jobs.errors import ExpressionError, UnknownColumn
 from spillway.jobs.decimal_cast import MAX_PRECISION, decimal_type
 from spillway.jobs.lower_pandas import evaluate, fold
@@ -125,6 +126,12 @@ _LITERALS: dict[str, tuple[str, Any]] = {
     "index": ("an integer literal of 1 or more (parts count from 1)", lambda v: type(v) is int and v >= 1),
     "width": (f"an integer literal from 0 to {MAX_PAD}", lambda v: type(v) is int and 0 <= v <= MAX_PAD),
     "char": ("a one-character string literal", lambda v: isinstance(v, str) and len(v) == 1),
+    "regex": (f"a regular expression literal of at most {MAX_PATTERN} characters in Rust's regex syntax (no look-around, "
+              "no back-references)", valid_pattern),
+    "group": ("an integer literal from 0 (the whole match) to 99", lambda v: type(v) is int and 0 <= v <= 99),
+    "replacement": (f"a string literal of at most {MAX_PATTERN} characters ($1 or ${{name}} name the groups, $$ is a dollar)",
+                    valid_replacement),
+    "flags": ("'g' (every match; without it the first)", lambda v: v == "g"),
 }
 _STR = {1: "text"}
 _FUNCS: dict[str, _Func] = {
@@ -178,6 +185,9 @@ _FUNCS: dict[str, _Func] = {
     "lpad": _Func('lpad(s, n[, "c"])', 2, 3, {1: "width", 2: "char"}),
     "rpad": _Func('rpad(s, n[, "c"])', 2, 3, {1: "width", 2: "char"}),
     "concat": _Func("concat(s1, s2, ...)", 2, None),
+    "regexp_like": _Func('regexp_like(s, "pattern")', 2, 2, {1: "regex"}),
+    "regexp_extract": _Func('regexp_extract(s, "pattern"[, group])', 2, 3, {1: "regex", 2: "group"}),
+    "regexp_replace": _Func('regexp_replace(s, "pattern", "replacement"[, "g"])', 3, 4, {1: "regex", 2: "replacement", 3: "flags"}),
 }
 #: Functions that build a literal from literal arguments, evaluated by the parser.
 _CONSTRUCTORS: dict[str, Any] = {

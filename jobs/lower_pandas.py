@@ -24,6 +24,7 @@ from spillway.jobs.decimal_cast import is_decimal_cast
 from spillway.jobs.errors import ExpressionError, IntegerOverflow
 from spillway.jobs.pandas_functions import FUNCTIONS, cast_values
 from spillway.jobs.pandas_numbers import NUMBER_FUNCTIONS
+from spillway.jobs.regex_functions import REGEX_FUNCTIONS, on_partitions
 
 MAX_INT_BITS = 10_000  # caps constant integer powers such as 9 ** 9 ** 9
 _EVAL_ERRORS = (ArithmeticError, AttributeError, NotImplementedError, TypeError, ValueError)
@@ -285,6 +286,7 @@ IMPLS: dict[str, Callable[..., Any]] = {
     "day": _elementwise(lambda s: s.dt.day, operator.attrgetter("day")),
     **FUNCTIONS,
     **NUMBER_FUNCTIONS,
+    **{name: on_partitions(name) for name in REGEX_FUNCTIONS},
 }
 
 

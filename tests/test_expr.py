@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import builtins
 import math
+import re
 import pickle
 from collections.abc import Callable
 from typing import Any
@@ -290,12 +291,27 @@ NUMBER_FUNCTIONS: dict[str, Ref] = {
     "least(amount, discount * 1000, 50)": _pick(min, "amount", "discount_k", "fifty"),
     "greatest(qty, 3)": lambda df: df.qty.clip(lower=3),
 }
+def _first(pattern: str, group: int = 0) -> Ref:
+    def extract(v: str) -> str | None:
+        found = re.search(pattern, v)
+        return found.group(group) if found else None
+    return _py(extract)
+
+
+REGEX_FUNCTIONS: dict[str, Ref] = {
+    "regexp_like(name, '^[Aa]p')": lambda df: df.name.map(lambda v: isinstance(v, str) and re.search("^[Aa]p", v) is not None),
+    "regexp_like(name, '[.]')": lambda df: df.name.map(lambda v: isinstance(v, str) and "." in v),
+    "regexp_extract(name, '[a-z]+')": _first("[a-z]+"),
+    r"regexp_extract(name, r'(\w+) (\w+)', 2)": _first(r"(\w+) (\w+)", 2),
+    "regexp_replace(name, 'a', '_')": _py(lambda v: re.sub("a", "_", v, count=1)),
+    "regexp_replace(name, '([aeiou])', '<$1>', 'g')": _py(lambda v: re.sub("([aeiou])", r"<\1>", v)),
+}
 # greatest / least references read these helper columns (the pdf fixture adds them to its copy).
 NUMBER_HELPERS = {"discount_k": lambda df: df.discount * 1000, "fifty": lambda df: pd.Series(50.0, index=df.index)}
 FEATURES = {**ARITHMETIC, **COMPARISON, **NULLS, **NUMERIC, **STRINGS, **DATES, **CONDITIONALS, **DATE_FUNCTIONS, **STRING_FUNCTIONS,
-            **NUMBER_FUNCTIONS}
+            **NUMBER_FUNCTIONS, **REGEX_FUNCTIONS}
 # Python refs: object dtype
-LOOSE = set(STRINGS) | set(DATE_FUNCTIONS) | set(STRING_FUNCTIONS) | {"year(ship_date)", "month(ship_date)", "day(ship_date)",
+LOOSE = set(STRINGS) | set(DATE_FUNCTIONS) | set(STRING_FUNCTIONS) | set(REGEX_FUNCTIONS) | {"year(ship_date)", "month(ship_date)", "day(ship_date)",
                                                                          'cast(amount, "string")'}
 
 

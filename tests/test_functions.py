@@ -78,6 +78,12 @@ def test_constant_calls_are_folded(text: str, value: Any) -> None:
         ("lpad(name, 100000)", "from 0 to 10000"),
         ("lpad(name, 5, '00')", "one-character string literal"),
         ("concat(name)", "expected 2 or more"),
+        ("regexp_like(name, '(?<=a)b')", "in Rust's regex syntax (no look-around, no back-references)"),
+        ("regexp_like(name, '(x{1000}){1000}')", "regular expression literal"),  # past the compiled size limit
+        ("regexp_like(name, '" + "a" * 501 + "')", "of at most 500 characters"),
+        ("regexp_like(name, pattern)", "regular expression literal"),
+        ("regexp_extract(name, 'a', 100)", "from 0 (the whole match) to 99"),
+        ("regexp_replace(name, 'a', 'b', 'x')", "'g' (every match; without it the first)"),
     ],
 )
 def test_function_literals_are_checked(text: str, fragment: str) -> None:
@@ -97,6 +103,7 @@ def test_function_literals_are_checked(text: str, fragment: str) -> None:
         ("trim(n)", "argument 1 of trim() must be of kind string"),
         ("strpos(day, 'x')", "argument 1 of strpos() must be of kind string"),
         ("sqrt(name)", "argument 1 of sqrt() must be of kind numeric, got 'name' (string)"),
+        ("regexp_like(n, 'a')", "argument 1 of regexp_like() must be of kind string"),
         ("floor(day)", "argument 1 of floor() must be of kind numeric"),
         ("greatest(n, name)", "cannot mix 'n' (numeric) with 'name' (string) in greatest()"),
         ("pow(name, 2)", "name"),
@@ -115,3 +122,20 @@ def test_function_kinds_are_checked(text: str, fragment: str) -> None:
 )
 def test_function_result_kinds(text: str, kind: str) -> None:
     assert parse_expression(text).infer_kind(SCHEMA) == kind
+
+
+def test_a_pattern_that_backtracks_catastrophically_elsewhere_runs_in_linear_time_on_both_engines() -> None:
+    """``(a+)+$`` against a long run of a's and a '!' takes Python's re (and any backtracking engine) forever; here it is one pass."""
+    import dask.dataframe as dd
+    import polars as pl
+
+    from spillway.jobs.lower_polars import to_polars
+
+    text = "regexp_like(s, '(a+)+$')"
+    frame = pd.DataFrame({"s": ["a" * 50_000 + "!"] * 8 + ["aaa", None]})
+    expected = [False] * 8 + [True, False]
+    expression = parse_expression(text)
+    assert expression.evaluate(frame).tolist() == expected
+    assert expression.evaluate(dd.from_pandas(frame, npartitions=2)).compute().tolist() == expected
+    on_polars = pl.from_pandas(frame).select(to_polars(expression.node, text, None, {"s": "string"}).alias("v"))["v"]
+    assert on_polars.to_list() == expected
