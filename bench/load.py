@@ -187,8 +187,10 @@ async def run(url: str, pid: int, data: Path, out: Path, args: argparse.Namespac
     cpu = CpuMeter(pid)
     jobs = args.jobs
     result: dict[str, Any] = {"jobs": jobs, "loadavg_start": os.getloadavg()}
-    load = aiohttp.ClientSession(url, connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=120))
-    one = aiohttp.ClientSession(url, connector=aiohttp.TCPConnector(limit=1), timeout=aiohttp.ClientTimeout(total=30))
+    # Idle connections are dropped after 2 s, before uvicorn closes them (after 5 s): a request sent
+    # on a connection the server is closing fails with ServerDisconnectedError (aiohttp keeps them 15 s).
+    load = aiohttp.ClientSession(url, connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=2), timeout=aiohttp.ClientTimeout(total=120))
+    one = aiohttp.ClientSession(url, connector=aiohttp.TCPConnector(limit=1, keepalive_timeout=2), timeout=aiohttp.ClientTimeout(total=30))
     async with load as http, one as probe:
         await health_latency(probe, 20)  # warm-up
         result["healthz_idle_start_ms"] = await health_latency(probe, args.health_probes)
