@@ -22,6 +22,7 @@ import pandas as pd
 
 from spillway.jobs import ir
 from spillway.jobs.regex_functions import MAX_PATTERN, valid_pattern, valid_replacement
+from spillway.jobs.time_functions import valid_zone
 from spillway.jobs.errors import ExpressionError, UnknownColumn
 from spillway.jobs.decimal_cast import MAX_PRECISION, decimal_type
 from spillway.jobs.lower_pandas import evaluate, fold
@@ -132,6 +133,7 @@ _LITERALS: dict[str, tuple[str, Any]] = {
     "replacement": (f"a string literal of at most {MAX_PATTERN} characters ($1 or ${{name}} name the groups, $$ is a dollar)",
                     valid_replacement),
     "flags": ("'g' (every match; without it the first)", lambda v: v == "g"),
+    "zone": ("a time zone literal of the IANA database, such as 'UTC' or 'Europe/Paris'", valid_zone),
 }
 _STR = {1: "text"}
 _FUNCS: dict[str, _Func] = {
@@ -172,6 +174,8 @@ _FUNCS: dict[str, _Func] = {
     "date_trunc": _Func('date_trunc("unit", d)', 2, 2, {0: "part"}),
     "date_diff": _Func('date_diff("unit", start, end)', 3, 3, {0: "part"}),
     "strftime": _Func('strftime(d, "%Y-%m-%d")', 2, 2, {1: "format"}),
+    "strptime": _Func('strptime(s, "%Y-%m-%d")', 2, 2, {1: "format"}),
+    "convert_tz": _Func('convert_tz(d, "from zone", "to zone")', 3, 3, {1: "zone", 2: "zone"}),
     "day_of_week": _Func("day_of_week(d)", 1, 1),
     "day_of_year": _Func("day_of_year(d)", 1, 1),
     "quarter": _Func("quarter(d)", 1, 1),

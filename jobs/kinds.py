@@ -65,6 +65,7 @@ _SIGNATURES: dict[str, tuple[str | None, str]] = {
     "split_part": ("string", "string"), "strpos": ("string", "numeric"), "replace": ("string", "string"),
     "trim": ("string", "string"), "ltrim": ("string", "string"), "rtrim": ("string", "string"),
     "lpad": ("string", "string"), "rpad": ("string", "string"),
+    "strptime": ("string", "datetime"), "convert_tz": ("datetime", "datetime"),
     "regexp_like": ("string", "bool"), "regexp_extract": ("string", "string"), "regexp_replace": ("string", "string"),
 }
 #: try_cast reads text, numbers and bools; its result is a number.

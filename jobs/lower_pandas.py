@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import polars as pl
 from pandas.api.types import is_bool_dtype, is_object_dtype
 
 from spillway.jobs import ir
@@ -24,10 +25,13 @@ from spillway.jobs.decimal_cast import is_decimal_cast
 from spillway.jobs.errors import ExpressionError, IntegerOverflow
 from spillway.jobs.pandas_functions import FUNCTIONS, cast_values
 from spillway.jobs.pandas_numbers import NUMBER_FUNCTIONS
+from spillway.jobs.polars_partitions import through_polars
 from spillway.jobs.regex_functions import REGEX_FUNCTIONS, on_partitions
+from spillway.jobs.time_functions import TIME_FUNCTIONS, time_expr
 
 MAX_INT_BITS = 10_000  # caps constant integer powers such as 9 ** 9 ** 9
-_EVAL_ERRORS = (ArithmeticError, AttributeError, NotImplementedError, TypeError, ValueError)
+# Polars' errors too: functions the Dask engine runs through Polars (jobs/polars_partitions.py) raise them.
+_EVAL_ERRORS = (ArithmeticError, AttributeError, NotImplementedError, TypeError, ValueError, pl.exceptions.PolarsError)
 _SCALARS = (str, int, float, np.generic, datetime, timedelta, pd.DateOffset, type(pd.NaT), type(pd.NA))
 # "string" -> str: the default string dtype on pandas, a plain string column on cudf.
 
@@ -287,6 +291,7 @@ IMPLS: dict[str, Callable[..., Any]] = {
     **FUNCTIONS,
     **NUMBER_FUNCTIONS,
     **{name: on_partitions(name) for name in REGEX_FUNCTIONS},
+    **{name: through_polars((lambda name: lambda value, *args: time_expr(name, value, *args))(name)) for name in TIME_FUNCTIONS},
 }
 
 

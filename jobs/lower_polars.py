@@ -21,6 +21,7 @@ from spillway.jobs.decimal_cast import decimal_type
 from spillway.jobs.errors import ExpressionError
 from spillway.jobs.number_text import DECIMAL_TEXT, INTEGER_RANGES, INTEGER_TEXT
 from spillway.jobs.regex_functions import REGEX_FUNCTIONS, regex_expr
+from spillway.jobs.time_functions import TIME_FUNCTIONS, time_expr
 from spillway.jobs.kinds import kind_of_node
 from spillway.jobs.lower_pandas import like_regex
 
@@ -144,6 +145,7 @@ _LITERAL_CALLS: dict[str, Callable[..., pl.Expr]] = {
     "lpad": lambda s, width, fill=" ": s.str.pad_start(width, fill).str.slice(0, width),
     "rpad": lambda s, width, fill=" ": s.str.pad_end(width, fill).str.slice(0, width),
     **{name: (lambda name: lambda s, *args: regex_expr(name, s, *args))(name) for name in REGEX_FUNCTIONS},
+    **{name: (lambda name: lambda value, *args: time_expr(name, value, *args))(name) for name in TIME_FUNCTIONS},
 }
 
 

@@ -3,8 +3,8 @@
 One regex engine for every engine: Rust's ``regex`` (through Polars), which runs in time linear
 in the text, so no pattern can backtrack catastrophically (``(a+)+$`` against a long run of a's
 costs what any pattern does). The Polars engine builds these expressions into its query; the
-Dask engine (pandas, cuDF partitions) runs the same expressions on each partition through Polars,
-so both give the same answers. A pattern is a literal, checked when the spec is: the syntax of
+Dask engine (pandas, cuDF partitions) runs the same expressions on each partition through Polars
+(:mod:`jobs.polars_partitions`), so both give the same answers. A pattern is a literal, checked when the spec is: the syntax of
 Rust's regex (no look-around, no back-references in the pattern), at most
 :data:`MAX_PATTERN` characters. A replacement names groups as Rust's regex does (``$1``,
 ``${name}``; ``$$`` is a dollar), which needs no backslash in the expression's string literal.
@@ -14,9 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import pandas as pd
 import polars as pl
-import pyarrow as pa
 
 #: The functions this module gives both engines.
 REGEX_FUNCTIONS = ("regexp_like", "regexp_extract", "regexp_replace")
@@ -63,28 +61,6 @@ def regex_expr(name: str, text: pl.Expr, pattern: str, *rest: Any) -> pl.Expr:
 
 def on_partitions(name: str) -> Any:
     """The Dask engine's ``name``: :func:`regex_expr` run through Polars on each partition (pandas or cuDF) or on a value."""
+    from spillway.jobs.polars_partitions import through_polars
 
-    def on_series(part: Any, *args: Any) -> Any:
-        from spillway.jobs.pandas_functions import _is_cudf
-
-        if _is_cudf(part):  # through host memory: the same engine, and the same answers, as everywhere
-            import cudf
-
-            return cudf.from_pandas(on_series(part.to_pandas(), *args))
-        column = pl.from_arrow(pa.array(part, type=pa.string(), from_pandas=True))
-        result = pl.select(regex_expr(name, pl.lit(column), *args).alias("value")).to_series()
-        if result.dtype == pl.Boolean:
-            return pd.Series(result.to_numpy(), index=part.index, dtype=bool)
-        values = pd.Series(result.to_list(), index=part.index, dtype=object)
-        return values.astype(part.dtype) if isinstance(part.dtype, pd.StringDtype) else values
-
-    def impl(value: Any, *args: Any) -> Any:
-        if getattr(value, "ndim", 0) == 0:  # a folded constant
-            if value is None or (isinstance(value, float) and pd.isna(value)):
-                return False if name == "regexp_like" else None
-            return pl.select(regex_expr(name, pl.lit(value, dtype=pl.String), *args)).item()
-        if hasattr(value, "map_partitions"):  # a dask Series: each partition on its worker
-            return value.map_partitions(on_series, *args, meta=on_series(value._meta, *args))
-        return on_series(value, *args)
-
-    return impl
+    return through_polars(lambda text, *args: regex_expr(name, text, *args), null=False if name == "regexp_like" else None)

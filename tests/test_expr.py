@@ -306,10 +306,21 @@ REGEX_FUNCTIONS: dict[str, Ref] = {
     "regexp_replace(name, 'a', '_')": _py(lambda v: re.sub("a", "_", v, count=1)),
     "regexp_replace(name, '([aeiou])', '<$1>', 'g')": _py(lambda v: re.sub("([aeiou])", r"<\1>", v)),
 }
+def _in_zone(column: str, source: str, target: str) -> Ref:
+    return lambda df: df[column].dt.tz_localize(source, ambiguous="NaT", nonexistent="NaT").dt.tz_convert(target).dt.tz_localize(None)
+
+
+TIME_FUNCTIONS: dict[str, Ref] = {
+    "strptime(day_text, '%Y-%m-%d')": lambda df: pd.to_datetime(df.day_text, format="%Y-%m-%d").astype("datetime64[ns]"),
+    "strptime(strftime(ship_date, '%d/%m/%y 10:15'), '%d/%m/%y %H:%M')": lambda df: (df.ship_date + pd.Timedelta(hours=10, minutes=15)).astype("datetime64[ns]"),
+    "convert_tz(ship_date, 'UTC', 'America/New_York')": _in_zone("ship_date", "UTC", "America/New_York"),
+    "convert_tz(ship_date + interval(150, 'minutes'), 'Europe/Paris', 'UTC')": lambda df: _in_zone("t", "Europe/Paris", "UTC")(
+        df.assign(t=df.ship_date + pd.Timedelta(minutes=150))),
+}
 # greatest / least references read these helper columns (the pdf fixture adds them to its copy).
 NUMBER_HELPERS = {"discount_k": lambda df: df.discount * 1000, "fifty": lambda df: pd.Series(50.0, index=df.index)}
 FEATURES = {**ARITHMETIC, **COMPARISON, **NULLS, **NUMERIC, **STRINGS, **DATES, **CONDITIONALS, **DATE_FUNCTIONS, **STRING_FUNCTIONS,
-            **NUMBER_FUNCTIONS, **REGEX_FUNCTIONS}
+            **NUMBER_FUNCTIONS, **REGEX_FUNCTIONS, **TIME_FUNCTIONS}
 # Python refs: object dtype
 LOOSE = set(STRINGS) | set(DATE_FUNCTIONS) | set(STRING_FUNCTIONS) | set(REGEX_FUNCTIONS) | {"year(ship_date)", "month(ship_date)", "day(ship_date)",
                                                                          'cast(amount, "string")'}

@@ -57,6 +57,10 @@ SCHEMA = {"name": "string", "day": "datetime", "n": "numeric"}
         ("greatest(1, None, 3)", 3),
         ("least(4, 2.5)", 2.5),
         ("least(None, None)", None),
+        ("strptime('05/03/24 10:30', '%d/%m/%y %H:%M')", pd.Timestamp("2024-03-05 10:30")),
+        ("convert_tz(timestamp('2024-07-01 12:00:00'), 'UTC', 'Europe/Paris')", pd.Timestamp("2024-07-01 14:00")),
+        ("convert_tz(timestamp('2024-10-27 02:30:00'), 'Europe/Paris', 'UTC')", pd.Timestamp("2024-10-27 00:30")),  # twice: the earlier
+        ("convert_tz(timestamp('2024-03-31 02:30:00'), 'Europe/Paris', 'UTC')", None),  # skipped by the clock
     ],
 )
 def test_constant_calls_are_folded(text: str, value: Any) -> None:
@@ -84,6 +88,9 @@ def test_constant_calls_are_folded(text: str, value: Any) -> None:
         ("regexp_like(name, pattern)", "regular expression literal"),
         ("regexp_extract(name, 'a', 100)", "from 0 (the whole match) to 99"),
         ("regexp_replace(name, 'a', 'b', 'x')", "'g' (every match; without it the first)"),
+        ("convert_tz(day, 'Mars/Olympus', 'UTC')", "argument 2 of convert_tz() must be a time zone literal of the IANA database"),
+        ("strptime(name, '%A')", "argument 2 of strptime() must be a format literal"),
+        ("strptime('x', '%Y')", "cannot evaluate 'strptime('x', '%Y')' at col 0: conversion from `str` to `datetime"),
     ],
 )
 def test_function_literals_are_checked(text: str, fragment: str) -> None:
@@ -104,6 +111,8 @@ def test_function_literals_are_checked(text: str, fragment: str) -> None:
         ("strpos(day, 'x')", "argument 1 of strpos() must be of kind string"),
         ("sqrt(name)", "argument 1 of sqrt() must be of kind numeric, got 'name' (string)"),
         ("regexp_like(n, 'a')", "argument 1 of regexp_like() must be of kind string"),
+        ("strptime(day, '%Y')", "argument 1 of strptime() must be of kind string"),
+        ("convert_tz(name, 'UTC', 'UTC')", "argument 1 of convert_tz() must be of kind datetime"),
         ("floor(day)", "argument 1 of floor() must be of kind numeric"),
         ("greatest(n, name)", "cannot mix 'n' (numeric) with 'name' (string) in greatest()"),
         ("pow(name, 2)", "name"),
