@@ -110,6 +110,7 @@ _CALLS: dict[str, Callable[..., pl.Expr]] = {
     "sqrt": lambda x: pl.when(x >= 0).then(x.cast(pl.Float64).sqrt()),
     "exp": lambda x: x.cast(pl.Float64).exp(),
     "ln": lambda x: pl.when(x > 0).then(x.cast(pl.Float64).log()),
+    "safe_divide": lambda x, y: pl.when(y != 0).then(x / y),  # / by zero: null, where / gives an infinity
     "greatest": lambda *xs: pl.max_horizontal(*xs),  # nulls skipped, as PostgreSQL and DuckDB do
     "least": lambda *xs: pl.min_horizontal(*xs),
     "lower": lambda s: s.str.to_lowercase(),

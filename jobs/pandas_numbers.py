@@ -82,6 +82,15 @@ def _extreme(keeps_left: Callable[[Any, Any], Any]) -> Callable[..., Any]:
     return impl
 
 
+def _safe_divide(left: Any, right: Any) -> Any:
+    """``left / right``, null where ``right`` is zero (or null)."""
+    if _is_value(right):
+        if pd.isna(right) or right == 0 or (_is_value(left) and pd.isna(left)):
+            return None if _is_value(left) else left * np.nan
+        return left / right
+    return left / right.where(right != 0)
+
+
 #: Function name → implementation; lower_pandas registers them beside its own.
 NUMBER_FUNCTIONS: dict[str, Callable[..., Any]] = {
     "floor": _rounding(np.floor, math.floor),
@@ -90,6 +99,7 @@ NUMBER_FUNCTIONS: dict[str, Callable[..., Any]] = {
     "sqrt": _within(np.sqrt, math.sqrt, lambda x: x >= 0),
     "ln": _within(np.log, math.log, lambda x: x > 0),
     "exp": _exp,
+    "safe_divide": _safe_divide,
     "greatest": _extreme(operator.ge),
     "least": _extreme(operator.le),
 }

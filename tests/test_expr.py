@@ -290,6 +290,8 @@ NUMBER_FUNCTIONS: dict[str, Ref] = {
     "greatest(amount, discount * 1000)": _pick(max, "amount", "discount_k"),
     "least(amount, discount * 1000, 50)": _pick(min, "amount", "discount_k", "fifty"),
     "greatest(qty, 3)": lambda df: df.qty.clip(lower=3),
+    "safe_divide(amount, qty)": lambda df: df.amount / df.qty.where(df.qty != 0),  # by zero: null, not an infinity
+    "safe_divide(100, qty - 3)": lambda df: 100 / (df.qty - 3).where(df.qty != 3),
 }
 def _first(pattern: str, group: int = 0) -> Ref:
     def extract(v: str) -> str | None:

@@ -57,6 +57,8 @@ SCHEMA = {"name": "string", "day": "datetime", "n": "numeric"}
         ("greatest(1, None, 3)", 3),
         ("least(4, 2.5)", 2.5),
         ("least(None, None)", None),
+        ("safe_divide(7, 2)", 3.5),
+        ("safe_divide(7, 0)", None),
         ("strptime('05/03/24 10:30', '%d/%m/%y %H:%M')", pd.Timestamp("2024-03-05 10:30")),
         ("convert_tz(timestamp('2024-07-01 12:00:00'), 'UTC', 'Europe/Paris')", pd.Timestamp("2024-07-01 14:00")),
         ("convert_tz(timestamp('2024-10-27 02:30:00'), 'Europe/Paris', 'UTC')", pd.Timestamp("2024-10-27 00:30")),  # twice: the earlier
