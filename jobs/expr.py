@@ -116,6 +116,8 @@ _LITERALS: dict[str, tuple[str, Any]] = {
     "pattern": ("a LIKE pattern literal ('%' any run of characters, '_' one character)", lambda v: isinstance(v, str) and len(v) <= 200),
     "int": ("an integer literal", lambda v: type(v) is int),  # not bool
     "count": ("a non-negative integer literal", lambda v: type(v) is int and v >= 0),
+    # A column or expression, or (a literal) a non-negative integer: substr's start and length.
+    "count_or_column": ("a non-negative integer literal or a numeric expression", lambda v: type(v) is int and v >= 0),
     "dtype": ("one of " + ", ".join(map(repr, CAST_TYPES)) + f", or 'decimal(p, s)' (p from 1 to {MAX_PRECISION}, s from 0 to p)",
               lambda v: isinstance(v, str) and (v in CAST_TYPES or decimal_type(v) is not None)),
     "number_type": ("one of " + ", ".join(map(repr, TRY_CAST_TYPES)), lambda v: isinstance(v, str) and v in TRY_CAST_TYPES),
@@ -136,6 +138,8 @@ _LITERALS: dict[str, tuple[str, Any]] = {
     "zone": ("a time zone literal of the IANA database, such as 'UTC' or 'Europe/Paris'", valid_zone),
 }
 _STR = {1: "text"}
+#: Literal kinds whose argument may also be an expression (checked as a literal only when it is one).
+_EXPRESSIONS_ALLOWED = frozenset({"count_or_column"})
 _FUNCS: dict[str, _Func] = {
     "col": _Func('col("column name")', 1, 1, {0: "text"}),
     "case": _Func("case(cond1, value1, cond2, value2, ..., default)", 3, 2 * MAX_DEPTH + 1),
@@ -164,7 +168,7 @@ _FUNCS: dict[str, _Func] = {
     "like": _Func('like(s, "pattern")', 2, 2, {1: "pattern"}),
     "startswith": _Func('startswith(s, "text")', 2, 2, _STR),
     "endswith": _Func('endswith(s, "text")', 2, 2, _STR),
-    "substr": _Func("substr(s, start[, length])", 2, 3, {1: "count", 2: "count"}),
+    "substr": _Func("substr(s, start[, length])", 2, 3, {1: "count_or_column", 2: "count_or_column"}),
     "length": _Func("length(s)", 1, 1),
     "year": _Func("year(d)", 1, 1),
     "month": _Func("month(d)", 1, 1),
@@ -415,6 +419,8 @@ class _Parser(_Source):
             if index < count:
                 description, accepts = _LITERALS[kind]
                 arg, arg_node = args[index], node.args[index]
+                if kind in _EXPRESSIONS_ALLOWED and not isinstance(arg, ir.Lit):
+                    continue  # its kind is checked with the others'
                 if not (isinstance(arg, ir.Lit) and accepts(arg.value)):
                     got = shorten(repr(arg.value)) if isinstance(arg, ir.Lit) else f"'{self.quote(arg_node)}'"
                     col = self.start(arg_node)

@@ -55,7 +55,7 @@ _SIGNATURES: dict[str, tuple[str | None, str]] = {
     "isnull": (None, "bool"), "notnull": (None, "bool"), "abs": ("numeric", "numeric"), "round": ("numeric", "numeric"),
     "floor": ("numeric", "numeric"), "ceil": ("numeric", "numeric"), "sign": ("numeric", "numeric"),
     "sqrt": ("numeric", "numeric"), "exp": ("numeric", "numeric"), "ln": ("numeric", "numeric"),
-    "lower": ("string", "string"), "upper": ("string", "string"), "substr": ("string", "string"),
+    "lower": ("string", "string"), "upper": ("string", "string"),
     "contains": ("string", "bool"), "like": ("string", "bool"), "startswith": ("string", "bool"), "endswith": ("string", "bool"),
     "length": ("string", "numeric"),
     "year": ("datetime", "numeric"), "month": ("datetime", "numeric"), "day": ("datetime", "numeric"),
@@ -77,6 +77,7 @@ _ARGUMENTS: dict[str, tuple[tuple[str | None, ...], str]] = {
     "date_diff": ((None, "datetime", "datetime"), "numeric"),
     "safe_divide": (("numeric",), "numeric"),
     "concat": (("string",), "string"),
+    "substr": (("string", "numeric"), "string"),
 }
 
 

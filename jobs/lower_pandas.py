@@ -25,7 +25,7 @@ from spillway.jobs.decimal_cast import is_decimal_cast
 from spillway.jobs.errors import ExpressionError, IntegerOverflow
 from spillway.jobs.pandas_functions import FUNCTIONS, cast_values
 from spillway.jobs.pandas_numbers import NUMBER_FUNCTIONS
-from spillway.jobs.polars_partitions import through_polars
+from spillway.jobs.polars_partitions import slice_by_rows, through_polars
 from spillway.jobs.regex_functions import REGEX_FUNCTIONS, on_partitions
 from spillway.jobs.time_functions import TIME_FUNCTIONS, time_expr
 
@@ -251,7 +251,9 @@ def like_regex(pattern: str) -> str:
     return "^" + "".join(parts.get(char, "\\" + char if char in _REGEX_SPECIAL else char) for char in pattern) + "$"
 
 
-def _substr(value: Any, start: int, length: int | None = None) -> Any:
+def _substr(value: Any, start: Any, length: Any = None) -> Any:
+    if not (_is_scalar(start) and _is_scalar(length)):  # a start or length from the rows: Polars' slice, row by row
+        return slice_by_rows(value, start, length)
     stop = None if length is None else start + length
     return value[start:stop] if _is_scalar(value) else value.str.slice(start, stop)
 

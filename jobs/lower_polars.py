@@ -20,6 +20,7 @@ from spillway.jobs import ir
 from spillway.jobs.decimal_cast import decimal_type
 from spillway.jobs.errors import ExpressionError
 from spillway.jobs.number_text import DECIMAL_TEXT, INTEGER_RANGES, INTEGER_TEXT
+from spillway.jobs.polars_partitions import slice_expr
 from spillway.jobs.regex_functions import REGEX_FUNCTIONS, regex_expr
 from spillway.jobs.time_functions import TIME_FUNCTIONS, time_expr
 from spillway.jobs.kinds import kind_of_node
@@ -264,6 +265,9 @@ class PolarsLowering:
             return self.lower(args[1]).dt.truncate(_TRUNCATE[args[0].value])  # type: ignore[attr-defined]
         if name == "date_diff":
             return _date_diff(args[0].value, self.lower(args[1]), self.lower(args[2]))  # type: ignore[attr-defined]
+        if name == "substr":  # start and length: literals, or expressions (an integer count each)
+            text, *bounds = (self.lower(arg) if i == 0 or not isinstance(arg, ir.Lit) else arg.value for i, arg in enumerate(args))
+            return slice_expr(text, *bounds)
         if name in _LITERAL_CALLS:
             values = [arg.value for arg in args[1:] if isinstance(arg, ir.Lit)]  # the parser checked they are literals
             return _LITERAL_CALLS[name](self.lower(args[0]), *values)

@@ -63,3 +63,46 @@ def through_polars(build: Builder, *, null: Any = None) -> Callable[..., Any]:
         return on_series(value, *args)
 
     return impl
+
+
+def slice_expr(text: pl.Expr, start: pl.Expr | int, length: pl.Expr | int | None = None) -> pl.Expr:
+    """``substr``'s Polars expression: counts as integers (a fraction dropped), a negative length as 0."""
+    def count(bound: pl.Expr | int | None) -> pl.Expr | int | None:
+        return bound.cast(pl.Int64, strict=False) if isinstance(bound, pl.Expr) else bound
+
+    size = count(length)
+    return text.str.slice(count(start), size.clip(lower_bound=0) if isinstance(size, pl.Expr) else size)
+
+
+def slice_by_rows(text: Any, start: Any, length: Any = None) -> Any:
+    """``substr(text, start, length)`` where ``start`` or ``length`` is a column: Polars' ``str.slice`` row by row.
+
+    Counts are cast to integers (a fraction dropped); a null start or length gives null; a
+    negative start counts from the end, as on the Polars engine (the very same expression).
+    """
+    import dask.dataframe as dd
+
+    def on_parts(part: Any, first: Any, count: Any) -> Any:
+        index = part.index
+        frame = pl.DataFrame({"s": _column(part)}).with_columns(
+            _bound(first, index, "start"), _bound(count, index, "length"))
+        sliced = frame.select(slice_expr(pl.col("s"), pl.col("start"), pl.col("length"))).to_series()
+        return _back(sliced, part)
+
+    if any(hasattr(value, "map_partitions") for value in (text, start, length)):
+        meta = on_parts(text._meta, _meta_of(start), _meta_of(length))
+        return dd.map_partitions(on_parts, text, start, length, meta=meta)
+    return on_parts(text, start, length)
+
+
+def _meta_of(value: Any) -> Any:
+    return value._meta if hasattr(value, "_meta") else value
+
+
+def _bound(value: Any, index: pd.Index, name: str) -> pl.Expr:
+    if value is None or (getattr(value, "ndim", 0) == 0 and pd.isna(value)):
+        return pl.lit(None, dtype=pl.Int64).alias(name)
+    if getattr(value, "ndim", 0) == 0:
+        return pl.lit(int(value), dtype=pl.Int64).alias(name)
+    numbers = pa.array(pd.Series(value, index=index), from_pandas=True)
+    return pl.lit(pl.from_arrow(numbers)).cast(pl.Int64, strict=False).alias(name)

@@ -168,6 +168,10 @@ STRINGS: dict[str, Ref] = {
     "substr(name, 1, 3)": _py(lambda v: v[1:4]),
     "substr(name, 2)": _py(lambda v: v[2:]),
     "length(name)": _py(len),
+    # A start from the rows; % truncates as SQL's (-3 % 4 is -3), and a negative start counts from the end.
+    "substr(name, qty % 4)": lambda df: pd.Series([None if not isinstance(v, str) else v[int(math.fmod(q, 4)):] for v, q in zip(df.name, df.qty)],
+                                                 index=df.index, dtype=object),
+    "substr(name, 1, length(name) - 2)": _py(lambda v: v[1:1 + max(len(v) - 2, 0)]),  # a negative length: ''
     "lower(name) == 'apple'": lambda df: df.name.map(lambda v: isinstance(v, str) and v.lower() == "apple"),
 }
 DATES: dict[str, Ref] = {
@@ -435,7 +439,7 @@ REJECTED: list[tuple[str, str]] = [
     ('cast(qty, "int8")', "got 'int8' at col 10"),
     ("cast(qty, dtype)", "argument 2 of cast() must be one of"),
     ("contains(name, other)", "argument 2 of contains() must be a string literal, got 'other' at col 15"),
-    ("substr(name, -1, 2)", "argument 2 of substr() must be a non-negative integer literal, got -1"),
+    ("substr(name, -1, 2)", "argument 2 of substr() must be a non-negative integer literal or a numeric expression, got -1"),
     ("round(amount, 1.5)", "argument 2 of round() must be an integer literal, got 1.5"),
     ('interval(1, "fortnight")', "argument 2 of interval() must be one of 'second'"),
     ('date("not a date")', """cannot evaluate 'date("not a date")' at col 0: expected 'YYYY-MM-DD'"""),

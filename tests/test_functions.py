@@ -84,6 +84,7 @@ def test_constant_calls_are_folded(text: str, value: Any) -> None:
         ("lpad(name, 100000)", "from 0 to 10000"),
         ("lpad(name, 5, '00')", "one-character string literal"),
         ("concat(name)", "expected 2 or more"),
+        ("substr(name, -1)", "argument 2 of substr() must be a non-negative integer literal or a numeric expression"),
         ("regexp_like(name, '(?<=a)b')", "in Rust's regex syntax (no look-around, no back-references)"),
         ("regexp_like(name, '(x{1000}){1000}')", "regular expression literal"),  # past the compiled size limit
         ("regexp_like(name, '" + "a" * 501 + "')", "of at most 500 characters"),
@@ -114,6 +115,7 @@ def test_function_literals_are_checked(text: str, fragment: str) -> None:
         ("sqrt(name)", "argument 1 of sqrt() must be of kind numeric, got 'name' (string)"),
         ("regexp_like(n, 'a')", "argument 1 of regexp_like() must be of kind string"),
         ("strptime(day, '%Y')", "argument 1 of strptime() must be of kind string"),
+        ("substr(name, name)", "argument 2 of substr() must be of kind numeric"),
         ("convert_tz(name, 'UTC', 'UTC')", "argument 1 of convert_tz() must be of kind datetime"),
         ("floor(day)", "argument 1 of floor() must be of kind numeric"),
         ("greatest(n, name)", "cannot mix 'n' (numeric) with 'name' (string) in greatest()"),
