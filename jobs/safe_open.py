@@ -196,5 +196,49 @@ def checked_url(path: str) -> str:
     return f"{PROTOCOL}://{path}"
 
 
-# dask's CSV and JSON readers find the file system from the URL's protocol.
+#: The protocol of :class:`StagingFileSystem`'s URLs.
+STAGING_PROTOCOL = "spillway-staging"
+
+
+class StagingFileSystem(LocalFileSystem):
+    """Local files below a data root, written as :func:`open_for_writing` writes them: no link followed.
+
+    The Dask engine's workers write a job's part files through it (``dask.dataframe.to_parquet``
+    and ``to_csv`` with a URL of :data:`STAGING_PROTOCOL`), so a staging directory (or a folder
+    in it) swapped for a link after the job staged is refused where it is written, not only at
+    the commit. Folders are made the same way; reading is the local file system's.
+
+    Parameters
+    ----------
+    root
+        The resolved data root the staging directory lies in; travels with the file system to the workers.
+    """
+
+    protocol = (STAGING_PROTOCOL,)
+    cachable = False
+
+    def __init__(self, root: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.root = root
+
+    def _open(self, path: str, mode: str = "rb", block_size: int | None = None, **kwargs: Any) -> Any:
+        path = self._strip_protocol(path)
+        if "w" in mode or "a" in mode or "x" in mode:
+            return open_for_writing(path, self.root)
+        return super()._open(path, mode, block_size=block_size, **kwargs)
+
+    def makedirs(self, path: str, exist_ok: bool = False) -> None:
+        os.close(open_directory(self._strip_protocol(path), self.root, create=True))
+
+    def mkdir(self, path: str, create_parents: bool = True, **kwargs: Any) -> None:
+        self.makedirs(path, exist_ok=True)
+
+
+def staging_url(path: str) -> str:
+    """``path`` as a URL of :class:`StagingFileSystem`, for writers that take a URL and storage options."""
+    return f"{STAGING_PROTOCOL}://{path}"
+
+
+# dask's CSV and JSON readers find the file system from the URL's protocol; its writers too.
 register_implementation(PROTOCOL, RootBoundFileSystem, clobber=True)
+register_implementation(STAGING_PROTOCOL, StagingFileSystem, clobber=True)

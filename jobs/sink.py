@@ -44,7 +44,7 @@ from spillway.jobs.commit import (
 from spillway.jobs.errors import SinkExists, SpecError, SpillwayError
 from spillway.jobs.manifest import column_difference, describe_files, frame_columns
 from spillway.jobs.polars_io import OutputTarget
-from spillway.jobs.safe_open import open_directory
+from spillway.jobs.safe_open import open_directory, staging_url
 from spillway.jobs.sandbox import PathNotAllowed, check_sink_parent, checked_so_far, local_root_of
 from spillway.jobs.spec import SinkSpec
 from spillway.jobs.status import ColumnSchema, ResultFile, ResultManifest
@@ -149,22 +149,34 @@ class SinkWriter:
         """
         location = self.prepare([c.name for c in columns])
         self._planned_columns = columns
-        root = None
-        if not self.remote and self.allowed_roots is not None:
-            location = os.path.join(os.path.realpath(self.final.parent), self.staging.name)
-            root = local_root_of(location, self.allowed_roots)
-            if root is None:  # _check_parent has just passed: a swap since then
-                raise PathNotAllowed(f"the sink '{self.location}' now lies outside the allowed roots", field="sink.path")
+        location, root = self._staging_in_root(location)
         return OutputTarget(
             location=location, stem=self._stem, sink=self.sink, storage=storage.current() if is_url(location) else None,
             checked=checked_so_far(), root=root,
         )
 
+    def _staging_in_root(self, location: str) -> tuple[str, str | None]:
+        """With data roots, the local staging directory resolved and the root it lies in; else ``location`` and None."""
+        if self.remote or self.allowed_roots is None:
+            return location, None
+        location = os.path.join(os.path.realpath(self.final.parent), self.staging.name)
+        root = local_root_of(location, self.allowed_roots)
+        if root is None:  # _check_parent has just passed: a swap since then
+            raise PathNotAllowed(f"the sink '{self.location}' now lies outside the allowed roots", field="sink.path")
+        return location, root
+
     def write_graph(self, frame: dd.DataFrame) -> Any:
-        """The lazy write of ``frame``: into the staging directory, or under the sink prefix of an object store."""
+        """The lazy write of ``frame``: into the staging directory, or under the sink prefix of an object store.
+
+        With data roots, the workers write the staging directory's files without following a
+        link (:class:`jobs.safe_open.StagingFileSystem`), as a Polars worker writes them.
+        """
         target = self.prepare([str(c) for c in frame.columns])
         self._planned_columns = frame_columns(frame._meta)
         options = storage_options(self.location) or None
+        location, root = self._staging_in_root(target)
+        if root is not None:
+            target, options = staging_url(location), {"root": root}
         # str.format methods as name functions: workers need no Spillway code.
         if self.sink.format == "csv":
             extension = ".csv.gz" if self.sink.codec == "gzip" else ".csv"
