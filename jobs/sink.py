@@ -168,14 +168,15 @@ class SinkWriter:
     def write_graph(self, frame: dd.DataFrame) -> Any:
         """The lazy write of ``frame``: into the staging directory, or under the sink prefix of an object store.
 
-        With data roots, the workers write the staging directory's files without following a
+        With data roots, pandas workers write the staging directory's files without following a
         link (:class:`jobs.safe_open.StagingFileSystem`), as a Polars worker writes them.
         """
         target = self.prepare([str(c) for c in frame.columns])
         self._planned_columns = frame_columns(frame._meta)
         options = storage_options(self.location) or None
         location, root = self._staging_in_root(target)
-        if root is not None:
+        # cuDF's parquet writer has not been run through it on a GPU: dask-cudf still writes by path.
+        if root is not None and type(frame._meta).__module__.split(".")[0] != "cudf":
             target, options = staging_url(location), {"root": root}
         # str.format methods as name functions: workers need no Spillway code.
         if self.sink.format == "csv":
