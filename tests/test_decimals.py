@@ -75,18 +75,23 @@ def test_bad_decimal_casts_are_refused_naming_them(prices: Path, expr: str, erro
 
 
 def test_through_the_service_a_decimal_is_written_exactly_or_refused(api: SpillwayClient, engine: str, prices: Path, tmp_path: Path) -> None:
-    spec = job(prices, "cast(price, 'decimal(12, 2)')", sink=tmp_path / "out")
+    exact_totals_or_refused(api, engine, job(prices, "cast(price, 'decimal(12, 2)')", sink=tmp_path / "out"), tmp_path / "out", "steps[0].expr")
+
+
+def exact_totals_or_refused(api: SpillwayClient, engine: str, spec: dict[str, Any], out: Path, field: str, mentions: str = "") -> Any:
+    """On dask: a 422 naming ``field`` (saying ``mentions``), nothing written (None). On polars: the SUCCEEDED job, its totals exact decimals."""
     if engine == "dask":
         with pytest.raises(ApiError) as info:
             api.submit(spec)
-        assert info.value.status == 422 and info.value.detail.field == "steps[0].expr"
-        assert not (tmp_path / "out").exists()
-        return
+        assert info.value.status == 422 and info.value.detail.field == field and mentions in info.value.detail.message, info.value.detail
+        assert not out.exists()
+        return None
     done = wait_terminal(api, api.submit(spec).id)
     assert done.state.value == "SUCCEEDED", done.error
-    written = pads.dataset(tmp_path / "out", format="parquet").to_table()
+    written = pads.dataset(out, format="parquet").to_table()
     assert written.schema.field("total").type == pa.decimal128(38, 2)
     assert sorted(written.column("total").to_pylist()) == [decimal.Decimal("1.00"), decimal.Decimal("32986.52")]
+    return done
 
 
 @pytest.mark.parametrize(("precision", "scale"), [(10, 2), (15, 2), (12, 4), (18, 5), (38, 2), (15, 0)])
@@ -158,16 +163,7 @@ def test_decimals_exact_on_a_csv_source_is_refused_naming_the_field(tmp_path: Pa
 
 def test_through_the_service_exact_decimals_are_written_as_decimals_or_refused(api: SpillwayClient, engine: str, prices: Path,
                                                                                  tmp_path: Path) -> None:
-    spec = {**exact_job(prices, sink=tmp_path / "out"), "engine": engine}
-    if engine == "dask":
-        with pytest.raises(ApiError) as info:
-            api.submit(spec)
-        assert info.value.status == 422 and info.value.detail.field == "engine" and "source.decimals" in info.value.detail.message
-        assert not (tmp_path / "out").exists()
-        return
-    done = wait_terminal(api, api.submit(spec).id)
-    assert done.state.value == "SUCCEEDED", done.error
-    written = pads.dataset(tmp_path / "out", format="parquet").to_table()
-    assert written.schema.field("total").type == pa.decimal128(38, 2)
-    assert sorted(written.column("total").to_pylist()) == [decimal.Decimal("1.00"), decimal.Decimal("32986.52")]
-    assert done.result is not None and {c.name: c.type for c in done.result.columns}["total"] == "decimal128(38, 2)"
+    done = exact_totals_or_refused(api, engine, {**exact_job(prices, sink=tmp_path / "out"), "engine": engine}, tmp_path / "out", "engine",
+                                   mentions="source.decimals")
+    if done is not None:
+        assert done.result is not None and {c.name: c.type for c in done.result.columns}["total"] == "decimal128(38, 2)"
