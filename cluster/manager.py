@@ -34,10 +34,12 @@ from spillway.jobs.engine_choice import EngineName, choose_engine
 from spillway.jobs.gpu_multi import MULTI_GPU_NOTE, MultiGpuEngines, MultiGpuResult, run_across_gpus
 from spillway.jobs.gpu_placement import GpuPlacement, across_gpus, device_limit_bytes, place_on_gpu
 from spillway.jobs.gpu_support import settle_on_gpu
-from spillway.jobs.errors import IntegerOverflow, InvalidTransition, SpillwayError, TooManyPartitions
+from spillway.jobs import ir
+from spillway.jobs.errors import DivisionByZero, IntegerOverflow, InvalidTransition, SpillwayError, TooManyPartitions
 from spillway.jobs.expr import shorten
 from spillway.jobs.lower_pandas import INT64_MAX, INT64_MIN
 from spillway.jobs.lower_polars import INT64_OVERFLOW, has_integer_arithmetic
+from spillway.jobs.pandas_numbers import DIVISION_BY_ZERO
 from spillway.jobs.logical import LogicalPlan
 from spillway.jobs.polars_frame import build_lazyframe
 from spillway.jobs.read_progress import SourceRead, source_reads
@@ -649,8 +651,8 @@ class JobManager:
             try:
                 result: polars_job.PolarsRunResult = await future
             except Exception as exc:
-                if INT64_OVERFLOW in str(exc):  # a checked integer result outside int64 (jobs.lower_polars)
-                    raise _integer_overflow(logical) from exc
+                if (named := _named_runtime_error(exc, logical)) is not None:
+                    raise named from exc
                 raise
         computed_s = time.perf_counter() - phase
         received_at = time.time()
@@ -703,8 +705,8 @@ class JobManager:
             except Exception as exc:
                 if active.cancel_requested:
                     raise _JobCancelled() from exc
-                if INT64_OVERFLOW in str(exc):
-                    raise _integer_overflow(logical) from exc
+                if (named := _named_runtime_error(exc, logical)) is not None:
+                    raise named from exc
                 raise
         computed_s = time.perf_counter() - phase
         if active.cancel_requested:
@@ -796,7 +798,12 @@ class JobManager:
         active.task_keys = frozenset(key_text(key) for key in plan.stage_of_key)
         async with self._holding_gpus(active):
             active.futures = client.get(plan.graph, plan.result_keys, sync=False)
-            await client.gather(active.futures)
+            try:
+                await client.gather(active.futures)
+            except Exception as exc:
+                if (named := _named_runtime_error(exc, logical)) is not None:
+                    raise named from exc
+                raise
         computed_s = time.perf_counter() - phase
         if active.cancel_requested:
             raise _JobCancelled()
@@ -939,6 +946,24 @@ def _all_done(progress: JobProgress) -> JobProgress:
     """Every stage complete: a job across the GPU workers reports no counts while it runs (its ranks block their workers' event loops)."""
     stages = [stage.model_copy(update={"done": stage.total}) for stage in progress.stages]
     return progress.model_copy(update={"stages": stages})
+
+
+def _named_runtime_error(exc: BaseException, logical: LogicalPlan) -> SpillwayError | None:
+    """A worker's error that a checked expression raised on purpose, named after the expressions it can come from; else None.
+
+    The checks signal through their error's text (a sentinel), which survives any engine and
+    worker: a checked integer result outside int64 (jobs.lower_polars, the Polars engine's;
+    the Dask engine names its own), and ``divide`` by zero (both engines).
+    """
+    text = str(exc)
+    if INT64_OVERFLOW in text:
+        return _integer_overflow(logical)
+    if DIVISION_BY_ZERO in text:
+        fields = [(at, e) for at, e in logical.expressions.items() if any(isinstance(n, ir.Call) and n.name == "divide" for n in ir.walk(e.node))]
+        named = "; ".join(f"{at} '{shorten(e.text)}'" for at, e in fields) or "an expression"
+        return DivisionByZero(f"division by zero in {named}: a divisor is zero in some row; safe_divide(x, y) gives null there "
+                              "instead, and / an infinity", field=fields[0][0] if len(fields) == 1 else None)
+    return None
 
 
 def _integer_overflow(logical: LogicalPlan) -> IntegerOverflow:

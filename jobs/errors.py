@@ -94,6 +94,12 @@ class IntegerOverflow(SpillwayError):
     code = "integer_overflow"
 
 
+class DivisionByZero(SpillwayError):
+    """``divide(x, y)`` met a zero divisor at run time: the expressions using it are named, nothing is committed."""
+
+    code = "division_by_zero"
+
+
 class TooManyPartitions(SpecError):
     """A job's graph is over the configured partition limit (at submit, a 422 naming the blocksize)."""
 

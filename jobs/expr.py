@@ -157,6 +157,7 @@ _FUNCS: dict[str, _Func] = {
     "ln": _Func("ln(x)", 1, 1),
     "pow": _Func("pow(x, y)", 2, 2),
     "safe_divide": _Func("safe_divide(x, y)", 2, 2),
+    "divide": _Func("divide(x, y)", 2, 2),
     "greatest": _Func("greatest(x, y, ...)", 2, None),
     "least": _Func("least(x, y, ...)", 2, None),
     "cast": _Func('cast(x, "dtype")', 2, 2, {1: "dtype"}),

@@ -75,7 +75,7 @@ _TRY_CAST_INPUTS = frozenset({"string", "numeric", "bool"})
 _ARGUMENTS: dict[str, tuple[tuple[str | None, ...], str]] = {
     "date_trunc": ((None, "datetime"), "datetime"),
     "date_diff": ((None, "datetime", "datetime"), "numeric"),
-    "safe_divide": (("numeric",), "numeric"),
+    "safe_divide": (("numeric",), "numeric"), "divide": (("numeric",), "numeric"),
     "concat": (("string",), "string"),
     "substr": (("string", "numeric"), "string"),
 }

@@ -20,6 +20,7 @@ from spillway.jobs import ir
 from spillway.jobs.decimal_cast import decimal_type
 from spillway.jobs.errors import ExpressionError
 from spillway.jobs.number_text import DECIMAL_TEXT, INTEGER_RANGES, INTEGER_TEXT
+from spillway.jobs.pandas_numbers import DIVISION_BY_ZERO
 from spillway.jobs.polars_partitions import slice_expr
 from spillway.jobs.regex_functions import REGEX_FUNCTIONS, regex_expr
 from spillway.jobs.time_functions import TIME_FUNCTIONS, time_expr
@@ -74,6 +75,15 @@ _TOTALS = {"week": "total_days", "day": "total_days", "hour": "total_hours", "mi
 _DATETIME_CAST = "datetime64[ns]"
 
 
+def _fails_where(condition: pl.Expr, sentinel: str) -> pl.Expr:
+    """0 where ``condition`` is false; where it holds, the query fails with ``sentinel`` in its error.
+
+    A strict cast of the sentinel text to an integer, done only on the rows that hold it: the
+    service finds the sentinel in the error and names the expressions (cluster/manager.py).
+    """
+    return pl.when(condition).then(pl.lit(sentinel)).cast(pl.Int64, strict=True).fill_null(0)
+
+
 def _false_if_null(expr: pl.Expr) -> pl.Expr:
     return expr.fill_null(_FALSE)
 
@@ -112,6 +122,7 @@ _CALLS: dict[str, Callable[..., pl.Expr]] = {
     "exp": lambda x: x.cast(pl.Float64).exp(),
     "ln": lambda x: pl.when(x > 0).then(x.cast(pl.Float64).log()),
     "safe_divide": lambda x, y: pl.when(y != 0).then(x / y),  # / by zero: null, where / gives an infinity
+    "divide": lambda x, y: x / y + _fails_where(y == 0, DIVISION_BY_ZERO),
     "greatest": lambda *xs: pl.max_horizontal(*xs),  # nulls skipped, as PostgreSQL and DuckDB do
     "least": lambda *xs: pl.min_horizontal(*xs),
     "lower": lambda s: s.str.to_lowercase(),

@@ -91,6 +91,27 @@ def _safe_divide(left: Any, right: Any) -> Any:
     return left / right.where(right != 0)
 
 
+#: In the error of ``divide`` by zero on either engine: the service names the expressions from it.
+DIVISION_BY_ZERO = "spillway: division by zero"
+
+
+def _nonzero(divisor: Any) -> Any:
+    """``divisor`` (a partition), or the error of ``divide`` when one of its values is zero."""
+    if bool((divisor == 0).fillna(False).any()):
+        raise ZeroDivisionError(f"{DIVISION_BY_ZERO}: divide(x, y) met a zero divisor; safe_divide(x, y) gives null there instead")
+    return divisor
+
+
+def _divide(left: Any, right: Any) -> Any:
+    """``left / right``; a zero divisor fails (as SQL's division does), when the partition holding it is computed."""
+    if _is_value(right):
+        if not pd.isna(right) and right == 0:
+            raise ZeroDivisionError(f"{DIVISION_BY_ZERO}: divide(x, y) met a zero divisor")
+        return None if (_is_value(left) and pd.isna(left)) or pd.isna(right) else left / right
+    checked = right.map_partitions(_nonzero, meta=right._meta) if hasattr(right, "map_partitions") else _nonzero(right)
+    return left / checked
+
+
 #: Function name → implementation; lower_pandas registers them beside its own.
 NUMBER_FUNCTIONS: dict[str, Callable[..., Any]] = {
     "floor": _rounding(np.floor, math.floor),
@@ -100,6 +121,7 @@ NUMBER_FUNCTIONS: dict[str, Callable[..., Any]] = {
     "ln": _within(np.log, math.log, lambda x: x > 0),
     "exp": _exp,
     "safe_divide": _safe_divide,
+    "divide": _divide,
     "greatest": _extreme(operator.ge),
     "least": _extreme(operator.le),
 }

@@ -296,6 +296,7 @@ NUMBER_FUNCTIONS: dict[str, Ref] = {
     "greatest(qty, 3)": lambda df: df.qty.clip(lower=3),
     "safe_divide(amount, qty)": lambda df: df.amount / df.qty.where(df.qty != 0),  # by zero: null, not an infinity
     "safe_divide(100, qty - 3)": lambda df: 100 / (df.qty - 3).where(df.qty != 3),
+    "divide(amount, qty + 10)": lambda df: df.amount / (df.qty + 10),  # no zero divisor: as /
 }
 def _first(pattern: str, group: int = 0) -> Ref:
     def extract(v: str) -> str | None:

@@ -59,6 +59,7 @@ SCHEMA = {"name": "string", "day": "datetime", "n": "numeric"}
         ("least(None, None)", None),
         ("safe_divide(7, 2)", 3.5),
         ("safe_divide(7, 0)", None),
+        ("divide(7, 2)", 3.5),
         ("strptime('05/03/24 10:30', '%d/%m/%y %H:%M')", pd.Timestamp("2024-03-05 10:30")),
         ("convert_tz(timestamp('2024-07-01 12:00:00'), 'UTC', 'Europe/Paris')", pd.Timestamp("2024-07-01 14:00")),
         ("convert_tz(timestamp('2024-10-27 02:30:00'), 'Europe/Paris', 'UTC')", pd.Timestamp("2024-10-27 00:30")),  # twice: the earlier
@@ -94,6 +95,7 @@ def test_constant_calls_are_folded(text: str, value: Any) -> None:
         ("convert_tz(day, 'Mars/Olympus', 'UTC')", "argument 2 of convert_tz() must be a time zone literal of the IANA database"),
         ("strptime(name, '%A')", "argument 2 of strptime() must be a format literal"),
         ("strptime('x', '%Y')", "cannot evaluate 'strptime('x', '%Y')' at col 0: conversion from `str` to `datetime"),
+        ("divide(7, 0)", "cannot evaluate 'divide(7, 0)' at col 0: spillway: division by zero"),
     ],
 )
 def test_function_literals_are_checked(text: str, fragment: str) -> None:

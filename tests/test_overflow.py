@@ -88,3 +88,14 @@ def test_a_constant_outside_int64_is_a_422(service: ServiceProcess, sample_data:
 def test_checked_arithmetic_on_a_folded_function_value(text: str, value: int) -> None:
     # A function of literals folds to a numpy scalar; the Dask engine's overflow check took it for a column.
     assert parse_expression(text).evaluate(pd.DataFrame({"a": [1]})) == value
+
+
+def test_divide_by_zero_fails_the_job_naming_the_expression_on_both_engines(api: SpillwayClient, sample_data: dict[str, Path], tmp_path: Path) -> None:
+    """``divide`` errs where SQL's division does; ``safe_divide`` gives null and ``/`` an infinity (docs/spec.md, "Numbers")."""
+    job = wait_terminal(api, api.submit(assign(sample_data, tmp_path, "divide(quantity, quantity - quantity)")).id)
+    assert job.state.value == "FAILED" and job.error is not None
+    assert (job.error.code, job.error.field) == ("division_by_zero", "steps[0].expr"), job.error
+    assert "division by zero in steps[0].expr 'divide(quantity, quantity - quantity)'" in job.error.message, job.error.message
+    assert not list((tmp_path / "out").glob("*.parquet")), "nothing is committed"
+    fine = wait_terminal(api, api.submit(assign(sample_data, tmp_path / "fine", "divide(order_id, quantity + 1000)")).id)
+    assert fine.state.value == "SUCCEEDED", fine.error
