@@ -14,7 +14,7 @@ import logging
 import time
 from datetime import datetime, timezone
 from dataclasses import dataclass, field
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from distributed.client import FutureCancelledError, FuturesCancelledError
@@ -648,12 +648,8 @@ class JobManager:
             active.task_keys = frozenset({key_text(polars_job.task_key(job.id))})
             future = polars_job.submit(self.cluster.client, job.id, frame, target, active.progress, reads, device, placement)
             active.futures = [future]
-            try:
+            with _naming_checked_errors(logical):
                 result: polars_job.PolarsRunResult = await future
-            except Exception as exc:
-                if (named := _named_runtime_error(exc, logical)) is not None:
-                    raise named from exc
-                raise
         computed_s = time.perf_counter() - phase
         received_at = time.time()
         if active.cancel_requested:
@@ -798,12 +794,8 @@ class JobManager:
         active.task_keys = frozenset(key_text(key) for key in plan.stage_of_key)
         async with self._holding_gpus(active):
             active.futures = client.get(plan.graph, plan.result_keys, sync=False)
-            try:
+            with _naming_checked_errors(logical):
                 await client.gather(active.futures)
-            except Exception as exc:
-                if (named := _named_runtime_error(exc, logical)) is not None:
-                    raise named from exc
-                raise
         computed_s = time.perf_counter() - phase
         if active.cancel_requested:
             raise _JobCancelled()
@@ -946,6 +938,17 @@ def _all_done(progress: JobProgress) -> JobProgress:
     """Every stage complete: a job across the GPU workers reports no counts while it runs (its ranks block their workers' event loops)."""
     stages = [stage.model_copy(update={"done": stage.total}) for stage in progress.stages]
     return progress.model_copy(update={"stages": stages})
+
+
+@contextlib.contextmanager
+def _naming_checked_errors(logical: LogicalPlan) -> Iterator[None]:
+    """Raise a worker's error from a checked expression as :func:`_named_runtime_error` names it; others as they are."""
+    try:
+        yield
+    except Exception as exc:
+        if (named := _named_runtime_error(exc, logical)) is not None:
+            raise named from exc
+        raise
 
 
 def _named_runtime_error(exc: BaseException, logical: LogicalPlan) -> SpillwayError | None:
