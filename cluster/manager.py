@@ -35,11 +35,12 @@ from spillway.jobs.gpu_multi import MULTI_GPU_NOTE, MultiGpuEngines, MultiGpuRes
 from spillway.jobs.gpu_placement import GpuPlacement, across_gpus, device_limit_bytes, place_on_gpu
 from spillway.jobs.gpu_support import settle_on_gpu
 from spillway.jobs import ir
-from spillway.jobs.errors import DivisionByZero, IntegerOverflow, InvalidTransition, SpillwayError, TooManyPartitions
+from spillway.jobs.errors import DivisionByZero, IntegerOverflow, InvalidTransition, SpillwayError, TextNotParsed, TooManyPartitions
 from spillway.jobs.expr import shorten
 from spillway.jobs.lower_pandas import INT64_MAX, INT64_MIN
 from spillway.jobs.lower_polars import INT64_OVERFLOW, has_integer_arithmetic
 from spillway.jobs.pandas_numbers import DIVISION_BY_ZERO
+from spillway.jobs.time_functions import STRPTIME_MISMATCH
 from spillway.jobs.logical import LogicalPlan
 from spillway.jobs.polars_frame import build_lazyframe
 from spillway.jobs.read_progress import SourceRead, source_reads
@@ -952,32 +953,39 @@ def _naming_checked_errors(logical: LogicalPlan) -> Iterator[None]:
 
 
 def _named_runtime_error(exc: BaseException, logical: LogicalPlan) -> SpillwayError | None:
-    """A worker's error that a checked expression raised on purpose, named after the expressions it can come from; else None.
+    """A worker's error from a checked expression, named after the expressions it can come from; else None.
 
-    The checks signal through their error's text (a sentinel), which survives any engine and
-    worker: a checked integer result outside int64 (jobs.lower_polars, the Polars engine's;
-    the Dask engine names its own), and ``divide`` by zero (both engines).
+    The checks signal through their error's text, which survives any engine and worker: a
+    checked integer result outside int64 (jobs.lower_polars, the Polars engine's; the Dask
+    engine names its own), ``divide`` by zero (a sentinel, both engines), and a text
+    ``strptime`` cannot read (chrono's error through Polars, both engines).
     """
     text = str(exc)
     if INT64_OVERFLOW in text:
-        return _integer_overflow(logical)
+        named, field = _naming(logical, has_integer_arithmetic)
+        return IntegerOverflow(f"integer overflow in {named}: a result is outside int64 ({INT64_MIN} to {INT64_MAX}); compute in "
+                               "float64 instead, e.g. cast(x, 'float64')", field=field)
     if DIVISION_BY_ZERO in text:
-        fields = [(at, e) for at, e in logical.expressions.items() if any(isinstance(n, ir.Call) and n.name == "divide" for n in ir.walk(e.node))]
-        named = "; ".join(f"{at} '{shorten(e.text)}'" for at, e in fields) or "an expression"
+        named, field = _naming(logical, lambda node: _calls(node, "divide"))
         return DivisionByZero(f"division by zero in {named}: a divisor is zero in some row; safe_divide(x, y) gives null there "
-                              "instead, and / an infinity", field=fields[0][0] if len(fields) == 1 else None)
+                              "instead, and / an infinity", field=field)
+    if STRPTIME_MISMATCH in text and any(_calls(e.node, "strptime") for e in logical.expressions.values()):
+        named, field = _naming(logical, lambda node: _calls(node, "strptime"))
+        detail = text.strip().splitlines()[0][:300]
+        return TextNotParsed(f"a text does not match the format in {named} ({detail}); filter such rows out first, e.g. "
+                             "with regexp_like(s, '…')", field=field)
     return None
 
 
-def _integer_overflow(logical: LogicalPlan) -> IntegerOverflow:
-    """The Polars engine's overflow, named as the Dask engine names it: the expressions whose integer arithmetic is checked."""
-    fields = [(at, expression) for at, expression in logical.expressions.items() if has_integer_arithmetic(expression.node)]
+def _calls(node: ir.Node, name: str) -> bool:
+    return any(isinstance(n, ir.Call) and n.name == name for n in ir.walk(node))
+
+
+def _naming(logical: LogicalPlan, test: Callable[[ir.Node], bool]) -> tuple[str, str | None]:
+    """The job's expressions that ``test`` holds for, as a message names them, and their field when there is one."""
+    fields = [(at, expression) for at, expression in logical.expressions.items() if test(expression.node)]
     named = "; ".join(f"{at} '{shorten(expression.text)}'" for at, expression in fields) or "an expression"
-    return IntegerOverflow(
-        f"integer overflow in {named}: a result is outside int64 ({INT64_MIN} to {INT64_MAX}); compute in float64 instead, "
-        "e.g. cast(x, 'float64')",
-        field=fields[0][0] if len(fields) == 1 else None,
-    )
+    return named, fields[0][0] if len(fields) == 1 else None
 
 
 def _drop_plugin(dask_scheduler: Any, name: str) -> None:

@@ -100,6 +100,12 @@ class DivisionByZero(SpillwayError):
     code = "division_by_zero"
 
 
+class TextNotParsed(SpillwayError):
+    """``strptime`` met a text its format does not read, at run time: the expressions using it are named, nothing is committed."""
+
+    code = "text_not_parsed"
+
+
 class TooManyPartitions(SpecError):
     """A job's graph is over the configured partition limit (at submit, a 422 naming the blocksize)."""
 

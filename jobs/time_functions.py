@@ -17,6 +17,8 @@ import polars as pl
 
 #: The functions this module gives both engines.
 TIME_FUNCTIONS = ("strptime", "convert_tz")
+#: How Polars' error begins when ``strptime`` meets a text its format does not read (the service names the expression from it).
+STRPTIME_MISMATCH = "conversion from `str` to `datetime"
 
 
 @lru_cache(maxsize=1024)

@@ -1,4 +1,5 @@
-"""Integer overflow is an error on both engines, never a wrapped-around answer (issue 16 item 12).
+"""Integer overflow is an error on both engines, never a wrapped-around answer (issue 16 item 12); so are
+``divide`` by zero and a text ``strptime`` cannot read, each naming the expression (issue 20).
 
 Integer ``+``, ``-``, ``*``, ``**`` and unary ``-`` over int64 columns: a result outside int64 fails the
 job as ``integer_overflow`` naming the expression; a constant outside int64 is a 422 at submit.
@@ -99,3 +100,14 @@ def test_divide_by_zero_fails_the_job_naming_the_expression_on_both_engines(api:
     assert not list((tmp_path / "out").glob("*.parquet")), "nothing is committed"
     fine = wait_terminal(api, api.submit(assign(sample_data, tmp_path / "fine", "divide(order_id, quantity + 1000)")).id)
     assert fine.state.value == "SUCCEEDED", fine.error
+
+
+def test_a_text_strptime_cannot_read_fails_the_job_naming_the_expression_on_both_engines(api: SpillwayClient, sample_data: dict[str, Path],
+                                                                                        tmp_path: Path) -> None:
+    expr = "strptime(cast(quantity, 'string'), '%Y-%m-%d')"
+    job = wait_terminal(api, api.submit(assign(sample_data, tmp_path, expr)).id)
+    assert job.state.value == "FAILED" and job.error is not None
+    assert (job.error.code, job.error.field) == ("text_not_parsed", "steps[0].expr"), job.error
+    assert "a text does not match the format in steps[0].expr 'strptime(cast(quantity" in job.error.message, job.error.message
+    assert "conversion from `str` to `datetime" in job.error.message  # which texts, as the engine said
+    assert not list((tmp_path / "out").glob("*.parquet")), "nothing is committed"
