@@ -13,6 +13,7 @@ import operator
 import re
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -26,7 +27,7 @@ from spillway.jobs.errors import ExpressionError, IntegerOverflow
 from spillway.jobs.pandas_functions import FUNCTIONS, cast_values
 from spillway.jobs.pandas_numbers import NUMBER_FUNCTIONS
 from spillway.jobs.polars_partitions import slice_by_rows, through_polars
-from spillway.jobs.regex_functions import REGEX_FUNCTIONS, on_partitions
+from spillway.jobs.regex_functions import REGEX_FUNCTIONS, regex_expr
 from spillway.jobs.time_functions import TIME_FUNCTIONS, time_expr
 
 MAX_INT_BITS = 10_000  # caps constant integer powers such as 9 ** 9 ** 9
@@ -292,8 +293,9 @@ IMPLS: dict[str, Callable[..., Any]] = {
     "day": _elementwise(lambda s: s.dt.day, operator.attrgetter("day")),
     **FUNCTIONS,
     **NUMBER_FUNCTIONS,
-    **{name: on_partitions(name) for name in REGEX_FUNCTIONS},
-    **{name: through_polars((lambda name: lambda value, *args: time_expr(name, value, *args))(name)) for name in TIME_FUNCTIONS},
+    # The same Polars expressions as the Polars engine's, run on each partition (jobs/polars_partitions.py).
+    **{name: through_polars(partial(regex_expr, name), null=False if name == "regexp_like" else None) for name in REGEX_FUNCTIONS},
+    **{name: through_polars(partial(time_expr, name)) for name in TIME_FUNCTIONS},
 }
 
 

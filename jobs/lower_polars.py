@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 import pandas as pd
@@ -157,8 +158,8 @@ _LITERAL_CALLS: dict[str, Callable[..., pl.Expr]] = {
     "replace": lambda s, old, new: s.str.replace_all(old, new, literal=True),
     "lpad": lambda s, width, fill=" ": s.str.pad_start(width, fill).str.slice(0, width),
     "rpad": lambda s, width, fill=" ": s.str.pad_end(width, fill).str.slice(0, width),
-    **{name: (lambda name: lambda s, *args: regex_expr(name, s, *args))(name) for name in REGEX_FUNCTIONS},
-    **{name: (lambda name: lambda value, *args: time_expr(name, value, *args))(name) for name in TIME_FUNCTIONS},
+    **{name: partial(regex_expr, name) for name in REGEX_FUNCTIONS},
+    **{name: partial(time_expr, name) for name in TIME_FUNCTIONS},
 }
 
 

@@ -57,10 +57,3 @@ def regex_expr(name: str, text: pl.Expr, pattern: str, *rest: Any) -> pl.Expr:
     if flags == "g":
         return text.str.replace_all(pattern, replacement)
     return text.str.replace(pattern, replacement, n=1)
-
-
-def on_partitions(name: str) -> Any:
-    """The Dask engine's ``name``: :func:`regex_expr` run through Polars on each partition (pandas or cuDF) or on a value."""
-    from spillway.jobs.polars_partitions import through_polars
-
-    return through_polars(lambda text, *args: regex_expr(name, text, *args), null=False if name == "regexp_like" else None)
