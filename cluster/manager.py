@@ -33,7 +33,7 @@ from spillway.jobs.dask_read import check_partitions
 from spillway.jobs.engine_choice import EngineName, choose_engine
 from spillway.jobs.gpu_multi import MULTI_GPU_NOTE, MultiGpuEngines, MultiGpuResult, run_across_gpus
 from spillway.jobs.gpu_placement import GpuPlacement, across_gpus, device_limit_bytes, place_on_gpu
-from spillway.jobs.gpu_support import settle_on_gpu
+from spillway.jobs.gpu_support import settle_on_gpu, untrusted_on_gpu
 from spillway.jobs import ir
 from spillway.jobs.errors import DivisionByZero, IntegerOverflow, InvalidTransition, SpillwayError, TextNotParsed, TooManyPartitions
 from spillway.jobs.expr import shorten
@@ -599,6 +599,8 @@ class JobManager:
         # Checked again against the sources as they are now: they may have changed while the job queued.
         logical = await self._planning(active, plan_spec, job.spec)
         choice = choose_engine(job.spec, self.default_engine, self.cluster.backend)
+        if choice.engine == "polars" and choice.device == "gpu":  # what cudf-polars would take but answer wrongly
+            choice = settle_on_gpu(choice, job.spec.engine or self.default_engine, untrusted_on_gpu(logical))
         frame = None
         if choice.engine == "polars":
             # On the GPU, cudf-polars translates the plan on the worker before it runs anything, and

@@ -16,6 +16,7 @@ from typing import Any
 
 import polars as pl
 
+from spillway.jobs import ir
 from spillway.jobs.engine_choice import EngineName, choose_engine
 from spillway.jobs.errors import GpuUnsupported
 from spillway.jobs.logical import LogicalPlan
@@ -44,6 +45,28 @@ def configured_memory_resource() -> Any:
         return None
     current = rmm.mr.get_current_device_resource()
     return None if type(current) is rmm.mr.CudaMemoryResource else current
+
+
+#: Functions cudf-polars 26.10 runs but answers wrongly, measured on the H200 (bench/RESULTS.md): Spillway
+#: refuses them on cudf-polars itself, so under ``auto`` such a job runs on dask-cudf, which computes them in Polars on the host.
+WRONG_ON_CUDF_POLARS = {
+    "convert_tz": "convert_tz: cudf-polars 26.10 applies today's daylight-saving rules to past years "
+                  "(1998-10-30 00:00 UTC in America/New_York: 20:00, where the time-zone database says 19:00)",
+}
+
+
+def untrusted_on_gpu(plan: LogicalPlan) -> str | None:
+    """Why Spillway does not run ``plan`` on cudf-polars although cudf-polars would take it, or None."""
+    found = sorted({node.name for expression in plan.expressions.values() for node in ir.walk(expression.node)
+                    if isinstance(node, ir.Call) and node.name in WRONG_ON_CUDF_POLARS})
+    return "; ".join(WRONG_ON_CUDF_POLARS[name] for name in found) or None
+
+
+def plan_gpu_refusal(plan: LogicalPlan) -> str | None:
+    """Why ``plan`` does not run on cudf-polars: Spillway's own reason (:func:`untrusted_on_gpu`), else cudf-polars' translation's."""
+    from spillway.jobs.polars_frame import build_lazyframe
+
+    return untrusted_on_gpu(plan) or gpu_refusal(build_lazyframe(plan))
 
 
 def gpu_refusal(frame: pl.LazyFrame) -> str | None:
@@ -82,9 +105,7 @@ def check_gpu_submission(plan: LogicalPlan, default: EngineName, backend: str) -
     only = plan.spec.polars_only()
     if choice.engine != "polars" or choice.device != "gpu" or (asked == "auto" and only is None):
         return
-    from spillway.jobs.polars_frame import build_lazyframe
-
-    refusal = gpu_refusal(build_lazyframe(plan))
+    refusal = plan_gpu_refusal(plan)
     if only is not None and refusal is not None:  # no dask-cudf to move to: the Dask engine cannot run it
         raise GpuUnsupported(f"cudf-polars cannot run this job on the GPU ({refusal}), and {only[1]}: change the job, or run it "
                              "on a CPU cluster", field=only[0])

@@ -36,13 +36,20 @@ def group_mode(part: Any, keys: list[str], name: str) -> Any:
 
 
 def group_string_agg(part: Any, keys: list[str], separator: str, order: list[tuple[str, bool]], name: str) -> Any:
-    """The non-null values of each group joined by ``separator``, in ``order`` (columns, descending) if given."""
+    """The non-null values of each group joined by ``separator``, in ``order`` (columns, descending) if given.
+
+    A cuDF partition is joined in host memory: cuDF 26.10 has no ``collect`` of its text columns (H200 run, bench/RESULTS.md).
+    """
+    if _is_cudf(part):
+        import cudf
+
+        return cudf.from_pandas(group_string_agg(part.to_pandas(), keys, separator, order, name))
     rows = part
     if order:  # a stable sort: groupby keeps each group's rows in the frame's order
         rows = part.sort_values([column for column, _ in order], ascending=[not desc for _, desc in order], na_position="last", kind="stable")
     present = rows[[*keys, VALUE]].dropna(subset=[VALUE])
     grouped = present.groupby(keys, dropna=False, sort=False)[VALUE]
-    joined = grouped.agg("collect").str.join(separator) if _is_cudf(part) else grouped.agg(separator.join)
+    joined = grouped.agg(separator.join)
     return _per_group(part, keys, joined.rename(name).reset_index(), name)
 
 

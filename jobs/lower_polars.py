@@ -45,9 +45,17 @@ def _try_cast(x: pl.Expr, name: str, *, text: bool) -> pl.Expr:
     the shapes of jobs/expr.py (INTEGER_TEXT, DECIMAL_TEXT), which the Dask engine reads alike.
     """
     converted = x.cast(_CASTS[name], strict=False)
-    if not text:
+    if text:
+        return pl.when(x.str.contains(INTEGER_TEXT if name in INTEGER_RANGES else DECIMAL_TEXT)).then(converted)
+    if name not in INTEGER_RANGES:
         return converted
-    return pl.when(x.str.contains(INTEGER_TEXT if name in INTEGER_RANGES else DECIMAL_TEXT)).then(converted)
+    # The range is checked here, not left to the cast: cudf-polars' cast saturates (1.2e19 → int64's largest; H200 run).
+    # A float's fraction is dropped (-2147483648.5 fits int32); an int64 near its largest value is below 2**63
+    # though its float is not, so it also passes where the cast kept it as it was.
+    low, high = INTEGER_RANGES[name]
+    above_low = x >= float(low) if name == "int64" else x > low - 1
+    below_high = (x < float(high)) | (converted == x)
+    return pl.when(above_low & below_high).then(converted)
 
 
 def _truncated_divide(a: pl.Expr, b: pl.Expr) -> pl.Expr:

@@ -47,6 +47,32 @@ def _is_cudf(value: Any) -> bool:
     return type(getattr(value, "_meta", value)).__module__.split(".")[0] == "cudf"
 
 
+def on_host(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` (written for pandas) also over cuDF columns: each cuDF partition through host memory.
+
+    For what cuDF lacks or does differently (measured on the H200, bench/RESULTS.md): a Timedelta
+    times an integer column, list columns in ``where``, ``collect`` of text. The dask-cudf engine
+    mostly reaches these when cudf-polars refused the job; pandas columns go to ``fn`` as they are.
+    """
+
+    def on_partitions(*args: Any) -> Any:
+        if not any(_is_cudf(arg) for arg in args):
+            return fn(*args)
+        import cudf
+
+        return cudf.from_pandas(fn(*(arg.to_pandas() if _is_cudf(arg) else arg for arg in args)))
+
+    def impl(*args: Any) -> Any:
+        if any(hasattr(arg, "map_partitions") and _is_cudf(arg) for arg in args):  # dask-cudf: each partition on its worker
+            import dask.dataframe as dd
+
+            meta = on_partitions(*(arg._meta if hasattr(arg, "_meta") else arg for arg in args))
+            return dd.map_partitions(on_partitions, *args, meta=meta)
+        return on_partitions(*args)
+
+    return impl
+
+
 def _part(value: Any, name: str) -> Any:
     """A datetime part by its pandas name (``day_of_week``), or cuDF's older one (``dayofweek``)."""
     found = getattr(value.dt, name, None)
@@ -98,9 +124,7 @@ def _diff_values(unit: str, start: Any, end: Any) -> Any:
 
 
 def _split_part(value: Any, delimiter: str, index: int) -> Any:
-    # pandas (and dask) read a delimiter longer than one character as a regex; cuDF never does.
-    pattern = delimiter if _is_cudf(value) else re.escape(delimiter)
-    part = value.str.split(pattern).str.get(index - 1)
+    part = value.str.split(re.escape(delimiter)).str.get(index - 1)  # pandas reads a delimiter longer than one character as a regex
     return part.fillna("").where(value.notnull())  # past the last part: '' (SQL), a null stays null
 
 
@@ -127,8 +151,8 @@ _DTYPES["string"] = str
 
 def cast_values(value: Any, name: str) -> Any:
     """``cast(value, name)`` over a column: pandas' ``astype``, with nulls kept null."""
-    if name == "string":  # pandas 2 would turn nulls into the text "nan"
-        return value.astype(str).where(value.notnull())
+    if name == "string":  # pandas 2 would turn nulls into the text "nan"; cuDF keeps them null
+        return value.astype(str) if _is_cudf(value) else value.astype(str).where(value.notnull())
     dtype = getattr(value, "dtype", None)
     if name in ("int64", "int32") and isinstance(dtype, np.dtype) and dtype.kind == "f":
         # numpy ints hold no null: pandas' nullable ints do, so a null stays null (cuDF's ints are nullable already)
@@ -166,14 +190,14 @@ def _try_cast(value: Any, name: str) -> Any:
 
 FUNCTIONS: dict[str, Callable[..., Any]] = {
     "try_cast": _try_cast,
-    "date_trunc": _lift(_trunc, 1),
-    "date_diff": _diff_values,
+    "date_trunc": _lift(on_host(_trunc), 1),
+    "date_diff": on_host(_diff_values),
     "strftime": _lift(lambda d, fmt: d.dt.strftime(fmt)),
     "day_of_week": _lift(lambda d: _part(d, "day_of_week") + 1),  # ISO: Monday 1 … Sunday 7
     "day_of_year": _lift(lambda d: _part(d, "day_of_year")),
     "quarter": _lift(lambda d: d.dt.quarter),
     "week": _lift(lambda d: d.dt.isocalendar().week.astype("float64")),  # ISO week; float, as the other parts with nulls
-    "split_part": _lift(_split_part),
+    "split_part": _lift(on_host(_split_part)),
     "strpos": _lift(lambda s, text: s.str.find(text) + 1),  # 1-based; 0: not found
     "replace": _lift(lambda s, old, new: s.str.replace(old, new, regex=False)),
     "trim": _lift(lambda s: s.str.strip()),

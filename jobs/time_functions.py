@@ -40,7 +40,7 @@ def time_expr(name: str, value: pl.Expr, *args: str) -> pl.Expr:
     job, naming the value (as SQL's strptime does). ``convert_tz(d, from, to)``: as the module says.
     """
     if name == "strptime":
-        return value.str.strptime(pl.Datetime("us"), args[0], strict=True)
+        return value.str.strptime(pl.Datetime("us"), args[0], strict=True, cache=False)  # cudf-polars refuses the cache (a CPU feature)
     source, target = args
     return (value.dt.replace_time_zone(source, ambiguous="earliest", non_existent="null")
             .dt.convert_time_zone(target).dt.replace_time_zone(None))

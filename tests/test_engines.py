@@ -16,8 +16,11 @@ import numpy as np
 import pandas as pd
 import polars as pl
 import pytest
+from polars.testing import assert_frame_equal
 
+from spillway.jobs import ir
 from spillway.jobs.engine_choice import choose_engine
+from spillway.jobs.gpu_support import WRONG_ON_CUDF_POLARS
 from spillway.jobs.expr import parse_expression
 from spillway.jobs.lower_polars import to_polars
 from spillway.jobs.pipeline import backend_config, build_frame
@@ -82,7 +85,11 @@ NOT_ON_CUDF_POLARS = {'cast(day_text, "datetime64[ns]")', 'ship_date + interval(
                       'interval(1, "month") + ship_date',
                       "date_trunc('year', ship_date)", "date_trunc('quarter', ship_date)", "date_trunc('month', ship_date)",
                       "date_trunc('week', ship_date)", "date_diff('week', date('1998-01-01'), ship_date)",
-                      "split_part(name, ' ', 2)", "split_part(name, '.', 1)", "split_part(name, 'an', 3)"}
+                      "split_part(name, ' ', 2)", "split_part(name, '.', 1)", "split_part(name, 'an', 3)",
+                      # substr over columns (Slice only supports literal start and stop values) and regex replacement
+                      # (literal=False is not supported for replace): gpu_tests.log of 2026-12-02.
+                      "substr(name, qty % 4)", "substr(name, 1, length(name) - 2)",
+                      "regexp_replace(name, 'a', '_')", "regexp_replace(name, '([aeiou])', '<$1>', 'g')"}
 
 
 @pytest.mark.gpu
@@ -99,11 +106,15 @@ def test_every_expression_feature_gives_the_same_values_on_cudf_polars(text: str
             query.collect(engine=gpu)
         assert cannot_run_on_gpu(refused.value), refused.value
         return
+    if any(isinstance(node, ir.Call) and node.name in WRONG_ON_CUDF_POLARS for node in ir.walk(expression.node)):
+        # cudf-polars takes it but answers wrongly: Spillway never runs it there (jobs.gpu_support.untrusted_on_gpu).
+        return
     on_gpu, on_cpu = query.collect(engine=gpu), query.collect()
     if text == "round(amount, 1)":  # cuDF rounds the binary value (83.55 is 83.5499...), Polars the decimal text
         assert np.allclose(on_gpu["value"].to_numpy(), on_cpu["value"].to_numpy(), atol=0.1 + 1e-9, equal_nan=True)
         return
-    assert on_gpu.equals(on_cpu), text
+    # exp, pow and the like may differ in the last bit between the GPU's and the CPU's math libraries
+    assert_frame_equal(on_gpu, on_cpu, check_exact=False, rel_tol=1e-12, abs_tol=0), text
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ import pytest
 
 from spillway.jobs.errors import GpuUnsupported
 from spillway.jobs.expr import parse_expression
-from spillway.jobs.gpu_support import check_gpu_submission, gpu_engine, gpu_refusal, settle_on_gpu
+from spillway.jobs.gpu_support import check_gpu_submission, gpu_engine, gpu_refusal, settle_on_gpu, untrusted_on_gpu
 from spillway.jobs.lower_polars import to_polars
 from spillway.jobs.polars_run import cannot_run_on_gpu
 from spillway.jobs.spec import JobSpec
@@ -54,6 +54,27 @@ def test_on_a_cpu_cluster_nothing_is_asked_of_cudf_polars(tmp_path: Path) -> Non
     pd.DataFrame({"a": [1, 2]}).to_parquet(tmp_path / "in.parquet")
     spec = JobSpec.model_validate({"name": "t", "engine": "polars", "source": {"format": "parquet", "path": str(tmp_path / "in.parquet")}, "sink": {"path": str(tmp_path / "out")}})
     check_gpu_submission(plan_spec(spec), "polars", "pandas")
+
+
+def _spec_with(tmp_path: Path, expr: str, engine: str) -> JobSpec:
+    pd.DataFrame({"t": pd.to_datetime(["1998-10-30"])}).to_parquet(tmp_path / "in.parquet")
+    return JobSpec.model_validate({"name": "t", "engine": engine, "source": {"format": "parquet", "path": str(tmp_path / "in.parquet")},
+                                   "steps": [{"op": "assign", "column": "u", "expr": expr}], "sink": {"path": str(tmp_path / "out")}})
+
+
+def test_a_function_cudf_polars_answers_wrongly_is_never_run_there(tmp_path: Path) -> None:
+    # No cudf-polars here: Spillway's own reason is found before cudf-polars' translation would be asked.
+    plan = plan_spec(_spec_with(tmp_path, "convert_tz(t, 'UTC', 'America/New_York')", "polars"))
+    assert "daylight-saving" in (untrusted_on_gpu(plan) or "")
+    with pytest.raises(GpuUnsupported) as refused:
+        check_gpu_submission(plan, "polars", "cudf")
+    assert refused.value.field == "engine" and "convert_tz" in refused.value.message
+    choice = settle_on_gpu(ON_GPU, "auto", untrusted_on_gpu(plan))
+    assert (choice.engine, choice.device) == ("dask", "gpu") and "convert_tz" in choice.reason
+
+
+def test_other_functions_are_left_to_cudf_polars_to_judge(tmp_path: Path) -> None:
+    assert untrusted_on_gpu(plan_spec(_spec_with(tmp_path, "date_trunc('day', t)", "auto"))) is None
 
 
 # --- on the GPU -------------------------------------------------------------------------------

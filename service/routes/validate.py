@@ -7,8 +7,7 @@ import asyncio
 from fastapi import APIRouter
 
 from spillway.jobs.engine_choice import EngineName, choose_engine
-from spillway.jobs.gpu_support import gpu_refusal, settle_on_gpu
-from spillway.jobs.polars_frame import build_lazyframe
+from spillway.jobs.gpu_support import plan_gpu_refusal, settle_on_gpu
 from spillway.jobs.sources import resolve_files
 from spillway.jobs.spec import JobSpec, SourceSpec
 from spillway.jobs.storage import filesystem
@@ -40,7 +39,7 @@ def _report(spec: JobSpec, default_engine: EngineName, backend: str) -> Validati
     engine = choose_engine(spec, default_engine, backend)
     if engine.engine == "polars" and engine.device == "gpu":
         # As the job manager decides when the job starts, and as submit refuses `engine: polars`.
-        engine = settle_on_gpu(engine, spec.engine or default_engine, gpu_refusal(build_lazyframe(plan)))
+        engine = settle_on_gpu(engine, spec.engine or default_engine, plan_gpu_refusal(plan))
     steps = [StepColumns(field=f"steps[{i}]", op=step.op, columns=dict(plan.schemas[f"steps[{i}]"])) for i, step in enumerate(spec.steps)]
     return ValidationReport(
         name=spec.name,
