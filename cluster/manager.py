@@ -963,11 +963,11 @@ def _named_runtime_error(exc: BaseException, logical: LogicalPlan) -> SpillwayEr
     ``strptime`` cannot read (chrono's error through Polars, both engines).
     """
     text = str(exc)
-    if INT64_OVERFLOW in text:
+    if _signalled(text, INT64_OVERFLOW):
         named, field = _naming(logical, has_integer_arithmetic)
         return IntegerOverflow(f"integer overflow in {named}: a result is outside int64 ({INT64_MIN} to {INT64_MAX}); compute in "
                                "float64 instead, e.g. cast(x, 'float64')", field=field)
-    if DIVISION_BY_ZERO in text:
+    if _signalled(text, DIVISION_BY_ZERO):
         named, field = _naming(logical, lambda node: _calls(node, "divide"))
         return DivisionByZero(f"division by zero in {named}: a divisor is zero in some row; safe_divide(x, y) gives null there "
                               "instead, and / an infinity", field=field)
@@ -977,6 +977,13 @@ def _named_runtime_error(exc: BaseException, logical: LogicalPlan) -> SpillwayEr
         return TextNotParsed(f"a text does not match the format in {named} ({detail}); filter such rows out first, e.g. "
                              "with regexp_like(s, '…')", field=field)
     return None
+
+
+def _signalled(text: str, sentinel: str) -> bool:
+    """Whether an error's ``text`` carries ``sentinel`` as a failing value (Polars: ``values: ["…"``) or as the
+    Dask engine's message (``"…: divide(x, y) met a zero divisor"``); Polars' dump of the expression names every
+    sentinel of the expression, failing or not, in neither form."""
+    return f'["{sentinel}"' in text or f"{sentinel}:" in text
 
 
 def _calls(node: ir.Node, name: str) -> bool:

@@ -46,7 +46,11 @@ def _try_cast(x: pl.Expr, name: str, *, text: bool) -> pl.Expr:
     """
     converted = x.cast(_CASTS[name], strict=False)
     if text:
-        return pl.when(x.str.contains(INTEGER_TEXT if name in INTEGER_RANGES else DECIMAL_TEXT)).then(converted)
+        shaped = pl.when(x.str.contains(INTEGER_TEXT if name in INTEGER_RANGES else DECIMAL_TEXT))
+        if name != "int32":
+            return shaped.then(converted)
+        x = shaped.then(x.cast(pl.Int64, strict=False))  # up to 18 digits: int64 holds it, and int32's range is checked below
+        converted = x.cast(pl.Int32, strict=False)
     if name not in INTEGER_RANGES:
         return converted
     # The range is checked here, not left to the cast: cudf-polars' cast saturates (1.2e19 → int64's largest; H200 run).
@@ -228,7 +232,8 @@ class PolarsLowering:
         if isinstance(node, ir.Unary):
             operand = self.lower(node.operand)
             if node.op == "-" and self.integer(node.operand):
-                return _to_int64(pl.lit(0, dtype=pl.Int128) - operand.cast(pl.Int128))  # Polars has no neg on Int128
+                wide = operand.cast(pl.Int64)
+                return -wide + _fails_where(wide == _INT64_MIN, INT64_OVERFLOW)  # -MIN is the one negation outside int64
             return -operand if node.op == "-" else operand
         if isinstance(node, ir.Not):
             return ~self.condition(node.operand)
@@ -259,9 +264,8 @@ class PolarsLowering:
             months = _months(right.value) * (1 if node.op == "+" else -1)
             return self.lower(left).dt.offset_by(f"{months}mo")
         if node.op in ("+", "-", "*") and self.integer(left) and self.integer(right):
-            # Exact in 128 bits, then back to int64 strictly: a result outside int64 fails the query
-            # (jobs.errors.IntegerOverflow, from the manager) instead of wrapping around.
-            return _to_int64(_BINARY[node.op](self.lower(left).cast(pl.Int128), self.lower(right).cast(pl.Int128)))
+            # A result outside int64 fails the query (jobs.errors.IntegerOverflow, from the manager) instead of wrapping around.
+            return _checked_int64(node.op, self.lower(left).cast(pl.Int64), self.lower(right).cast(pl.Int64))
         if node.op == "**" and self.integer(left) and self.integer(right):
             return _checked_power(self.lower(left), self.lower(right))
         return _BINARY[node.op](self.lower(left), self.lower(right))
@@ -301,12 +305,27 @@ def has_integer_arithmetic(node: ir.Node) -> bool:
     return any(has_integer_arithmetic(child) for child in ir.children(node))
 
 
-def _to_int64(expr: pl.Expr) -> pl.Expr:
-    return expr.cast(pl.Int64, strict=True)
+#: The sentinel in the error of a query whose checked integer result (see PolarsLowering.binary) is outside int64.
+INT64_OVERFLOW = "spillway: integer overflow"
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
-#: What Polars says when a checked integer result (see PolarsLowering.binary) is outside int64.
-INT64_OVERFLOW = "conversion from `i128` to `i64` failed"
+def _checked_int64(op: str, a: pl.Expr, b: pl.Expr) -> pl.Expr:
+    """int64 ``a op b`` (``+``, ``-``, ``*``), failing the query with :data:`INT64_OVERFLOW` where it leaves int64.
+
+    The operations wrap around in int64, on Polars and on cudf-polars alike; whether they did is
+    decided in int64 too (no 128-bit integers: cudf-polars has none), before the fact for a sum or
+    a difference, after it for a product: a wrapped product divided by one factor is not the other.
+    """
+    result = _BINARY[op](a, b)
+    if op == "+":
+        overflowed = ((b > 0) & (a > _INT64_MAX - b)) | ((b < 0) & (a < _INT64_MIN - b))
+    elif op == "-":
+        overflowed = ((b < 0) & (a > _INT64_MAX + b)) | ((b > 0) & (a < _INT64_MIN + b))
+    else:
+        divisor = pl.when((a == 0) | (a == -1)).then(1).otherwise(a)  # neither divides a wrapped product safely
+        overflowed = pl.when(a == 0).then(False).when(a == -1).then(b == _INT64_MIN).otherwise(result // divisor != b)
+    return result + _fails_where(overflowed, INT64_OVERFLOW)
 
 
 def _checked_power(base: pl.Expr, exponent: pl.Expr) -> pl.Expr:
@@ -315,12 +334,12 @@ def _checked_power(base: pl.Expr, exponent: pl.Expr) -> pl.Expr:
     128 bits do not hold a power (``x ** 70``), so the int64 power, which wraps around, is compared
     with the same power in float64, which misses the exact one by rounding alone: a wrapped result
     is off by at least 2**63, a rounded one by at most about 2**11 (float64's own overflow, an
-    infinity, is off by more than anything). There, a value outside int64 is converted strictly.
+    infinity, is off by more than anything). There the query fails with :data:`INT64_OVERFLOW`.
     """
     wrapped = base.pow(exponent)
     approximate = base.cast(pl.Float64).pow(exponent.cast(pl.Float64))
     overflowed = (approximate - wrapped.cast(pl.Float64)).abs() > 2.0**62
-    return _to_int64(pl.when(overflowed).then(pl.lit(2**63, dtype=pl.Int128)).otherwise(wrapped.cast(pl.Int128)))
+    return wrapped.cast(pl.Int64) + _fails_where(overflowed, INT64_OVERFLOW)
 
 
 def to_polars(

@@ -175,14 +175,14 @@ def _try_cast(value: Any, name: str) -> Any:
     low, high = INTEGER_RANGES.get(name, (None, None))
     if pd.api.types.is_string_dtype(dtype) or dtype == object:
         pattern = INTEGER_TEXT if low is not None else DECIMAL_TEXT
-        shaped = value.where(value.str.contains(pattern, regex=True).fillna(False).astype(bool))
+        shaped = value.where(value.str.contains(pattern, regex=True).fillna(False).astype(bool), None)  # cuDF: null, not NaN
         if low is None:
             return shaped.astype(name)
         parsed = shaped.str.replace(r"^\+", "", regex=True).astype("Int64")  # at most 18 digits: every one fits int64
         return parsed.where((parsed >= low) & (parsed < high)).astype(name.capitalize())
     if low is not None and pd.api.types.is_float_dtype(dtype):
         whole = np.trunc(value)
-        value = value.where((whole >= low) & (whole < high))  # NaN and infinities compare false: null
+        value = value.where((whole >= float(low)) & (whole < float(high)))  # NaN and infinities compare false: null; cuDF takes float bounds
     elif name == "int32" and pd.api.types.is_integer_dtype(dtype):
         return value.where((value >= low) & (value < high)).astype("Int32")
     return cast_values(value, name)

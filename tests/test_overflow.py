@@ -14,9 +14,12 @@ import httpx
 import pandas as pd
 import pyarrow as pa
 import pyarrow.dataset as pads
+import polars as pl
 import pytest
 
+from spillway.cluster.manager import _signalled
 from spillway.jobs.expr import parse_expression
+from spillway.jobs.lower_polars import INT64_OVERFLOW, to_polars
 from spillway.service.client import SpillwayClient
 from tests.conftest import ServiceProcess, wait_terminal
 
@@ -111,3 +114,38 @@ def test_a_text_strptime_cannot_read_fails_the_job_naming_the_expression_on_both
     assert "a text does not match the format in steps[0].expr 'strptime(cast(quantity" in job.error.message, job.error.message
     assert "conversion from `str` to `datetime" in job.error.message  # which texts, as the engine said
     assert not list((tmp_path / "out").glob("*.parquet")), "nothing is committed"
+
+
+CHECKED = ["a + b", "a - b", "a * b", "-a", "a ** 2"]
+_INT64 = {"a": pl.Int64, "b": pl.Int64}
+
+
+def _checked_query(text: str, rows: dict[str, list[int]]) -> pl.LazyFrame:
+    lowered = to_polars(parse_expression(text).node, text, None, {"a": "numeric", "b": "numeric"}, _INT64)
+    return pl.DataFrame(rows, schema=_INT64).lazy().select(lowered.alias("value"))
+
+
+@pytest.mark.parametrize("text", CHECKED)
+def test_the_polars_check_needs_no_128_bit_integers(text: str) -> None:
+    # cudf-polars has no Int128: a check through it would send every integer job off the GPU.
+    assert "Int128" not in str(_checked_query(text, {"a": [1], "b": [2]}).explain(optimized=False))
+
+
+@pytest.mark.parametrize("text", CHECKED)
+def test_an_integer_overflow_on_polars_fails_with_the_sentinel_alone(text: str) -> None:
+    with pytest.raises(pl.exceptions.InvalidOperationError) as failed:
+        _checked_query(text, {"a": [2**62, -(2**63), 3], "b": [2**62, 1, 4]}).collect()
+    assert _signalled(str(failed.value), INT64_OVERFLOW), failed.value
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("text", CHECKED)
+def test_an_integer_overflow_on_cudf_polars_fails_with_the_sentinel(text: str) -> None:
+    pytest.importorskip("cudf_polars")
+    gpu = pl.GPUEngine(executor="in-memory", raise_on_fail=True)
+    within = {"a": [7, -3, 2**31, None], "b": [5, 0, 2**31, 1]}
+    assert _checked_query(text, within).collect(engine=gpu).equals(_checked_query(text, within).collect()), text
+    outside = {"a": [2**62, -(2**63), 3], "b": [2**62, 1, 4]}  # each of CHECKED leaves int64 in row 1 or 2
+    with pytest.raises(Exception) as failed:
+        _checked_query(text, outside).collect(engine=gpu)
+    assert _signalled(str(failed.value), INT64_OVERFLOW), failed.value
