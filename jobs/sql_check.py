@@ -53,6 +53,11 @@ SQL_FUNCTIONS: dict[str, type[exp.Expression]] = {
     "extract": exp.Extract, "date_part": exp.Extract, "cast": exp.Cast,
 }
 _FUNCTION_NODES = frozenset(SQL_FUNCTIONS.values())
+#: Functions that exist only as a window's: ``ROW_NUMBER() OVER (…)`` (jobs.sql_windows says which windows run).
+SQL_WINDOW_FUNCTIONS: dict[str, type[exp.Expression]] = {
+    "row_number": exp.RowNumber, "rank": exp.Rank, "dense_rank": exp.DenseRank, "lag": exp.Lag, "lead": exp.Lead,
+}
+_WINDOW_NODES = tuple(SQL_WINDOW_FUNCTIONS.values())
 #: How deep parentheses (subqueries included) may nest, and how deep the parsed tree may be.
 MAX_NESTING = 64
 MAX_DEPTH = 512
@@ -75,7 +80,7 @@ _STRUCTURE: tuple[type[exp.Expression], ...] = (
     exp.Literal, exp.Boolean, exp.Null, exp.Interval, exp.Var, exp.DataType, exp.DataTypeParam,
     exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Neg, exp.DPipe, exp.And, exp.Or, exp.Not,
     exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Is, exp.Like, exp.ILike, exp.In, exp.Between, exp.Exists,
-    exp.Case, exp.If, exp.Window,
+    exp.Case, exp.If, exp.Window, exp.WindowSpec,
 )
 _WORDS = {exp.Drop: "DROP", exp.Create: "CREATE", exp.Insert: "INSERT", exp.Update: "UPDATE", exp.Delete: "DELETE",
           exp.Copy: "COPY", exp.Command: "a command", exp.Set: "SET", exp.Pragma: "PRAGMA", exp.Use: "USE"}
@@ -171,6 +176,11 @@ class _Checker:
         for node in tree.walk():
             if isinstance(node, exp.Table):
                 self.table(node, ctes)
+            elif isinstance(node, _WINDOW_NODES) and isinstance(node.parent, exp.Window) and node.arg_key == "this":
+                pass  # its window is checked in detail()
+            elif isinstance(node, _WINDOW_NODES):
+                name = node.sql_name().lower()
+                raise self.refuse(node, f"{name} is a window function", ": write it with OVER (ORDER BY …)")
             elif isinstance(node, exp.Anonymous):
                 name = str(node.this).lower()
                 raise self.refuse(node, f"unknown function '{name}'", _functions_hint(name))

@@ -21,7 +21,9 @@ each on the checked tree, bring a query within what it takes without changing it
 - ``LIKE`` with a literal pattern becomes ``=``, ``starts_with``, ``ends_with`` or a regex without
   Polars' ``(?s)`` flag, which cudf-polars refuses, and a short ``IN`` list of literals ``OR``-ed
   equalities, which cudf-polars fails on (:mod:`jobs.sql_gpu_forms`);
-- an output column with no name gets its SQL text as one (``sum(l_quantity)``, as DuckDB).
+- an output column with no name gets its SQL text as one (``sum(l_quantity)``, as DuckDB);
+- ordered windows stay in the text: when it runs, :mod:`jobs.sql_window_run` splits each SELECT that
+  has one and computes them with the window step's lowering.
 
 Only the tree is read; the user's text is never handed on.
 """
@@ -276,7 +278,10 @@ def polars_sql(tree: exp.Query, tables: Mapping[str, Mapping[str, str]], field: 
         decorrelate_exists(select)
         not_in_as_joins(select)
     bases = []
-    if any(tree.find_all(exp.Subquery, exp.Exists, exp.In)):
+    # sqlglot joins an IN subquery whose value is a window aggregate (COUNT(*) OVER …) without grouping it,
+    # which repeats the outer rows once per match: subqueries in WHERE or HAVING with a window stay as written.
+    windowed = any(clause.find(exp.Window) for clause in tree.find_all(exp.Where, exp.Having))
+    if any(tree.find_all(exp.Subquery, exp.Exists, exp.In)) and not windowed:
         unnested = unnest_subqueries(tree.copy())
         if not any(unnested.find_all(exp.ArrayAgg, exp.Unnest, exp.Array)):
             bases.append(unnested)

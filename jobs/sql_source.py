@@ -5,7 +5,8 @@ whitelisted (:mod:`jobs.sql_check`), rewritten into what Polars' SQL takes
 (:mod:`jobs.sql_rewrite`), and planned at submit over empty frames of the sources' kinds, so
 the output's columns and kinds are known before any work and later steps and sinks are checked
 against them. The Polars engine runs the regenerated SQL with ``polars.SQLContext`` over the
-sources' LazyFrames; the result is a LazyFrame, so cudf-polars can run it on the GPU too.
+sources' LazyFrames (a SELECT with ordered windows in three parts, :mod:`jobs.sql_window_run`); the
+result is a LazyFrame, so cudf-polars can run it on the GPU too.
 The Dask engine does not run SQL.
 """
 
@@ -17,10 +18,13 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 
 import polars as pl
+import sqlglot
 from sqlglot import exp
 
 from spillway.jobs.sources import Schema
 from spillway.jobs.sql_check import SqlRefused, check_sql
+from spillway.jobs.sql_window_run import DIALECT, has_ordered_windows, run_windowed
+from spillway.jobs.sql_windows import WindowRefused
 
 #: Each kind as the Polars type a source of that kind is read as (numbers: the widest integer,
 #: which every numeric function takes; a float column would give the same kinds).
@@ -60,10 +64,16 @@ def _empty_frame(schema: Schema) -> pl.LazyFrame:
 
 
 def run_sql(sql: str, frames: Mapping[str, pl.LazyFrame]) -> pl.LazyFrame:
-    """The LazyFrame of checked, regenerated ``sql`` over ``frames`` (by table name)."""
+    """The LazyFrame of checked, regenerated ``sql`` over ``frames`` (by table name).
+
+    Text with an ordered window is read back with sqlglot and split (:func:`jobs.sql_window_run.run_windowed`);
+    any other runs as it is. Only text regenerated from a checked tree comes here.
+    """
     context = pl.SQLContext(dict(frames))
     with warnings.catch_warnings():  # Polars warns of its own casts of date literals
         warnings.simplefilter("ignore", DeprecationWarning)
+        if "OVER" in sql and has_ordered_windows(tree := sqlglot.parse_one(sql, dialect=DIALECT)):
+            return run_windowed(tree, context)  # type: ignore[arg-type]
         return context.execute(sql, eager=False)
 
 
@@ -104,9 +114,13 @@ def plan_sql(text: str, field: str, name: str, sources: list[str], schema_of: Ca
             planned = run_sql(sql, {table: _empty_frame(s) for table, s in schemas.items()}).collect().schema
             break
         except _POLARS_ERRORS as exc:
-            refusal = refusal or (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            refusal = refusal or "Polars' SQL cannot run this query: " + (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        except WindowRefused as exc:  # a window over values of a kind it does not take, or in a correlated subquery
+            refusal = refusal or str(exc)
+        except RecursionError:  # splitting a query with ordered windows walks it once per level
+            refusal = refusal or "the query is nested too deeply to run; split it with CTEs"
     else:
-        raise SqlRefused(f"{field}: Polars' SQL cannot run this query: {refusal}", field=field)
+        raise SqlRefused(f"{field}: {refusal}", field=field)
     return SqlPlan(sql=sql, tables=tuple(tables), schema={column: polars_kind(dtype) for column, dtype in planned.items()})
 
 

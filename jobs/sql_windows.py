@@ -1,106 +1,140 @@
-"""Which SQL windows a SQL source runs, and for the rest what exactly is refused and what does it.
+"""Which SQL windows a SQL source runs, what each one is in the window step's terms, and what is refused.
 
 Polars' SQL front end (1.44) runs ``OVER (PARTITION BY …)`` aggregates as PostgreSQL and DuckDB do,
 but its ordered windows answer differently, measured against DuckDB on rows with nulls and ties
-(``tests/test_sql_source.py``): ``ORDER BY`` inside ``OVER`` sorts nulls first whatever ``NULLS
+(``tests/test_sql_windows.py``): ``ORDER BY`` inside ``OVER`` sorts nulls first whatever ``NULLS
 LAST`` says; ``RANK`` and ``DENSE_RANK`` give a null key a null rank; a running ``SUM`` with ``ORDER
 BY`` gives each of tied rows its own total (a ``ROWS`` frame, where SQL's default is ``RANGE``:
 peers share one), and a running ``AVG`` the whole partition's; an ``ORDER BY`` over an expression
-fails to plan. So only unordered partition aggregates run; every other window is refused with
-the spec's ``window`` step that computes it (docs/spec.md, "window"), which follows SQL's rules.
+fails to plan. So a SELECT with an ordered window never reaches Polars' SQL with it:
+:mod:`jobs.sql_window_run` computes its windows with the window step's lowering, and here each
+window is read into that step's terms (:class:`SqlWindow`), or refused where it has none.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from sqlglot import exp
 
 #: Aggregates that run over a whole partition: ``func(x) OVER (PARTITION BY …)``.
 PARTITION_AGGREGATES = (exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max)
-# SQL's window functions → the window step's func (aggregates: the running frame once ordered).
-_STEP_FUNCS: dict[type[exp.Expression], str] = {
+#: SQL's window functions → the window step's func.
+STEP_FUNCS: dict[type[exp.Expression], str] = {
     exp.RowNumber: "row_number", exp.Rank: "rank", exp.DenseRank: "dense_rank", exp.Lag: "lag", exp.Lead: "lead",
     exp.Count: "count", exp.Sum: "sum", exp.Avg: "mean", exp.Min: "min", exp.Max: "max",
 }
-_WHY_ORDERED = {
-    "row_number": "Polars' SQL sorts a window's nulls first, whatever NULLS LAST says",
-    "rank": "Polars' SQL sorts a window's nulls first and gives a null key a null rank",
-    "dense_rank": "Polars' SQL sorts a window's nulls first and gives a null key a null rank",
-    "lag": "Polars' SQL sorts a window's nulls first, whatever NULLS LAST says",
-    "lead": "Polars' SQL sorts a window's nulls first, whatever NULLS LAST says",
-    "count": "Polars' SQL sorts a window's nulls first and counts tied rows one by one (a ROWS frame; SQL's default is RANGE)",
-    "sum": "Polars' SQL sorts a window's nulls first and sums tied rows one by one (a ROWS frame; SQL's default is RANGE)",
-    "min": "Polars' SQL sorts a window's nulls first and takes tied rows one by one (a ROWS frame; SQL's default is RANGE)",
-    "max": "Polars' SQL sorts a window's nulls first and takes tied rows one by one (a ROWS frame; SQL's default is RANGE)",
-    "mean": "Polars' SQL gives a running AVG the whole partition's average",
-}
+_NUMBERING = ("row_number", "rank", "dense_rank")
+#: The largest LAG/LEAD offset and rolling frame, as the window step's fields allow.
+MAX_OFFSET = 1_000_000
+MAX_PRECEDING = 100_000
+_FRAMES_RUN = ("ROWS or RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW (a running total; RANGE, the default, "
+               "gives tied rows one total), ROWS BETWEEN n PRECEDING AND CURRENT ROW (n from 1 to "
+               f"{MAX_PRECEDING}), and UNBOUNDED PRECEDING AND "
+               "UNBOUNDED FOLLOWING")
+
+
+@dataclass(frozen=True)
+class SqlWindow:
+    """One SQL window in the window step's terms.
+
+    ``frame`` is the aggregates' frame (``partition``, ``running``, ``rolling``; None for the
+    others); ``peers`` that a running frame is SQL's ``RANGE`` one, where rows with equal
+    ``ORDER BY`` values share the value of the last of them.
+    """
+
+    func: str
+    frame: str | None = None
+    preceding: int | None = None
+    peers: bool = False
+    offset: int = 1
+
+
+class WindowRefused(ValueError):
+    """A window a SQL source does not run: ``part`` is what is refused, ``why`` why and what would do."""
+
+    def __init__(self, part: str, why: str) -> None:
+        super().__init__(part + why)
+        self.part, self.why = part, why
+
+
+def is_ordered(node: exp.Window) -> bool:
+    """Whether ``node`` is more than an aggregate over its whole partition (Polars' SQL runs only those)."""
+    return not (isinstance(node.this, PARTITION_AGGREGATES) and not node.args.get("order") and not node.args.get("spec"))
 
 
 def window_refusal(node: exp.Window, dialect: object) -> tuple[str, str] | None:
-    """None for a window a SQL source runs; else what is refused and why, with the window step that does it.
+    """None for a window a SQL source runs; else what is refused and why (``dialect`` writes the SQL shown)."""
+    try:
+        read_window(node, dialect)
+    except WindowRefused as refused:
+        return refused.part, refused.why
+    return None
 
-    ``dialect`` writes the SQL shown in the message (the checker's own).
+
+def read_window(node: exp.Window, dialect: object) -> SqlWindow:
+    """``node`` in the window step's terms.
+
+    Raises
+    ------
+    WindowRefused
+        The window has no counterpart in the window step, or SQL gives it no defined meaning here.
     """
     func = node.this
-    ordered, frame = node.args.get("order"), node.args.get("spec")
-    if isinstance(func, PARTITION_AGGREGATES) and not ordered and not frame:
-        return None
     text = node.sql(dialect=dialect)
-    shown = text if len(text) <= 120 else text[:117] + "..."
-    name = _STEP_FUNCS.get(type(func))
+    shown = f"window '{text if len(text) <= 120 else text[:117] + '...'}' is not run"
+    if isinstance(func, exp.Identifier) or node.args.get("alias") is not None:  # WINDOW w AS (…), OVER w
+        raise WindowRefused(f"named window '{text[:60]}' is not run", ": write the window inside OVER (…)")
+    name = STEP_FUNCS.get(type(func))
     if name is None:
-        return (f"window function {func.sql(dialect=dialect)[:40]} OVER (…) is not run",
-                ": a SQL window runs count, sum, avg, min or max OVER (PARTITION BY …); the spec's window step has "
-                "row_number, rank, dense_rank, lag, lead and running or rolling sum, count, mean, min and max")
+        raise WindowRefused(f"window function {func.sql(dialect=dialect)[:40]} OVER (…) is not run",
+                            ": a SQL window runs row_number, rank, dense_rank, lag, lead, and count, sum, avg, min and max "
+                            "over the partition, running or rolling")
+    if isinstance(func.this, exp.Distinct):
+        raise WindowRefused(shown, ": DISTINCT inside a window aggregate is not run")
+    ordered, frame = node.args.get("order"), node.args.get("spec")
     if not ordered:
         if frame:
-            return f"window '{shown}' is not run", ": a frame without ORDER BY inside OVER; drop the frame for a total over the partition"
-        return f"window '{shown}' is not run", f": {name} needs ORDER BY inside OVER; the spec's window step computes it with order_by"
-    if frame:
-        why = ("a frame inside OVER: Polars' SQL takes only ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW, and sorts "
-               "a window's nulls first")
-    else:
-        why = "ORDER BY inside OVER: " + _WHY_ORDERED[name]
-    return f"window '{shown}' is not run", f" ({why}, unlike PostgreSQL and DuckDB); " + _step_hint(node, name, dialect)
+            raise WindowRefused(shown, ": a frame without ORDER BY inside OVER; drop the frame for a total over the partition")
+        if name not in ("count", "sum", "mean", "min", "max"):
+            raise WindowRefused(shown, f": {name} needs ORDER BY inside OVER")
+        return SqlWindow(func=name, frame="partition")
+    if name in _NUMBERING:
+        return SqlWindow(func=name)  # SQL ignores a frame here
+    if name in ("lag", "lead"):
+        return SqlWindow(func=name, offset=_offset(func, shown))
+    return _aggregate(name, frame, shown)
 
 
-def _step_hint(node: exp.Window, name: str, dialect: object) -> str:
-    """The window step that computes ``node``, to put after the SQL source (with its input as a column)."""
-    keys = [_column(key, dialect) for key in node.args.get("partition_by") or []]
-    order = [
-        "{column: " + _column(ordered.this, dialect) + (", descending: true" if ordered.args.get("desc") else "") + "}"
-        for ordered in (node.args["order"].expressions if node.args.get("order") else [])
-    ]
-    column: dict[str, str] = {"func": name}
-    argument = node.this.this if name not in ("row_number", "rank", "dense_rank") else None
-    if isinstance(argument, exp.Expression) and not isinstance(argument, exp.Star):
-        column["column"] = _column(argument, dialect)
-    if name in ("lag", "lead") and node.this.args.get("offset") is not None:
-        column["offset"] = node.this.args["offset"].sql(dialect=dialect)
-    if name in ("count", "sum", "mean", "min", "max"):
-        column.update(_step_frame(node.args.get("spec")))
-    if name in ("lag", "lead") and node.this.args.get("default") is not None:
-        column["default"] = node.this.args["default"].sql(dialect=dialect)
-    fields = ", ".join(f"{key}: {value}" for key, value in column.items())
-    partition = f"partition_by: [{', '.join(keys)}], " if keys else ""
-    tail = "; its frames are SQL's ROWS frames: add a column to order_by to break ties" if "frame" in column else ""
-    return (f"compute it with the spec's window step after the SQL source: {{op: window, {partition}"
-            f"order_by: [{', '.join(order)}], columns: {{<name>: {{{fields}}}}}}} (nulls last, as DuckDB orders them{tail})")
+def _offset(func: exp.Expression, shown: str) -> int:
+    offset = func.args.get("offset")
+    if offset is None:
+        return 1
+    if isinstance(offset, exp.Literal) and offset.is_int and 1 <= int(offset.this) <= MAX_OFFSET:
+        return int(offset.this)
+    raise WindowRefused(shown, f": the offset of LAG and LEAD must be an integer literal from 1 to {MAX_OFFSET}")
 
 
-def _column(node: exp.Expression, dialect: object) -> str:
-    """A column's name as the SQL source outputs it (no table qualifier); any other expression must become one first."""
-    return node.name if isinstance(node, exp.Column) else f"<a column holding {node.sql(dialect=dialect)}>"
+def _bound(value: object) -> str:
+    return (value.sql() if isinstance(value, exp.Expression) else str(value or "")).upper()
 
 
-def _step_frame(spec: exp.Expression | None) -> dict[str, str]:
-    """The window step's frame for an aggregate's SQL frame: running (SQL's default and UNBOUNDED
-    PRECEDING), rolling for ``n PRECEDING AND CURRENT ROW``; other frames have no counterpart."""
-    if spec is None:
-        return {"frame": "running"}
-    start, end = spec.args.get("start"), spec.args.get("end")
-    start_text = start.sql() if isinstance(start, exp.Expression) else str(start or "")
-    if str(end or "").upper() != "CURRENT ROW" or str(spec.args.get("start_side") or "").upper() != "PRECEDING":
-        return {"frame": "running | rolling"}
-    if start_text.upper() == "UNBOUNDED":
-        return {"frame": "running"}
-    return {"frame": "rolling", "preceding": start_text}
+def _aggregate(name: str, frame: exp.Expression | None, shown: str) -> SqlWindow:
+    """An ordered aggregate's frame: SQL's default (RANGE, peers share a total) or one the window step has."""
+    if frame is None:
+        return SqlWindow(func=name, frame="running", peers=True)
+    kind, start, side = _bound(frame.args.get("kind")), _bound(frame.args.get("start")), _bound(frame.args.get("start_side"))
+    end, end_side = _bound(frame.args.get("end")) or "CURRENT ROW", _bound(frame.args.get("end_side"))
+    refused = WindowRefused(shown, f": its frame has no counterpart in the window step; frames that run: {_FRAMES_RUN}")
+    if frame.args.get("exclude") is not None or kind not in ("ROWS", "RANGE") or side != "PRECEDING":
+        raise refused
+    if start == "UNBOUNDED" and end == "UNBOUNDED" and end_side == "FOLLOWING":
+        return SqlWindow(func=name, frame="partition")
+    if end != "CURRENT ROW":
+        raise refused
+    if start == "UNBOUNDED":
+        return SqlWindow(func=name, frame="running", peers=kind == "RANGE")
+    literal = frame.args.get("start")
+    if kind == "ROWS" and isinstance(literal, exp.Literal) and literal.is_int and 1 <= int(literal.this) <= MAX_PRECEDING:
+        return SqlWindow(func=name, frame="rolling", preceding=int(literal.this))
+    raise refused

@@ -145,6 +145,18 @@ ACCEPTED = {
     "date_arithmetic": ("SELECT count(*) AS n FROM sales WHERE ts >= DATE '2026-01-31' + INTERVAL '1' MONTH "
                         "AND ts < TIMESTAMP '2026-03-01 12:30:00' + INTERVAL '2' HOUR - INTERVAL '1' DAY", False),
     "unnamed_output_column": ("SELECT region, sum(quantity) FROM sales GROUP BY region ORDER BY region", True),
+    # Ordered windows (jobs/sql_window_run.py): discount has nulls and ties; DESC keys say NULLS LAST, as DuckDB's default.
+    "ordered_windows": ("SELECT order_id, region, row_number() OVER (PARTITION BY region ORDER BY amount DESC NULLS LAST, order_id) AS rn, "
+                        "rank() OVER (PARTITION BY region ORDER BY discount) AS rk, dense_rank() OVER (ORDER BY discount DESC NULLS LAST) AS dr, "
+                        "sum(quantity) OVER (PARTITION BY region ORDER BY discount) AS running, "
+                        "avg(amount) OVER (PARTITION BY region ORDER BY order_id ROWS BETWEEN 2 PRECEDING AND CURRENT ROW) AS rolling, "
+                        "lag(amount, 1, 0) OVER (PARTITION BY region ORDER BY order_id) AS prev, "
+                        "lead(discount) OVER (ORDER BY order_id) AS next_discount FROM sales WHERE order_id < 400", False),
+    "top_per_group_cte": ("WITH ranked AS (SELECT region, order_id, amount, row_number() OVER (PARTITION BY region "
+                          "ORDER BY amount DESC NULLS LAST, order_id) AS rn FROM sales) "
+                          "SELECT region, order_id, amount, rn FROM ranked WHERE rn <= 2 ORDER BY region, rn", True),
+    "rank_of_groups": ("SELECT region, sum(amount) AS revenue, rank() OVER (ORDER BY sum(amount) DESC NULLS LAST) AS place, "
+                       "sum(count(*)) OVER (ORDER BY region) AS orders_so_far FROM sales GROUP BY region ORDER BY place LIMIT 4", True),
 }
 
 
@@ -250,7 +262,8 @@ REFUSED = {
     "hidden_after_block_comment": ("SELECT * FROM sales /* ; */ ; DELETE FROM sales", "a second statement begins with 'DELETE'"),
     "unknown_column": ("SELECT amout FROM sales", "did you mean 'amount'?"),
     "parameter": ("SELECT * FROM sales WHERE amount > $1", "a parameter ($1) is not allowed"),
-    "ordered_window": ("SELECT row_number() OVER (ORDER BY amount) AS r FROM sales", "with the spec's window step after the SQL source"),
+    "following_frame": ("SELECT sum(amount) OVER (ORDER BY order_id ROWS BETWEEN CURRENT ROW AND 2 FOLLOWING) AS r FROM sales",
+                        "its frame has no counterpart in the window step; frames that run: ROWS or RANGE BETWEEN UNBOUNDED"),
     "cast_to_unlisted_type": ("SELECT CAST(amount AS INTERVAL) FROM sales", "CAST to INTERVAL is not allowed"),
     "polars_cannot": ("SELECT s.order_id FROM sales s JOIN products p ON s.amount > p.unit_cost OR s.quantity = 1",
                       "Polars' SQL cannot run this query: unsupported join constraint operator 'Or'"),
@@ -413,6 +426,18 @@ def test_sql_job_through_rest(api: SpillwayClient, data: dict[str, Path], refere
 
 
 @pytest.mark.engines("polars")
+def test_ordered_windows_through_rest(api: SpillwayClient, data: dict[str, Path], referee: Any, tmp_path: Path) -> None:
+    for name in ("ordered_windows", "top_per_group_cte"):
+        sql, ordered = ACCEPTED[name]
+        out = tmp_path / name
+        accepted = api.submit(sql_spec(data, sql, sink=str(out)))
+        job = wait_terminal(api, accepted.id)
+        assert job.state == JobStatus.SUCCEEDED, job.error
+        got = pd.concat([pd.read_parquet(out / entry.path) for entry in api.result(accepted.id).files], ignore_index=True)
+        assert_same(got, referee.execute(sql).df(), ordered=ordered)
+
+
+@pytest.mark.engines("polars")
 def test_engine_auto_runs_sql_on_polars_through_rest(api: SpillwayClient, data: dict[str, Path], tmp_path: Path) -> None:
     accepted = api.submit(sql_spec(data, "SELECT region, count(*) AS n FROM sales GROUP BY region", sink=str(tmp_path / "o"),
                                    engine="auto"))
@@ -451,7 +476,8 @@ def test_engine_dask_with_sql_is_422_through_rest(api: SpillwayClient, data: dic
     assert "the Dask engine does not run SQL" in info.value.detail.message
 
 
-GPU_QUERIES = ["join_groupby_order", "cte_and_scalar_subquery", "exists_and_in", "union_all_and_distinct", "window_over_partition"]
+GPU_QUERIES = ["join_groupby_order", "cte_and_scalar_subquery", "exists_and_in", "union_all_and_distinct", "window_over_partition",
+               "ordered_windows", "top_per_group_cte", "rank_of_groups"]
 
 
 @pytest.mark.gpu
