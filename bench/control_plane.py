@@ -117,7 +117,7 @@ def _polars_runs(data: Path, sinks: list[Path], queue: Any) -> None:
         start = time.perf_counter()
         spec = JobSpec.model_validate(trivial_spec(data, sink))
         sink.mkdir(parents=True)
-        build_lazyframe(plan_spec(spec)).collect(engine="streaming").write_parquet(sink / "part.0.parquet")
+        build_lazyframe(plan_spec(spec), filters_before_casts=True).collect(engine="streaming").write_parquet(sink / "part.0.parquet")
         times.append(time.perf_counter() - start)
     queue.put(times)
 

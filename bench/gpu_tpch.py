@@ -232,7 +232,8 @@ def plan_engine(data: Path, scratch: Path, device: str) -> Callable[[str], pd.Da
     engine: Any = pl.GPUEngine(executor="in-memory", raise_on_fail=True) if device == "gpu" else "streaming"
 
     def execute(query: str) -> pd.DataFrame:
-        frame = build_lazyframe(plan_spec(JobSpec.model_validate(load_spec(query, data, scratch / query))))
+        plan = plan_spec(JobSpec.model_validate(load_spec(query, data, scratch / query)))
+        frame = build_lazyframe(plan, filters_before_casts=device == "cpu")  # as the service plans it on that device
         return frame.collect(engine=engine).to_pandas()
 
     return execute

@@ -9,6 +9,7 @@ replicas of the service on one database each claim the oldest PENDING job
 from __future__ import annotations
 
 import asyncio
+import functools
 import contextlib
 import logging
 import time
@@ -607,7 +608,8 @@ class JobManager:
             # refuses there what it cannot run (raise_on_fail): under auto the job then goes to
             # dask-cudf (_gpu_fallback), under engine: polars it was a 422 at submit already. The
             # service does not translate it a second time (5-80 ms a job: it re-reads parquet footers).
-            frame = await self._planning(active, build_lazyframe, logical)
+            # Filters before the read casts on the CPU only: cudf-polars was measured with the plan as it was.
+            frame = await self._planning(active, functools.partial(build_lazyframe, filters_before_casts=choice.device == "cpu"), logical)
         active.engine = choice
         active.log.add(f"{self._now()} engine: {choice.engine} on {choice.device} ({choice.reason})")
         log.info("job %s: %s", job.id, choice.reason)

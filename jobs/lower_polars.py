@@ -190,11 +190,15 @@ def _months(offset: pd.DateOffset) -> int:
 class PolarsLowering:
     """Builds the Polars expression for an IR tree; ``text`` and ``field`` word errors."""
 
-    def __init__(self, text: str, field: str | None, schema: Mapping[str, str] | None = None, dtypes: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self, text: str, field: str | None, schema: Mapping[str, str] | None = None, dtypes: Mapping[str, Any] | None = None,
+        columns: Mapping[str, pl.Expr] | None = None,
+    ) -> None:
         self.text = text
         self.field = field
         self.schema = schema or {}
         self.dtypes = dtypes or {}
+        self.columns = columns or {}
 
     def integer(self, node: ir.Node) -> bool:
         """Whether ``node`` yields signed integers, from the frame's column types (unknown ones: no)."""
@@ -228,7 +232,7 @@ class PolarsLowering:
                 raise self.error(node, "an interval of months or years can only be added to or subtracted from a datetime")
             return _literal(node.value)
         if isinstance(node, ir.Col):
-            return pl.col(node.name)
+            return self.columns.get(node.name, pl.col(node.name))
         if isinstance(node, ir.Unary):
             operand = self.lower(node.operand)
             if node.op == "-" and self.integer(node.operand):
@@ -343,8 +347,10 @@ def _checked_power(base: pl.Expr, exponent: pl.Expr) -> pl.Expr:
 
 
 def to_polars(
-    node: ir.Node, text: str, field: str | None, schema: Mapping[str, str] | None = None, dtypes: Mapping[str, Any] | None = None
+    node: ir.Node, text: str, field: str | None, schema: Mapping[str, str] | None = None, dtypes: Mapping[str, Any] | None = None,
+    columns: Mapping[str, pl.Expr] | None = None,
 ) -> pl.Expr:
     """The Polars expression of an IR tree over columns of ``schema``'s kinds (and ``dtypes``' Polars types, when known:
-    integer ``+``, ``-``, ``*`` are then checked for overflow)."""
-    return PolarsLowering(text, field, schema, dtypes).lower(node)
+    integer ``+``, ``-``, ``*`` are then checked for overflow). ``columns`` gives the expression a column reference
+    stands for, where it is not the column itself (a cast of it)."""
+    return PolarsLowering(text, field, schema, dtypes, columns).lower(node)

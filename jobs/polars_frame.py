@@ -17,7 +17,7 @@ from spillway.jobs.join_condition_polars import LEFT_ROW, RIGHT_ROW, join_with_c
 from spillway.jobs.logical import LogicalPlan
 from spillway.jobs.named_sources import NamedSources
 from spillway.jobs.lower_polars import has_integer_arithmetic, to_polars
-from spillway.jobs.polars_io import scan_source
+from spillway.jobs.polars_io import scan_source_as_stored, with_read_types
 from spillway.jobs.spec import (
     Aggregation,
     AssignStep,
@@ -65,17 +65,46 @@ def pair_moment(func: str, x: pl.Expr, y: pl.Expr) -> pl.Expr:
 class PolarsFrames(NamedSources[pl.LazyFrame]):
     """Builds the LazyFrame of a checked job, each named source once."""
 
-    def __init__(self, plan: LogicalPlan) -> None:
+    def __init__(self, plan: LogicalPlan, *, filters_before_casts: bool = False) -> None:
         if plan.spec is None:
             raise ValueError("the Polars engine needs a checked plan (jobs.validate.plan_spec)")
         super().__init__(plan.spec)
         self.plan = plan
+        self.filters_before_casts = filters_before_casts
         self._step_input: pl.LazyFrame | None = None
         self._step_field = ""
         self._step_dtypes: pl.Schema | None = None
+        # A frame still one cast away from its scan (and filters): id → (the frame, the scan, the read casts).
+        self._stored: dict[int, tuple[pl.LazyFrame, pl.LazyFrame, dict[str, pl.DataType]]] = {}
 
     def read(self, source: SourceSpec, field: str) -> pl.LazyFrame:
-        return scan_source(source, field=field)
+        stored, casts = scan_source_as_stored(source, field=field)
+        return self._cast(stored, casts)
+
+    def _cast(self, stored: pl.LazyFrame, casts: dict[str, pl.DataType]) -> pl.LazyFrame:
+        frame = with_read_types(stored, casts)
+        if casts and self.filters_before_casts:
+            self._stored[id(frame)] = (frame, stored, casts)
+        return frame
+
+    def _filter_before_casts(self, frame: pl.LazyFrame, step: FilterStep, field: str, schema: dict[str, str]) -> pl.LazyFrame | None:
+        """``frame`` (a scan's read casts over the scan, with filters) filtered by ``step`` before its casts, or None.
+
+        Polars pushes a filter into the parquet scan (rows it drops are never decoded, and never
+        cast), but not through a cast of the columns it reads. So the filter runs on the scan's own
+        columns, each referenced column cast inside the predicate exactly as the read casts it: the
+        same predicate over the same values, the same rows (TPC-H q06 at SF 1: 2× faster).
+        """
+        found = self._stored.get(id(frame))
+        if found is None or found[0] is not frame:
+            return None
+        _, stored, casts = found
+        self._step_input, self._step_field, self._step_dtypes = frame, field, None
+        expression = self.plan.expression(f"{field}.expr", step.expr)
+        dtypes = frame.collect_schema() if has_integer_arithmetic(expression.node) else None
+        columns = {name: pl.col(name).cast(dtype) for name, dtype in casts.items()}
+        predicate = to_polars(expression.node, expression.text, f"{field}.expr", schema, dtypes, columns)
+        return self._cast(stored.filter(predicate), casts)
 
     def query(self, name: str, field: str) -> pl.LazyFrame:
         # The SQL validation regenerated from the checked tree, over the frames of the sources it reads.
@@ -104,7 +133,8 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
         self._step_input, self._step_field, self._step_dtypes = frame, field, None
         schema = self.plan.inputs.get(field, {})
         if isinstance(step, FilterStep):
-            return frame.filter(self.expr(f"{field}.expr", step.expr, schema))
+            before = self._filter_before_casts(frame, step, field, schema)
+            return before if before is not None else frame.filter(self.expr(f"{field}.expr", step.expr, schema))
         if isinstance(step, AssignStep):
             return frame.with_columns(self.expr(f"{field}.expr", step.expr, schema).alias(step.column))
         if isinstance(step, SelectStep):
@@ -218,6 +248,11 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
         return joined.select(columns)
 
 
-def build_lazyframe(plan: LogicalPlan) -> pl.LazyFrame:
-    """The job's output as a Polars LazyFrame (nothing is read until it is collected or sunk)."""
-    return PolarsFrames(plan).output()
+def build_lazyframe(plan: LogicalPlan, *, filters_before_casts: bool = False) -> pl.LazyFrame:
+    """The job's output as a Polars LazyFrame (nothing is read until it is collected or sunk).
+
+    ``filters_before_casts``: a source's first filters run on its files' own types, before the read
+    casts (:meth:`PolarsFrames._filter_before_casts`), as the CPU engine runs jobs; off (the GPU's
+    plan), the plan keeps the shape cudf-polars was measured with.
+    """
+    return PolarsFrames(plan, filters_before_casts=filters_before_casts).output()

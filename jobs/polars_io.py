@@ -59,26 +59,39 @@ def polars_storage_options(path: str) -> dict[str, str] | None:
     return options
 
 
-def _plain_columns(frame: pl.LazyFrame, *, exact_decimals: bool = False) -> pl.LazyFrame:
-    """Decimals as float64 (kept with ``exact_decimals``) and dates as microsecond datetimes, as the Dask engine reads them."""
-    casts = []
+def read_casts(frame: pl.LazyFrame, *, exact_decimals: bool = False) -> dict[str, pl.DataType]:
+    """The types a scan's columns are read as: decimals as float64 (kept with ``exact_decimals``) and
+    dates as microsecond datetimes, as the Dask engine reads them; columns not named keep their type."""
+    casts: dict[str, pl.DataType] = {}
     for name, dtype in frame.collect_schema().items():
         if isinstance(dtype, pl.Decimal) and not exact_decimals:
-            casts.append(pl.col(name).cast(pl.Float64))
+            casts[name] = pl.Float64()
         elif dtype == pl.Date:
-            casts.append(pl.col(name).cast(pl.Datetime("us")))
-    return frame.with_columns(casts) if casts else frame
+            casts[name] = pl.Datetime("us")
+    return casts
+
+
+def with_read_types(frame: pl.LazyFrame, casts: dict[str, pl.DataType]) -> pl.LazyFrame:
+    """``frame`` with the columns of ``casts`` (:func:`read_casts`) converted."""
+    return frame.with_columns(pl.col(name).cast(dtype) for name, dtype in casts.items()) if casts else frame
 
 
 def scan_source(source: SourceSpec, *, field: str = "source") -> pl.LazyFrame:
-    """A LazyFrame over a source's files (listed now, read when the frame runs)."""
+    """A LazyFrame over a source's files (listed now, read when the frame runs), in the language's read types."""
+    frame, casts = scan_source_as_stored(source, field=field)
+    return with_read_types(frame, casts)
+
+
+def scan_source_as_stored(source: SourceSpec, *, field: str = "source") -> tuple[pl.LazyFrame, dict[str, pl.DataType]]:
+    """A LazyFrame over a source's files with the files' own types, and the casts (:func:`read_casts`) that
+    give the language's read types: a filter can then run before them (jobs.polars_frame), where Polars
+    pushes it into the scan."""
     files = resolve_files(source, field=field)
     options = polars_storage_options(files[0])
     frame: pl.LazyFrame
     if source.format == "parquet":
         hive = any("=" in part for part in os.path.dirname(files[0]).replace("\\", "/").split("/")[-8:])
-        frame = _plain_columns(_scan_hive(files, options) if hive else pl.scan_parquet(files, storage_options=options),
-                               exact_decimals=source.decimals == "exact")
+        frame = _scan_hive(files, options) if hive else pl.scan_parquet(files, storage_options=options)
     elif source.format == "csv":
         if files[0].endswith(".gz"):  # Polars' CSV scan does not decompress; read those whole
             frame = pl.concat([_read_csv_now(f, options).lazy() for f in files], how="vertical_relaxed")
@@ -86,7 +99,9 @@ def scan_source(source: SourceSpec, *, field: str = "source") -> pl.LazyFrame:
             frame = pl.scan_csv(files, infer_schema_length=None, storage_options=options)
     else:
         frame = pl.scan_ndjson(files, infer_schema_length=None, storage_options=options)
-    return frame.select(list(source.columns)) if source.columns else frame
+    if source.columns:
+        frame = frame.select(list(source.columns))
+    return frame, read_casts(frame, exact_decimals=source.decimals == "exact") if source.format == "parquet" else {}
 
 
 def _read_csv_now(path: str, options: dict[str, str] | None) -> pl.DataFrame:

@@ -319,8 +319,8 @@ def run_pipeline(spec: dict[str, Any], engine: str = "dask") -> pd.DataFrame:
         with pytest.raises(SpecError, match="exact decimals run only on the Polars engine"):
             build_frame(job, plan)
         engine = "polars"
-    if engine == "polars":
-        return build_lazyframe(plan).collect().to_pandas()
+    if engine == "polars":  # the plan the CPU engine runs (filters before the read casts)
+        return build_lazyframe(plan, filters_before_casts=True).collect().to_pandas()
     with backend_config("pandas"), dask.config.set(scheduler="sync"):
         return build_frame(job, plan).compute().reset_index(drop=True)
 

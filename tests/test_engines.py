@@ -40,7 +40,7 @@ def run_both(spec: JobSpec) -> tuple[pd.DataFrame, pd.DataFrame]:
     plan = plan_spec(spec)
     with backend_config("pandas"), dask.config.set(scheduler="sync"):
         on_dask = build_frame(spec, plan).compute().reset_index(drop=True)
-    return on_dask, build_lazyframe(plan).collect().to_pandas()
+    return on_dask, build_lazyframe(plan, filters_before_casts=True).collect().to_pandas()
 
 
 def assert_same_rows(dask_rows: pd.DataFrame, polars_rows: pd.DataFrame, *, ordered: bool) -> None:
