@@ -193,10 +193,30 @@ def _with_windows(frame: pl.LazyFrame, split: _Split) -> pl.LazyFrame:
     for (partition, order), windows in steps.items():
         frame, sort_keys = _null_placement(frame, order)
         step = WindowStep(op="window", partition_by=list(partition), order_by=sort_keys, columns={w.name: w.column for w in windows})
-        frame = window_columns(frame, step, {w.name: pl.col(w.column.column) for w in windows if w.column.column is not None})
+        inputs = {w.name: _decimal_input(w.column, schema[w.column.column]) for w in windows if w.column.column is not None}
+        frame = window_columns(frame, step, inputs)
         peers = [*partition, *(key.column for key in sort_keys)]
         frame = _share_among_peers(frame, peers, [w.name for w in windows if w.peers])
+        exact = {w.name: _decimal_output(w.column, schema[w.column.column]) for w in windows if w.column.column is not None}
+        frame = frame.with_columns(pl.col(name).cast(dtype) for name, dtype in exact.items() if dtype is not None)
     return frame
+
+
+def _decimal_input(column: WindowColumn, dtype: pl.DataType) -> pl.Expr:
+    """A window's input; of a decimal, a float where Polars has no decimal form: ``AVG`` (a double, as
+    DuckDB's AVG of a decimal) and the rolling ``SUM``, ``MIN`` and ``MAX`` (cast back after)."""
+    value = pl.col(column.column or "")
+    if isinstance(dtype, pl.Decimal) and (column.func == "mean" or (column.frame == "rolling" and column.func != "count")):
+        return value.cast(pl.Float64)
+    return value
+
+
+def _decimal_output(column: WindowColumn, dtype: pl.DataType) -> pl.DataType | None:
+    """The decimal type a rolling aggregate of a decimal, computed in floats, is given back: exact where
+    the sum has at most 15 significant digits (SUM's precision is 38, as Polars' SQL gives it)."""
+    if not (isinstance(dtype, pl.Decimal) and column.frame == "rolling" and column.func in ("sum", "min", "max")):
+        return None
+    return pl.Decimal(38, dtype.scale) if column.func == "sum" else dtype
 
 
 def _check_kind(node: exp.Window, window: _Window, dtype: pl.DataType) -> None:

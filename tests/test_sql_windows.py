@@ -14,12 +14,15 @@ set to PostgreSQL's order, and the queries given to its default order say ``NULL
 from __future__ import annotations
 
 import warnings
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from spillway.jobs.polars_frame import build_lazyframe
@@ -257,3 +260,21 @@ def test_a_partition_min_of_text_runs(table: Path) -> None:
     sql = "SELECT id, MIN(g) OVER (PARTITION BY x) AS lo, MAX(g) OVER (ORDER BY x ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) " \
           "AS hi, RANK() OVER (ORDER BY g) AS r FROM t"
     assert_same(run(table, sql), referee().sql(sql).df(), ordered=False)
+
+
+def test_windows_over_exact_decimals_give_duckdbs_answer(tmp_path: Path) -> None:
+    """Running sums stay exact decimals; AVG is a double and the rolling frames are computed in floats, as DuckDB's agree."""
+    amounts = [Decimal("1.10"), None, Decimal("2.25"), Decimal("3.00"), Decimal("0.07"), Decimal("1999999.99"), Decimal("0.01")]
+    table = pa.table({"g": ["a", "a", "b", None, "a", "b", "a"], "d": pa.array(amounts, pa.decimal128(10, 2)), "id": list(range(7))})
+    path = tmp_path / "d.parquet"
+    pq.write_table(table, path)
+    sql = ("SELECT id, sum(d) OVER (ORDER BY id) AS s, avg(d) OVER (PARTITION BY g ORDER BY id) AS a, "
+           "max(d) OVER (ORDER BY id ROWS 1 PRECEDING) AS m, sum(d) OVER (PARTITION BY g ORDER BY id ROWS 2 PRECEDING) AS rs, "
+           "min(d) OVER (ORDER BY d DESC NULLS LAST) AS mn FROM t")
+    spec = JobSpec.model_validate({"sources": {"t": {"format": "parquet", "path": str(path), "decimals": "exact"}, "q": {"sql": sql}},
+                                   "source": "q", "sink": {"path": "/tmp/unused-sql-windows"}})
+    got = build_lazyframe(plan_spec(spec)).collect()
+    assert got.schema["s"] == pl.Decimal(38, 2) and got.schema["a"] == pl.Float64
+    connection = duckdb.connect()
+    connection.register("t", table)
+    assert_same(got.to_pandas(), connection.sql(sql).df(), ordered=False)
