@@ -4,7 +4,8 @@ Dask's optimizer renames, splits and fuses the expressions a job builds (a group
 becomes ``decomposablegroupbyaggregation-tree`` tasks, a read fuses with the filter after
 it), and it ignores ``dask.annotate`` under query planning. So the stages are traced
 through the optimizer instead: while a job's frame is built, every expression a source or
-a step adds is labelled with that stage (:class:`LabelledFrames`); while the optimizer runs,
+a step adds is labelled with that stage (:class:`LabelledFrames`; a run of assign steps,
+built as one assign by jobs/assign_run.py, with all of its steps); while the optimizer runs,
 an expression it creates from a labelled one takes that one's label, and a fused expression
 takes the labels of all it fuses (:func:`recording`: dask-expr's rewrite entry points,
 ``simplify_once``, ``rewrite``, ``lower_once`` and ``_substitute``, are wrapped once per
@@ -37,7 +38,7 @@ from dask.dataframe.dask_expr._expr import Fused
 from dask.typing import Key
 
 from spillway.jobs.logical import LogicalPlan
-from spillway.jobs.pipeline import NamedFrames, apply_step
+from spillway.jobs.pipeline import NamedFrames
 from spillway.jobs.read_progress import read_stage_name
 from spillway.jobs.spec import JobSpec, SourceSpec, Step
 
@@ -70,11 +71,13 @@ class StageLabels:
         #: Stages an expression also does: those of steps the optimizer folded into it (a sort into a top-k).
         self.also: dict[str, frozenset[str]] = {}
 
-    def mark(self, expr: Expr, stage: str) -> None:
-        """Label ``stage`` on every expression under ``expr`` that has no label yet."""
-        if stage not in self.order:
-            self.order.append(stage)
-        self._spread(expr, stage)
+    def mark(self, expr: Expr, stage: str, also: Iterable[str] = ()) -> None:
+        """Label ``stage`` on every expression under ``expr`` that has no label yet, and ``also`` as
+        stages they also do (the steps of a run of assigns after its first)."""
+        for name in (stage, *also):
+            if name not in self.order:
+                self.order.append(name)
+        self._spread(expr, stage, folded=frozenset(also) - {stage})
 
     def mark_sink(self, write: Any, stage: str) -> Any:
         """Label the writer's own expressions (a dataframe write; a CSV's delayed writes have none) and return ``write``."""
@@ -319,11 +322,11 @@ class LabelledFrames(NamedFrames):
         self.labels.mark(frame.expr, read_stage_name(field))
         return frame
 
-    def apply_steps(self, frame: dd.DataFrame, steps: list[Step], at: str) -> dd.DataFrame:
-        for index, step in enumerate(steps):
-            frame = apply_step(frame, step, f"{at}[{index}]", self.frame_of, self.plan)
-            self.labels.mark(frame.expr, step_stage_name(f"{at}[{index}]", step))
-        return frame
+    def applied(self, frame: dd.DataFrame, steps: list[tuple[str, Step]]) -> None:
+        # A run of assigns is one assign (jobs.assign_run): its expressions, which the optimizer may
+        # merge with the next assign's, do the work of every step of the run.
+        first, *rest = (step_stage_name(field, step) for field, step in steps)
+        self.labels.mark(frame.expr, first, rest)
 
 
 def stage_order(labels: StageLabels, sink: str) -> list[str]:

@@ -20,6 +20,7 @@ from typing import Any, Literal
 import dask
 import dask.dataframe as dd
 
+from spillway.jobs.assign_run import AssignRun
 from spillway.jobs.dask_read import nullable_integers, read_source
 from spillway.jobs.decimal_cast import decimal_casts, refuse_on_dask
 from spillway.jobs.errors import SpecError
@@ -446,9 +447,34 @@ class NamedFrames(NamedSources[dd.DataFrame]):
         return read_source(source, field=field)
 
     def apply_steps(self, frame: dd.DataFrame, steps: list[Step], at: str) -> dd.DataFrame:
+        # Consecutive assigns become one dask assign (jobs.assign_run: a chain of them planned in
+        # time that grew with its square); every other step is one apply_step.
+        run: AssignRun | None = None
         for index, step in enumerate(steps):
-            frame = apply_step(frame, step, f"{at}[{index}]", self.frame_of, self.plan)
-        return frame
+            field = f"{at}[{index}]"
+            if not isinstance(step, AssignStep):
+                frame, run = self._ended(run, frame), None
+                frame = apply_step(frame, step, field, self.frame_of, self.plan)
+                self.applied(frame, [(field, step)])
+                continue
+            expression = self.plan.expression(f"{field}.expr", step.expr)
+            if run is not None and not run.can_evaluate(expression):
+                frame, run = self._ended(run, frame), None
+            if run is None:
+                run = AssignRun(frame)
+            run.add(field, step, expression.evaluate(run))
+        return self._ended(run, frame)
+
+    def _ended(self, run: AssignRun | None, frame: dd.DataFrame) -> dd.DataFrame:
+        """The frame after ``run`` (``frame`` without one)."""
+        if run is None:
+            return frame
+        after = run.frame_after()
+        self.applied(after, run.steps)
+        return after
+
+    def applied(self, frame: dd.DataFrame, steps: list[tuple[str, Step]]) -> None:
+        """Called with the frame after ``steps`` (field, step): one step, or a run of assigns; a subclass labels it (cluster.stages)."""
 
 
 def build_frame(spec: JobSpec, plan: LogicalPlan | None = None) -> dd.DataFrame:

@@ -30,11 +30,14 @@ def chained(sales: Path, sink: Path, *, lists: int, steps: int) -> dict[str, Any
 
 
 def slow_to_plan(sales: Path, sink: Path) -> dict[str, Any]:
-    """A Dask-engine job whose graph takes seconds to build (tens on two busy cores): eight
-    derived sources of 50 assigns each, unioned; dask-expr's optimiser is superlinear in them."""
+    """A Dask-engine job whose graph takes seconds to build (tens on two busy cores): eight derived
+    sources of 50 assigns each, each followed by a filter, unioned; dask-expr's optimiser is
+    superlinear in such chains. (Assigns alone no longer are: a run of them is one assign.)"""
     sources: dict[str, Any] = {"raw": {"format": "parquet", "path": str(sales)}}
     for j in range(8):
-        sources[f"d{j}"] = {"from": "raw", "steps": [{"op": "assign", "column": f"x{i % 3}", "expr": f"amount + {i + j}"} for i in range(50)]}
+        steps = [[{"op": "assign", "column": f"x{i % 3}", "expr": f"amount + {i + j}"}, {"op": "filter", "expr": f"x{i % 3} > {-1000 - i}"}]
+                 for i in range(50)]
+        sources[f"d{j}"] = {"from": "raw", "steps": [step for pair in steps for step in pair]}
     return {"sources": sources, "source": "d0", "steps": [{"op": "union", "sources": [f"d{j}" for j in range(1, 8)]}],
             "sink": {"path": str(sink)}, "engine": "dask"}
 
