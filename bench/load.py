@@ -16,6 +16,10 @@ One run measures, side by side, against one live service (2 CPU workers, SQLite)
    (the measure is of the streams, not of jobs running); once measured, the workers are
    released, the jobs run, and every stream must end with its job's ``end`` event.
 
+``--service-env KEY=VALUE`` (repeatable) adds a ``SPILLWAY_*`` setting to the service's environment:
+``--service-env SPILLWAY_SERVER_LOOP=asyncio --service-env SPILLWAY_SERVER_HTTP=h11`` measures it
+without uvloop and httptools, ``SPILLWAY_GC_TUNING=false`` with CPython's garbage collector defaults.
+
 With ``--assign-steps N``, last, one job per engine of N trivial ``assign`` steps on
 ``--assign-rows`` rows (issue 16 item 14: 200 steps on 400k rows), submit to its end.
 
@@ -78,6 +82,12 @@ class CpuMeter:
     def since(self, mark: tuple[float, float, float]) -> dict[str, float]:
         wall, service, client = self.mark()
         return {"wall_s": round(wall - mark[0], 2), "service_cpu_s": round(service - mark[1], 2), "client_cpu_s": round(client - mark[2], 2)}
+
+
+def server_stack(pid: int) -> dict[str, bool]:
+    """Whether the service process has uvloop and httptools loaded (its shared objects are mapped)."""
+    paths = [m.path for m in psutil.Process(pid).memory_maps()]
+    return {name: any(f"/{name}/" in p for p in paths) for name in ("uvloop", "httptools")}
 
 
 def spec(name: str, data: Path, sink: Path) -> dict[str, Any]:
@@ -305,14 +315,18 @@ def main() -> None:
     parser.add_argument("--assign-rows", type=int, default=400_000, help="Rows the assign-steps jobs read.")
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     parser.add_argument("--name", default="load.json", help="File name of the JSON written under --out.")
+    parser.add_argument("--service-env", action="append", default=[], metavar="KEY=VALUE", help="A setting for the service's environment (repeatable).")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         data = write_sample_data(work / "data", rows=20_000, files=2)["sales"]
         env = {"SPILLWAY_ALLOWED_ROOTS": json.dumps([str(work)]), "SPILLWAY_CLUSTER__DASHBOARD_ADDRESS": "127.0.0.1:0", "SPILLWAY_MAX_CONCURRENT_JOBS": "4"}
-        service = launch_service(work / "svc", env)
+        extra = dict(item.split("=", 1) for item in args.service_env)
+        service = launch_service(work / "svc", {**env, **extra})
         try:
             result = asyncio.run(run(service.url, service.process.pid, data, work / "out", args))
+            result["service_env"] = extra
+            result["service_server"] = server_stack(service.process.pid)
         finally:
             service.stop()
     result["date"] = datetime.now(timezone.utc).isoformat(timespec="seconds")

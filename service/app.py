@@ -19,6 +19,7 @@ from spillway.jobs.validate import validate_submission
 from spillway.service.auth import redact_tokens
 from spillway.service.config import Settings
 from spillway.service.errors import BodySizeLimit, install_error_handlers
+from spillway.service.gc_tuning import tune_gc
 from spillway.service.http_metrics import HttpMetrics
 from spillway.service.job_changes import JobChanges
 from spillway.service.metrics import ServiceMetrics
@@ -131,6 +132,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             interval_s=settings.retention_interval_s,
         )
         retention.start()
+        if settings.gc_tuning:
+            tune_gc()
         log.info("spillway ready: %s cluster, dashboard %s", cluster.kind, cluster.dashboard_link or "off")
         try:
             yield

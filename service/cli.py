@@ -440,7 +440,14 @@ def serve(
     except ValidationError as exc:
         raise _fail(f"invalid settings:\n{exc}", 2) from exc
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level.lower())
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level.lower(),
+        loop=settings.server_loop,
+        http=settings.server_http,
+    )
 
 
 def _absolute_sqlite(url: str) -> str:

@@ -104,6 +104,21 @@ class Settings(BaseSettings):
         "or __JWKS_URL); needs the oidc extra. Off without an issuer.",
     )
     log_level: str = Field(default="INFO", description="Python logging level of the service.")
+    server_loop: Literal["auto", "uvloop", "asyncio"] = Field(
+        default="auto",
+        description="The HTTP server's event loop: 'auto' is uvloop when it is installed (it is a dependency), else asyncio's "
+        "own; 'asyncio' runs without uvloop.",
+    )
+    server_http: Literal["auto", "httptools", "h11"] = Field(
+        default="auto",
+        description="The HTTP/1.1 parser: 'auto' is httptools when it is installed (it is a dependency), else h11 (pure "
+        "Python, about a third more CPU per request); 'h11' runs without httptools.",
+    )
+    gc_tuning: bool = Field(
+        default=True,
+        description="After start-up, freeze the objects start-up made out of the garbage collector's reach and collect the "
+        "young generation every 50,000 allocations, not 700 (service/gc_tuning.py); off: CPython's defaults.",
+    )
     replica_name: str | None = Field(
         default=None,
         max_length=40,
