@@ -164,9 +164,9 @@ def _ctes_in_view(select: exp.Select) -> list[exp.CTE]:
     node = select.parent
     while node is not None:
         if isinstance(node, exp.With):
-            found[:0] = [cte.copy() for cte in node.expressions[:child.index or 0]] if isinstance(child, exp.CTE) else []
+            found[:0] = node.expressions[:child.index or 0] if isinstance(child, exp.CTE) else []
         elif isinstance(node.args.get("with_"), exp.With) and child is not node.args["with_"]:
-            found[:0] = [cte.copy() for cte in node.args["with_"].expressions]
+            found[:0] = node.args["with_"].expressions
         child, node = node, node.parent
     return found
 

@@ -180,6 +180,8 @@ SHAPES = {
                                    "SELECT id, s - prev AS step, rank() OVER (ORDER BY s - prev DESC NULLS LAST) AS r FROM b", False),
     "derived_table": ("SELECT z.g, max(z.n) AS most FROM (SELECT g, count(v) OVER (PARTITION BY g ORDER BY id) AS n FROM t) z "
                       "GROUP BY z.g", False),
+    "derived_table_over_a_cte": ("WITH a AS (SELECT id, v, g FROM t WHERE id > 2) SELECT z.id, z.r FROM (SELECT id, "
+                                 "rank() OVER (PARTITION BY g ORDER BY v) AS r FROM a) z WHERE z.r < 3", False),
     "where_before_the_window": ("SELECT id, row_number() OVER (ORDER BY id DESC) AS r FROM t WHERE v > 0 OR v IS NULL", False),
     "distinct_after_the_window": ("SELECT DISTINCT g, count(*) OVER (PARTITION BY g ORDER BY x) AS c FROM t", False),
     "order_by_a_window_limit_offset": ("SELECT id, v FROM t ORDER BY sum(v) OVER (ORDER BY id) DESC NULLS LAST, id LIMIT 4 OFFSET 2",
