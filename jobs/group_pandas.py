@@ -12,13 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from spillway.jobs.pandas_functions import on_host
+
 VALUE = "__spillway_value"
 OTHER = "__spillway_other"
 _COUNT = "__spillway_count"
-
-
-def _is_cudf(frame: Any) -> bool:
-    return type(frame).__module__.split(".")[0] == "cudf"
 
 
 def _per_group(part: Any, keys: list[str], values: Any, name: str) -> Any:
@@ -35,15 +33,8 @@ def group_mode(part: Any, keys: list[str], name: str) -> Any:
     return _per_group(part, keys, best.rename(columns={VALUE: name}), name)
 
 
-def group_string_agg(part: Any, keys: list[str], separator: str, order: list[tuple[str, bool]], name: str) -> Any:
-    """The non-null values of each group joined by ``separator``, in ``order`` (columns, descending) if given.
-
-    A cuDF partition is joined in host memory: cuDF 26.10 has no ``collect`` of its text columns (H200 run, bench/RESULTS.md).
-    """
-    if _is_cudf(part):
-        import cudf
-
-        return cudf.from_pandas(group_string_agg(part.to_pandas(), keys, separator, order, name))
+def _string_agg(part: Any, keys: list[str], separator: str, order: list[tuple[str, bool]], name: str) -> Any:
+    """The non-null values of each group joined by ``separator``, in ``order`` (columns, descending) if given."""
     rows = part
     if order:  # a stable sort: groupby keeps each group's rows in the frame's order
         rows = part.sort_values([column for column, _ in order], ascending=[not desc for _, desc in order], na_position="last", kind="stable")
@@ -51,6 +42,10 @@ def group_string_agg(part: Any, keys: list[str], separator: str, order: list[tup
     grouped = present.groupby(keys, dropna=False, sort=False)[VALUE]
     joined = grouped.agg(separator.join)
     return _per_group(part, keys, joined.rename(name).reset_index(), name)
+
+
+#: A cuDF partition is joined in host memory: cuDF 26.10 has no ``collect`` of its text columns (H200 run, bench/RESULTS.md).
+group_string_agg = on_host(_string_agg)
 
 
 def group_moment(part: Any, keys: list[str], func: str, name: str) -> Any:

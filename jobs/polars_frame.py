@@ -99,12 +99,8 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
         if found is None or found[0] is not frame:
             return None
         _, stored, casts = found
-        self._step_input, self._step_field, self._step_dtypes = frame, field, None
-        expression = self.plan.expression(f"{field}.expr", step.expr)
-        dtypes = frame.collect_schema() if has_integer_arithmetic(expression.node) else None
         columns = {name: pl.col(name).cast(dtype) for name, dtype in casts.items()}
-        predicate = to_polars(expression.node, expression.text, f"{field}.expr", schema, dtypes, columns)
-        return self._cast(stored.filter(predicate), casts)
+        return self._cast(stored.filter(self.expr(f"{field}.expr", step.expr, schema, columns)), casts)
 
     def query(self, name: str, field: str) -> pl.LazyFrame:
         # The SQL validation regenerated from the checked tree, over the frames of the sources it reads.
@@ -119,13 +115,14 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
             ordered = isinstance(step, (SortStep, TopKStep)) or (ordered and isinstance(step, (FilterStep, SelectStep, AssignStep, RenameStep, LimitStep, DropDuplicatesStep)))
         return frame
 
-    def expr(self, field: str, text: str, schema: dict[str, str]) -> pl.Expr:
+    def expr(self, field: str, text: str, schema: dict[str, str], columns: dict[str, pl.Expr] | None = None) -> pl.Expr:
+        """The lowered expression at ``field``; ``columns``: what a column reference stands for, where not the column."""
         expression = self.plan.expression(field, text)
         # The types of the step's input, unless another source's steps were built since (a join's right side).
         current = self._step_input is not None and field.startswith(f"{self._step_field}.") and has_integer_arithmetic(expression.node)
         if current and self._step_dtypes is None:
             self._step_dtypes = self._step_input.collect_schema()  # type: ignore[union-attr]
-        return to_polars(expression.node, expression.text, field, schema, self._step_dtypes if current else None)
+        return to_polars(expression.node, expression.text, field, schema, self._step_dtypes if current else None, columns)
 
     def apply_step(self, frame: pl.LazyFrame, step: Step, field: str, *, ordered: bool = False) -> pl.LazyFrame:
         """One step, found at ``field``, over a LazyFrame."""
