@@ -211,7 +211,17 @@ def _equi_join(frame: dd.DataFrame, right: dd.DataFrame, step: JoinStep) -> dd.D
     renamed = {c: c + step.right_suffix for c in right.columns if c in frame.columns and c not in shared}
     left_alone = frame[frame[left_keys].isnull().any(axis=1)]
     right_alone = right[right[right_keys].isnull().any(axis=1)].rename(columns=renamed)
-    return dd.concat([joined, left_alone, right_alone])[list(joined.columns)]
+    # Each side alone gets the other side's columns as typed nulls before the concat: left to
+    # concat, cuDF fills a missing column with float nulls and an integer count becomes 3.0.
+    meta = joined._meta
+    alone = [side.map_partitions(with_columns_of, meta, meta=meta) for side in (left_alone, right_alone)]
+    return dd.concat([joined, *alone])
+
+
+def with_columns_of(part: Any, meta: Any) -> Any:
+    """``part`` (pandas or cuDF) with ``meta``'s columns in its order, each one it lacks a null column of ``meta``'s type."""
+    missing = {column: meta[column].reindex(part.index) for column in meta.columns if column not in part.columns}
+    return part.assign(**missing)[list(meta.columns)] if missing else part[list(meta.columns)]
 
 
 def pair_all(part: Any, right: Any, suffix: str) -> Any:

@@ -280,3 +280,26 @@ def test_windows_over_exact_decimals_give_duckdbs_answer(tmp_path: Path) -> None
     connection = duckdb.connect()
     connection.register("t", table)
     assert_same(got.to_pandas(), connection.sql(sql).df(), ordered=False)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", sorted({**WINDOWS, **MORE_WINDOWS}))
+def test_a_window_on_cudf_polars_gives_duckdbs_answer_or_is_refused(table: Path, name: str) -> None:
+    """On the GPU the same lowering runs on cudf-polars' in-memory executor (nothing falls back to the CPU).
+
+    Where cudf-polars' translation refuses the plan, the job goes to dask-cudf under ``engine: auto``
+    (jobs.gpu_support); the refusal is printed so a device run records which windows stay on the GPU.
+    """
+    from spillway.jobs.gpu_support import gpu_refusal
+
+    pytest.importorskip("cudf_polars")
+    sql = f"SELECT g, x, v, id, {({**WINDOWS, **MORE_WINDOWS})[name]} AS w FROM t"
+    query = build_lazyframe(plan_spec(spec_with(table, sql)))
+    refusal = gpu_refusal(query)
+    if refusal is not None:
+        print(f"{name}: refused by cudf-polars: {refusal}")
+        assert refusal.strip()
+        return
+    got = query.collect(engine=pl.GPUEngine(executor="in-memory", raise_on_fail=True)).to_pandas()
+    print(f"{name}: runs on cudf-polars")
+    assert_same(got, referee().sql(sql).df(), ordered=False)
