@@ -39,7 +39,7 @@ from spillway.jobs import ir
 from spillway.jobs.errors import DivisionByZero, IntegerOverflow, InvalidTransition, SpillwayError, TextNotParsed, TooManyPartitions
 from spillway.jobs.expr import shorten
 from spillway.jobs.lower_pandas import INT64_MAX, INT64_MIN
-from spillway.jobs.lower_polars import INT64_OVERFLOW, has_integer_arithmetic
+from spillway.jobs.lower_polars import INT64_OVERFLOW, SENTINEL_TYPES, has_integer_arithmetic
 from spillway.jobs.pandas_numbers import DIVISION_BY_ZERO
 from spillway.jobs.time_functions import STRPTIME_MISMATCH
 from spillway.jobs.logical import LogicalPlan
@@ -982,10 +982,12 @@ def _named_runtime_error(exc: BaseException, logical: LogicalPlan) -> SpillwayEr
 
 
 def _signalled(text: str, sentinel: str) -> bool:
-    """Whether an error's ``text`` carries ``sentinel`` as a failing value (Polars: ``values: ["…"``) or as the
-    Dask engine's message (``"…: divide(x, y) met a zero divisor"``); Polars' dump of the expression names every
-    sentinel of the expression, failing or not, in neither form."""
-    return f'["{sentinel}"' in text or f"{sentinel}:" in text
+    """Whether an error's ``text`` carries ``sentinel`` as a failing value (Polars: ``values: ["…"``), as the
+    Dask engine's message (``"…: divide(x, y) met a zero divisor"``) or as cudf-polars' failed cast to the
+    sentinel's own type (``to <type_id.UINT16: 6> failed``); Polars' dump of the expression names every
+    sentinel of the expression, failing or not, in none of these forms."""
+    gpu_form = f"to <type_id.{SENTINEL_TYPES[sentinel].__name__.upper()}:"
+    return f'["{sentinel}"' in text or f"{sentinel}:" in text or ("Conversion from" in text and gpu_form in text)
 
 
 def _calls(node: ir.Node, name: str) -> bool:

@@ -93,8 +93,10 @@ def _fails_where(condition: pl.Expr, sentinel: str) -> pl.Expr:
 
     A strict cast of the sentinel text to an integer, done only on the rows that hold it: the
     service finds the sentinel in the error and names the expressions (cluster/manager.py).
+    Polars' error quotes the failing text; cudf-polars' names only the cast's types, so each
+    sentinel casts to a type of its own (:data:`SENTINEL_TYPES`).
     """
-    return pl.when(condition).then(pl.lit(sentinel)).cast(pl.Int64, strict=True).fill_null(0)
+    return pl.when(condition).then(pl.lit(sentinel)).cast(SENTINEL_TYPES[sentinel], strict=True).cast(pl.Int64).fill_null(0)
 
 
 def _false_if_null(expr: pl.Expr) -> pl.Expr:
@@ -311,6 +313,12 @@ def has_integer_arithmetic(node: ir.Node) -> bool:
 
 #: The sentinel in the error of a query whose checked integer result (see PolarsLowering.binary) is outside int64.
 INT64_OVERFLOW = "spillway: integer overflow"
+
+#: The type each sentinel's failing cast targets. cudf-polars' error names only the cast's types
+#: ("Conversion from <type_id.STRING: 23> to <type_id.UINT16: 6> failed."), so each check has an
+#: unsigned type of its own, which no user cast targets (casts are to signed integers, floats,
+#: bool, text, datetimes and decimals): the type names the check.
+SENTINEL_TYPES: dict[str, type[pl.DataType]] = {INT64_OVERFLOW: pl.UInt16, DIVISION_BY_ZERO: pl.UInt8}
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 

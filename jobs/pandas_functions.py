@@ -47,6 +47,12 @@ def _is_cudf(value: Any) -> bool:
     return type(getattr(value, "_meta", value)).__module__.split(".")[0] == "cudf"
 
 
+def _on_host(value: Any) -> Any:
+    """A cuDF column in host memory, its integers as pandas' nullable integers: plain ``to_pandas`` makes an
+    integer column with a null float64, and ``cast(…, 'string')`` of it then gives ``'3.0'``."""
+    return value.to_pandas(nullable=getattr(value, "dtype", np.dtype(object)).kind in "iu")
+
+
 def on_host(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn`` (written for pandas) also over cuDF columns: each cuDF partition through host memory.
 
@@ -60,7 +66,7 @@ def on_host(fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(*args)
         import cudf
 
-        return cudf.from_pandas(fn(*(arg.to_pandas() if _is_cudf(arg) else arg for arg in args)))
+        return cudf.from_pandas(fn(*(_on_host(arg) if _is_cudf(arg) else arg for arg in args)))
 
     def impl(*args: Any) -> Any:
         if any(hasattr(arg, "map_partitions") and _is_cudf(arg) for arg in args):  # dask-cudf: each partition on its worker
@@ -189,7 +195,7 @@ def _try_cast(value: Any, name: str) -> Any:
 
 
 FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "try_cast": _try_cast,
+    "try_cast": on_host(_try_cast),  # on cuDF, where + astype gave int64's minimum for the nulls (H200, 2026-12-02)
     "date_trunc": _lift(on_host(_trunc), 1),
     "date_diff": on_host(_diff_values),
     "strftime": _lift(lambda d, fmt: d.dt.strftime(fmt)),

@@ -215,7 +215,19 @@ def _equi_join(frame: dd.DataFrame, right: dd.DataFrame, step: JoinStep) -> dd.D
     # concat, cuDF fills a missing column with float nulls and an integer count becomes 3.0.
     meta = joined._meta
     alone = [side.map_partitions(with_columns_of, meta, meta=meta) for side in (left_alone, right_alone)]
-    return dd.concat([joined, *alone])
+    return _integers_kept(dd.concat([joined, *alone]), {**frame.dtypes.to_dict(), **right.rename(columns=renamed).dtypes.to_dict()})
+
+
+def _integers_kept(frame: dd.DataFrame, inputs: dict[str, Any]) -> dd.DataFrame:
+    """``frame`` with each column that was an integer in ``inputs`` and came out of the join a float cast back.
+
+    On pandas the sides are nullable integers already (a no-op). On cuDF an integer column holds
+    nulls, yet a device run (H200, 2026-12-02) gave an outer join's count as 3.0: the float came
+    from dask's merge or concat, and cuDF casts its nulls back as nulls.
+    """
+    casts = {column: inputs[column] for column, dtype in frame.dtypes.items()
+             if column in inputs and getattr(inputs[column], "kind", "?") in "iu" and getattr(dtype, "kind", "?") == "f"}
+    return frame.astype(casts) if casts else frame
 
 
 def with_columns_of(part: Any, meta: Any) -> Any:

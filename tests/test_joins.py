@@ -12,7 +12,8 @@ from pydantic import ValidationError
 
 from spillway.jobs.errors import TypeMismatch, UnknownColumn
 from spillway.jobs.spec import JobSpec
-from spillway.jobs.validate import check_spec
+from spillway.jobs.pipeline import build_frame
+from spillway.jobs.validate import check_spec, plan_spec
 from tests.test_engines import assert_same_rows, run_both
 
 
@@ -151,3 +152,37 @@ def test_join_where_is_checked_against_the_joined_columns(data: Path) -> None:
     with pytest.raises(TypeMismatch) as compared:
         check_spec(job(data, {"where": "label > x"}))
     assert compared.value.field == "steps[0].where"
+
+
+@pytest.mark.gpu
+def test_an_outer_join_on_dask_cudf_keeps_an_integer_count_an_integer(tmp_path: Path) -> None:
+    """A count per key, outer-joined to a table with keys it lacks, stays int64 with nulls on cuDF partitions.
+
+    Prints the dtypes dask and cuDF give at each stage, so a device run shows where a float came from."""
+    pytest.importorskip("dask_cudf")
+    import cudf
+    import dask
+    import dask.dataframe as dd
+
+    from spillway.jobs.pipeline import backend_config
+
+    counts = cudf.DataFrame({"k": [1, 2, 3], "n": [3, 2, 1]})
+    names = cudf.DataFrame({"k": [1, 2, 4], "name": ["a", "b", "d"]})
+    left, right = dd.from_pandas(counts, npartitions=1), dd.from_pandas(names, npartitions=1)
+    merged = left.merge(right, on="k", how="outer")
+    print("merge meta:", dict(merged._meta.dtypes), "computed:", dict(merged.compute().dtypes))
+    lone = right[right["k"].isnull()]
+    print("concat meta:", dict(dd.concat([merged, lone])._meta.dtypes))
+    pq_path = tmp_path / "c.parquet"
+    counts.to_parquet(pq_path)
+    names.to_parquet(tmp_path / "n.parquet")
+    spec = JobSpec.model_validate({"source": {"format": "parquet", "path": str(pq_path)},
+                                   "steps": [{"op": "join", "right": {"format": "parquet", "path": str(tmp_path / "n.parquet")}, "on": ["k"],
+                                              "how": "outer"},
+                                             {"op": "assign", "column": "label", "expr": "cast(n, 'string')"}],
+                                   "sink": {"path": str(tmp_path / "out")}})
+    with backend_config("cudf"), dask.config.set(scheduler="sync"):
+        frame = build_frame(spec, plan_spec(spec)).compute()
+    print("job:", dict(frame.dtypes))
+    assert str(frame["n"].dtype) == "int64"
+    assert sorted(frame["label"].to_arrow().to_pylist(), key=str) == sorted(["3", "2", "1", None], key=str)

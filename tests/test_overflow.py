@@ -20,6 +20,7 @@ import pytest
 from spillway.cluster.manager import _signalled
 from spillway.jobs.expr import parse_expression
 from spillway.jobs.lower_polars import INT64_OVERFLOW, to_polars
+from spillway.jobs.pandas_numbers import DIVISION_BY_ZERO
 from spillway.service.client import SpillwayClient
 from tests.conftest import ServiceProcess, wait_terminal
 
@@ -149,3 +150,22 @@ def test_an_integer_overflow_on_cudf_polars_fails_with_the_sentinel(text: str) -
     with pytest.raises(Exception) as failed:
         _checked_query(text, outside).collect(engine=gpu)
     assert _signalled(str(failed.value), INT64_OVERFLOW), failed.value
+
+
+@pytest.mark.gpu
+def test_a_zero_divisor_on_cudf_polars_fails_with_its_own_sentinel() -> None:
+    pytest.importorskip("cudf_polars")
+    gpu = pl.GPUEngine(executor="in-memory", raise_on_fail=True)
+    assert _checked_query("divide(a, b)", {"a": [7, 8], "b": [2, 4]}).collect(engine=gpu)["value"].to_list() == [3.5, 2.0]
+    with pytest.raises(Exception) as failed:
+        _checked_query("divide(a, b)", {"a": [7, 8], "b": [2, 0]}).collect(engine=gpu)
+    assert _signalled(str(failed.value), DIVISION_BY_ZERO) and not _signalled(str(failed.value), INT64_OVERFLOW), failed.value
+
+
+def test_cudf_polars_failed_casts_name_the_check_by_their_type() -> None:
+    """cudf-polars' error for a failed strict cast names only its types (text as a device run gave it,
+    bench/results/gpu_tests_2026-12-02b.log); a user's cast of text to int64 is neither check."""
+    user_cast = "InvalidOperationError: Conversion from <type_id.STRING: 23> to <type_id.INT64: 4> failed."
+    assert not _signalled(user_cast, INT64_OVERFLOW) and not _signalled(user_cast, DIVISION_BY_ZERO)
+    assert _signalled(user_cast.replace("INT64: 4", "UINT16: 6"), INT64_OVERFLOW)
+    assert _signalled(user_cast.replace("INT64: 4", "UINT8: 5"), DIVISION_BY_ZERO)
