@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 import dask
 import dask.dataframe as dd
+import pandas as pd
 
 from spillway.jobs.assign_run import AssignRun
 from spillway.jobs.dask_read import nullable_integers, read_source
@@ -201,39 +202,41 @@ def _equi_join(frame: dd.DataFrame, right: dd.DataFrame, step: JoinStep) -> dd.D
 
     if step.how == "inner":
         return merge(frame.dropna(subset=left_keys), right.dropna(subset=right_keys), "inner")
+    shared = set(step.on or [])
+    renamed = {c: c + step.right_suffix for c in right.columns if c in frame.columns and c not in shared}  # as the merge names them
+    inputs = {**right.rename(columns=renamed).dtypes.to_dict(), **frame.dtypes.to_dict()}
     if step.how == "left":
-        return merge(frame, nullable_integers(right.dropna(subset=right_keys)), "left")
+        return _integers_kept(merge(frame, nullable_integers(right.dropna(subset=right_keys)), "left"), inputs)
     if step.how == "right":
-        return merge(nullable_integers(frame.dropna(subset=left_keys)), right, "right")
+        return _integers_kept(merge(nullable_integers(frame.dropna(subset=left_keys)), right, "right"), inputs)
     frame, right = nullable_integers(frame), nullable_integers(right)
     joined = merge(frame.dropna(subset=left_keys), right.dropna(subset=right_keys), "outer")
-    shared = set(step.on or [])
-    renamed = {c: c + step.right_suffix for c in right.columns if c in frame.columns and c not in shared}
     left_alone = frame[frame[left_keys].isnull().any(axis=1)]
     right_alone = right[right[right_keys].isnull().any(axis=1)].rename(columns=renamed)
-    # Each side alone gets the other side's columns as typed nulls before the concat: left to
-    # concat, cuDF fills a missing column with float nulls and an integer count becomes 3.0.
-    meta = joined._meta
-    alone = [side.map_partitions(with_columns_of, meta, meta=meta) for side in (left_alone, right_alone)]
-    return _integers_kept(dd.concat([joined, *alone]), {**frame.dtypes.to_dict(), **right.rename(columns=renamed).dtypes.to_dict()})
+    return _integers_kept(dd.concat([joined, left_alone, right_alone])[list(joined.columns)], inputs)
 
 
 def _integers_kept(frame: dd.DataFrame, inputs: dict[str, Any]) -> dd.DataFrame:
-    """``frame`` with each column that was an integer in ``inputs`` and came out of the join a float cast back.
+    """``frame`` with each column that was an integer in ``inputs`` an integer again, in every partition.
 
-    On pandas the sides are nullable integers already (a no-op). On cuDF an integer column holds
-    nulls, yet a device run (H200, 2026-12-02) gave an outer join's count as 3.0: the float came
-    from dask's merge or concat, and cuDF casts its nulls back as nulls.
+    On pandas the sides are nullable integers already (a no-op). On cuDF (26.10, H200,
+    2026-12-02) an outer merge's partition holds a float64 count where dask's meta says int64,
+    so a ``cast(n, 'string')`` after it gave ``'3.0'``; cast back, its nulls stay nulls.
     """
-    casts = {column: inputs[column] for column, dtype in frame.dtypes.items()
-             if column in inputs and getattr(inputs[column], "kind", "?") in "iu" and getattr(dtype, "kind", "?") == "f"}
-    return frame.astype(casts) if casts else frame
+    if isinstance(frame._meta, pd.DataFrame):
+        return frame
+    integers = {column: dtype for column, dtype in inputs.items() if column in frame.columns and getattr(dtype, "kind", "?") in "iu"}
+    if not integers:
+        return frame
+    return frame.map_partitions(_as_integers, integers, meta=frame._meta.astype(integers))
 
 
-def with_columns_of(part: Any, meta: Any) -> Any:
-    """``part`` (pandas or cuDF) with ``meta``'s columns in its order, each one it lacks a null column of ``meta``'s type."""
-    missing = {column: meta[column].reindex(part.index) for column in meta.columns if column not in part.columns}
-    return part.assign(**missing)[list(meta.columns)] if missing else part[list(meta.columns)]
+def _as_integers(part: Any, integers: dict[str, Any]) -> Any:
+    floats = {column: dtype for column, dtype in integers.items() if part[column].dtype.kind == "f"}
+    if not floats:
+        return part
+    # A NaN would cast to int64's minimum: nulls only (a float made of integers holds no other NaN).
+    return part.assign(**{column: part[column].nans_to_nulls().astype(dtype) for column, dtype in floats.items()})
 
 
 def pair_all(part: Any, right: Any, suffix: str) -> Any:
