@@ -18,6 +18,7 @@ import pandas as pd
 import polars as pl
 
 from spillway.jobs import ir
+from spillway.jobs.date_bounds import MIRRORED, date_bound
 from spillway.jobs.decimal_cast import decimal_type
 from spillway.jobs.errors import ExpressionError
 from spillway.jobs.number_text import DECIMAL_TEXT, INTEGER_RANGES, INTEGER_TEXT
@@ -194,13 +195,14 @@ class PolarsLowering:
 
     def __init__(
         self, text: str, field: str | None, schema: Mapping[str, str] | None = None, dtypes: Mapping[str, Any] | None = None,
-        columns: Mapping[str, pl.Expr] | None = None,
+        columns: Mapping[str, pl.Expr] | None = None, stored_dates: frozenset[str] = frozenset(),
     ) -> None:
         self.text = text
         self.field = field
         self.schema = schema or {}
         self.dtypes = dtypes or {}
         self.columns = columns or {}
+        self.stored_dates = stored_dates  # columns whose ``columns`` entry casts a stored date to a datetime
 
     def integer(self, node: ir.Node) -> bool:
         """Whether ``node`` yields signed integers, from the frame's column types (unknown ones: no)."""
@@ -246,6 +248,9 @@ class PolarsLowering:
         if isinstance(node, ir.Binary):
             return self.binary(node)
         if isinstance(node, ir.Compare):
+            on_dates = self.on_stored_date(node.left, node.op, node.right)
+            if on_dates is not None:
+                return _false_if_null(on_dates)
             return _false_if_null(_COMPARE[node.op](self.lower(node.left), self.lower(node.right)))
         if isinstance(node, ir.InList):
             operand = self.lower(node.operand)
@@ -276,8 +281,23 @@ class PolarsLowering:
             return _checked_power(self.lower(left), self.lower(right))
         return _BINARY[node.op](self.lower(left), self.lower(right))
 
+    def on_stored_date(self, left: ir.Node, op: str, right: ir.Node) -> pl.Expr | None:
+        """``left op right`` over a stored date's own column, where one side is such a column and the other a
+        datetime literal (jobs.date_bounds); else None."""
+        for column, mirrored, constant in ((left, op, right), (right, MIRRORED.get(op, ""), left)):
+            if isinstance(column, ir.Col) and column.name in self.stored_dates and isinstance(constant, ir.Lit):
+                value = constant.value.to_pydatetime() if isinstance(constant.value, pd.Timestamp) else None  # as _literal lowers it
+                bound = date_bound(mirrored, value)
+                if bound is not None:
+                    return _COMPARE[bound[0]](pl.col(column.name), pl.lit(bound[1]))
+        return None
+
     def call(self, node: ir.Call) -> pl.Expr:
         name, args = node.name, node.args
+        if name == "between" and isinstance(args[0], ir.Col) and args[0].name in self.stored_dates:
+            low, high = self.on_stored_date(args[0], ">=", args[1]), self.on_stored_date(args[0], "<=", args[2])
+            if low is not None and high is not None:
+                return _false_if_null(low & high)
         if name == "coalesce":
             return pl.coalesce([self.lower(arg) for arg in args])
         if name == "case":
@@ -356,9 +376,10 @@ def _checked_power(base: pl.Expr, exponent: pl.Expr) -> pl.Expr:
 
 def to_polars(
     node: ir.Node, text: str, field: str | None, schema: Mapping[str, str] | None = None, dtypes: Mapping[str, Any] | None = None,
-    columns: Mapping[str, pl.Expr] | None = None,
+    columns: Mapping[str, pl.Expr] | None = None, stored_dates: frozenset[str] = frozenset(),
 ) -> pl.Expr:
     """The Polars expression of an IR tree over columns of ``schema``'s kinds (and ``dtypes``' Polars types, when known:
     integer ``+``, ``-``, ``*`` are then checked for overflow). ``columns`` gives the expression a column reference
-    stands for, where it is not the column itself (a cast of it)."""
-    return PolarsLowering(text, field, schema, dtypes, columns).lower(node)
+    stands for, where it is not the column itself (a cast of it); of those, ``stored_dates`` are casts of stored
+    dates to datetimes, which a comparison with a datetime literal skips (jobs.date_bounds)."""
+    return PolarsLowering(text, field, schema, dtypes, columns, stored_dates).lower(node)

@@ -100,7 +100,9 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
             return None
         _, stored, casts = found
         columns = {name: pl.col(name).cast(dtype) for name, dtype in casts.items()}
-        return self._cast(stored.filter(self.expr(f"{field}.expr", step.expr, schema, columns)), casts)
+        stored_types = stored.collect_schema()
+        dates = frozenset(name for name, dtype in casts.items() if stored_types.get(name) == pl.Date and isinstance(dtype, pl.Datetime))
+        return self._cast(stored.filter(self.expr(f"{field}.expr", step.expr, schema, columns, dates)), casts)
 
     def query(self, name: str, field: str) -> pl.LazyFrame:
         # The SQL validation regenerated from the checked tree, over the frames of the sources it reads.
@@ -115,14 +117,16 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
             ordered = isinstance(step, (SortStep, TopKStep)) or (ordered and isinstance(step, (FilterStep, SelectStep, AssignStep, RenameStep, LimitStep, DropDuplicatesStep)))
         return frame
 
-    def expr(self, field: str, text: str, schema: dict[str, str], columns: dict[str, pl.Expr] | None = None) -> pl.Expr:
-        """The lowered expression at ``field``; ``columns``: what a column reference stands for, where not the column."""
+    def expr(self, field: str, text: str, schema: dict[str, str], columns: dict[str, pl.Expr] | None = None,
+             stored_dates: frozenset[str] = frozenset()) -> pl.Expr:
+        """The lowered expression at ``field``; ``columns``: what a column reference stands for, where not the column
+        (``stored_dates``: those that cast a stored date, see jobs.date_bounds)."""
         expression = self.plan.expression(field, text)
         # The types of the step's input, unless another source's steps were built since (a join's right side).
         current = self._step_input is not None and field.startswith(f"{self._step_field}.") and has_integer_arithmetic(expression.node)
         if current and self._step_dtypes is None:
             self._step_dtypes = self._step_input.collect_schema()  # type: ignore[union-attr]
-        return to_polars(expression.node, expression.text, field, schema, self._step_dtypes if current else None, columns)
+        return to_polars(expression.node, expression.text, field, schema, self._step_dtypes if current else None, columns, stored_dates)
 
     def apply_step(self, frame: pl.LazyFrame, step: Step, field: str, *, ordered: bool = False) -> pl.LazyFrame:
         """One step, found at ``field``, over a LazyFrame."""

@@ -44,6 +44,12 @@ FILTERS = [
     ("not (price == 24)",),
     ("isnull(price) or isnull(shipped)",),
     ("cast(price, 'string') == '10.05'",),
+    # A stored date against a datetime literal runs on the dates (jobs.date_bounds): every operator, either way round, a time of day.
+    ("shipped > date('1994-01-01')", "date('1995-01-01') >= shipped"),
+    ("shipped <= timestamp('1994-12-31 12:00:00') and shipped > timestamp('1993-06-30 00:00:01')",),
+    ("timestamp('1994-01-01 00:00:00.000001') <= shipped",),
+    ("between(shipped, timestamp('1994-01-01 06:00:00'), date('1995-01-01'))",),
+    ("shipped == date('1994-12-31') or shipped != date('1994-01-01')",),
 ]
 
 
@@ -67,3 +73,11 @@ def test_an_integer_overflow_in_a_pushed_filter_still_fails(lines: Path) -> None
     plan = plan_spec(_spec(lines, "qty * 9000000 > 0"))  # 2**40 * 9e6 is outside int64
     with pytest.raises(Exception, match="spillway: integer overflow"):
         build_lazyframe(plan, filters_before_casts=True).collect()
+
+
+def test_a_stored_date_is_compared_as_a_date(lines: Path) -> None:
+    """No cast of the date column in the pushed predicate: Polars compares the stored dates (and can use the row groups' statistics)."""
+    plan = plan_spec(_spec(lines, "shipped >= date('1994-01-01') and between(shipped, date('1990-01-01'), date('1994-06-30'))"))
+    predicate = build_lazyframe(plan, filters_before_casts=True).explain().split("Parquet SCAN")[1]
+    assert 'col("shipped") >= 1994-01-01' in predicate and 'col("shipped") <= 1994-06-30' in predicate, predicate
+    assert 'col("shipped").strict_cast' not in predicate, predicate
