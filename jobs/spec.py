@@ -241,9 +241,12 @@ class TopKStep(_Strict):
     k: int = Field(ge=1, le=1_000_000, description="Rows kept per group.")
 
 
-WindowFunc = Literal["row_number", "rank", "dense_rank", "lag", "lead", "sum", "count", "min", "max", "mean"]
+WindowFunc = Literal["row_number", "rank", "dense_rank", "ntile", "percent_rank", "cume_dist", "lag", "lead", "sum", "count", "min", "max",
+                     "mean"]
 #: Window functions that number or shift rows, so need an order; the rest aggregate over a frame.
-RANKING_WINDOW_FUNCS = frozenset({"row_number", "rank", "dense_rank"})
+RANKING_WINDOW_FUNCS = frozenset({"row_number", "rank", "dense_rank", "ntile", "percent_rank", "cume_dist"})
+#: Those whose value counts a row's peers (rows with equal ``order_by`` values).
+PEER_WINDOW_FUNCS = frozenset({"rank", "dense_rank", "percent_rank", "cume_dist"})
 OFFSET_WINDOW_FUNCS = frozenset({"lag", "lead"})
 LiteralValue = int | float | str | bool | None
 
@@ -251,7 +254,8 @@ LiteralValue = int | float | str | bool | None
 class WindowColumn(_Strict):
     """One output column of a window step: ``func`` over the rows of each partition.
 
-    ``row_number``, ``rank`` and ``dense_rank`` take no input; ``lag`` and ``lead`` take a
+    ``row_number``, ``rank``, ``dense_rank``, ``percent_rank`` and ``cume_dist`` take no input,
+    ``ntile`` the number of ``buckets``; ``lag`` and ``lead`` take a
     ``column`` or ``expr``, an ``offset`` (rows back or ahead, default 1) and a ``default``
     for rows that have no such neighbour. The aggregates (``sum``, ``count``, ``min``,
     ``max``, ``mean``) take an input and a ``frame``: the whole ``partition`` (the default),
@@ -268,10 +272,13 @@ class WindowColumn(_Strict):
         default=None, description="Aggregates: the whole partition (default), the running rows up to this one, or rolling."
     )
     preceding: int | None = Field(default=None, ge=1, le=100_000, description="rolling: rows before this one in the frame.")
+    buckets: int | None = Field(default=None, ge=1, le=1_000_000, description="ntile: how many groups of near-equal size the rows form.")
 
     @model_validator(mode="after")
     def _fields_fit_func(self) -> WindowColumn:
         has_input = self.column is not None or self.expr is not None
+        if (self.func == "ntile") != (self.buckets is not None):
+            raise ValueError("'ntile' needs 'buckets' (how many groups, e.g. 4 for quartiles), and only it takes one")
         if self.column is not None and self.expr is not None:
             raise ValueError("give either 'column' or 'expr', not both")
         if self.func in RANKING_WINDOW_FUNCS and has_input:

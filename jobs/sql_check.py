@@ -22,6 +22,7 @@ from sqlglot.tokens import Token, TokenType
 
 from spillway.jobs.errors import SpecError
 from spillway.jobs.expr import MAX_PAD
+from spillway.jobs.sql_named_windows import NamedWindowError, inline_named_windows
 from spillway.jobs.sql_windows import window_refusal
 
 #: The dialect user text is read in: PostgreSQL's grammar with case-sensitive names.
@@ -55,7 +56,8 @@ SQL_FUNCTIONS: dict[str, type[exp.Expression]] = {
 _FUNCTION_NODES = frozenset(SQL_FUNCTIONS.values())
 #: Functions that exist only as a window's: ``ROW_NUMBER() OVER (…)`` (jobs.sql_windows says which windows run).
 SQL_WINDOW_FUNCTIONS: dict[str, type[exp.Expression]] = {
-    "row_number": exp.RowNumber, "rank": exp.Rank, "dense_rank": exp.DenseRank, "lag": exp.Lag, "lead": exp.Lead,
+    "row_number": exp.RowNumber, "rank": exp.Rank, "dense_rank": exp.DenseRank, "ntile": exp.Ntile, "percent_rank": exp.PercentRank,
+    "cume_dist": exp.CumeDist, "lag": exp.Lag, "lead": exp.Lead,
 }
 _WINDOW_NODES = tuple(SQL_WINDOW_FUNCTIONS.values())
 #: How deep parentheses (subqueries included) may nest, and how deep the parsed tree may be.
@@ -301,6 +303,10 @@ def check_sql(text: str, field: str, sources: Collection[str], own_name: str | N
     try:
         tree = parse_query(text, field)
         checker = _Checker(field, sources, own_name)
+        try:
+            inline_named_windows(tree)
+        except NamedWindowError as refused:
+            raise checker.refuse(refused.node, refused.part, refused.why) from None
         checker.check(tree)
     except RecursionError:  # a long chain of operators: the parser recurses once per level
         raise SqlRefused(f"{field}: the query is nested too deeply to check; split it with CTEs", field=field) from None

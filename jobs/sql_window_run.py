@@ -29,7 +29,7 @@ from sqlglot import exp
 from sqlglot.optimizer.scope import traverse_scope
 
 from spillway.jobs.spec import SortKey, WindowColumn, WindowStep
-from spillway.jobs.sql_windows import SqlWindow, WindowRefused, is_ordered, read_window
+from spillway.jobs.sql_windows import NUMBERING, SqlWindow, WindowRefused, is_ordered, read_window
 from spillway.jobs.window_polars import window_columns
 
 #: The dialect the regenerated SQL is read and written in (jobs.sql_rewrite.OUTPUT_DIALECT).
@@ -122,10 +122,11 @@ class _Split:
 
     def step_column(self, node: exp.Window, shape: SqlWindow) -> WindowColumn:
         """The window step's column for ``node``, its argument an inner column (``COUNT(*)``: of a constant)."""
-        argument = None if shape.func in ("row_number", "rank", "dense_rank") else node.this.this
+        argument = None if shape.func in NUMBERING else node.this.this
         source = None if argument is None else self.column(exp.Literal.number(1) if isinstance(argument, exp.Star) else argument)
         offset = shape.offset if shape.func in ("lag", "lead") else None
-        return WindowColumn(func=shape.func, column=source, offset=offset, frame=shape.frame, preceding=shape.preceding)  # type: ignore[arg-type]
+        return WindowColumn(func=shape.func, column=source, offset=offset, frame=shape.frame, preceding=shape.preceding,  # type: ignore[arg-type]
+                            buckets=shape.buckets)
 
     def helper(self, keys: Keys, column: WindowColumn) -> exp.Column:
         """A window of the outer query's own (a row number, a partition's size), computed once per keys."""

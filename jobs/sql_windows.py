@@ -21,10 +21,14 @@ from sqlglot import exp
 PARTITION_AGGREGATES = (exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max)
 #: SQL's window functions → the window step's func.
 STEP_FUNCS: dict[type[exp.Expression], str] = {
-    exp.RowNumber: "row_number", exp.Rank: "rank", exp.DenseRank: "dense_rank", exp.Lag: "lag", exp.Lead: "lead",
+    exp.RowNumber: "row_number", exp.Rank: "rank", exp.DenseRank: "dense_rank", exp.Ntile: "ntile", exp.PercentRank: "percent_rank",
+    exp.CumeDist: "cume_dist", exp.Lag: "lag", exp.Lead: "lead",
     exp.Count: "count", exp.Sum: "sum", exp.Avg: "mean", exp.Min: "min", exp.Max: "max",
 }
-_NUMBERING = ("row_number", "rank", "dense_rank")
+#: Numbering functions: they take no value (NTILE its bucket count) and ignore a frame.
+NUMBERING = ("row_number", "rank", "dense_rank", "ntile", "percent_rank", "cume_dist")
+#: The most buckets NTILE takes, as the window step's field allows.
+MAX_BUCKETS = 1_000_000
 #: The largest LAG/LEAD offset and rolling frame, as the window step's fields allow.
 MAX_OFFSET = 1_000_000
 MAX_PRECEDING = 100_000
@@ -48,6 +52,7 @@ class SqlWindow:
     preceding: int | None = None
     peers: bool = False
     offset: int = 1
+    buckets: int | None = None
 
 
 class WindowRefused(ValueError):
@@ -83,13 +88,11 @@ def read_window(node: exp.Window, dialect: object) -> SqlWindow:
     func = node.this
     text = node.sql(dialect=dialect)
     shown = f"window '{text if len(text) <= 120 else text[:117] + '...'}' is not run"
-    if isinstance(func, exp.Identifier) or node.args.get("alias") is not None:  # WINDOW w AS (…), OVER w
-        raise WindowRefused(f"named window '{text[:60]}' is not run", ": write the window inside OVER (…)")
     name = STEP_FUNCS.get(type(func))
     if name is None:
         raise WindowRefused(f"window function {func.sql(dialect=dialect)[:40]} OVER (…) is not run",
-                            ": a SQL window runs row_number, rank, dense_rank, lag, lead, and count, sum, avg, min and max "
-                            "over the partition, running or rolling")
+                            ": a SQL window runs row_number, rank, dense_rank, ntile, percent_rank, cume_dist, lag, lead, "
+                            "and count, sum, avg, min and max over the partition, running or rolling")
     if isinstance(func.this, exp.Distinct):
         raise WindowRefused(shown, ": DISTINCT inside a window aggregate is not run")
     ordered, frame = node.args.get("order"), node.args.get("spec")
@@ -99,7 +102,9 @@ def read_window(node: exp.Window, dialect: object) -> SqlWindow:
         if name not in ("count", "sum", "mean", "min", "max"):
             raise WindowRefused(shown, f": {name} needs ORDER BY inside OVER")
         return SqlWindow(func=name, frame="partition")
-    if name in _NUMBERING:
+    if name == "ntile":
+        return SqlWindow(func=name, buckets=_buckets(func, shown))
+    if name in NUMBERING:
         return SqlWindow(func=name)  # SQL ignores a frame here
     if name in ("lag", "lead"):
         return SqlWindow(func=name, offset=_offset(func, shown))
@@ -113,6 +118,13 @@ def _offset(func: exp.Expression, shown: str) -> int:
     if isinstance(offset, exp.Literal) and offset.is_int and 1 <= int(offset.this) <= MAX_OFFSET:
         return int(offset.this)
     raise WindowRefused(shown, f": the offset of LAG and LEAD must be an integer literal from 1 to {MAX_OFFSET}")
+
+
+def _buckets(func: exp.Expression, shown: str) -> int:
+    count = func.this
+    if isinstance(count, exp.Literal) and count.is_int and 1 <= int(count.this) <= MAX_BUCKETS:
+        return int(count.this)
+    raise WindowRefused(shown, f": NTILE's bucket count must be an integer literal from 1 to {MAX_BUCKETS}")
 
 
 def _bound(value: object) -> str:

@@ -20,6 +20,7 @@ from spillway.jobs.sources import Schema, read_schema
 from spillway.jobs.spec import (
     NUMERIC_AGGS,
     PAIR_AGGS,
+    RANKING_WINDOW_FUNCS,
     Aggregation,
     AssignStep,
     DerivedSource,
@@ -280,7 +281,7 @@ def _check_window(schema: Schema, step: WindowStep, where: str, field: str) -> S
         if not kinds_compatible(kind, default_kind) or (kind == "datetime" and column.default is not None):
             raise TypeMismatch(f"{where}: default {column.default!r} ({default_kind}) cannot stand for '{name}' values of kind {kind}",
                                field=f"{at}.default")
-        out[name] = "numeric" if column.func in ("row_number", "rank", "dense_rank", "count", "sum", "mean") else kind
+        out[name] = "numeric" if column.func in RANKING_WINDOW_FUNCS | {"count", "sum", "mean"} else kind
     return out
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from spillway.jobs.spec import PEER_WINDOW_FUNCS
+
 _ALL = "__spillway_all"
 _TEMP = "__spillway_wtemp"
 
@@ -29,12 +31,26 @@ class WindowOutput:
     default: Any = None
     frame: str = "partition"
     preceding: int = 0
+    buckets: int = 1
 
 
 def _by_group(frame: Any, keys: list[str], series: Any, method: str) -> Any:
     """``series`` (aligned with ``frame``) through a grouped cumulative ``method`` per partition."""
     grouped = frame[keys].assign(**{_TEMP: series}).groupby(keys, dropna=False, sort=False)[_TEMP]
     return getattr(grouped, method)()
+
+
+def _sizes(frame: Any, keys: list[str]) -> Any:
+    """How many rows each row's group of ``keys`` holds (a sum of ones: cuDF shares that transform)."""
+    return frame[keys].assign(**{_TEMP: 1}).groupby(keys, dropna=False, sort=False)[_TEMP].transform("sum").astype("int64")
+
+
+def _ntile(position: Any, rows: Any, buckets: int) -> Any:
+    """SQL's NTILE: ``buckets`` groups in order, sizes differing by at most one, the larger first (as jobs.window_polars)."""
+    size, larger = rows // buckets, rows % buckets
+    in_larger = larger * (size + 1)
+    later = larger + (position - in_larger) // size.clip(lower=1) + 1
+    return (position // (size + 1) + 1).where(position < in_larger, later)
 
 
 def _running(frame: Any, keys: list[str], output: WindowOutput, value: Any, count: Any) -> Any:
@@ -87,7 +103,8 @@ def compute_window(part: Any, keys: list[str], order: list[tuple[str, bool]], ou
     grouped = frame.groupby(by, dropna=False, sort=False)
     position = grouped.cumcount()
     funcs = {output.func for output in outputs}
-    peer = frame.groupby(columns, dropna=False, sort=False).cumcount() if funcs & {"rank", "dense_rank"} else None
+    peer = frame.groupby(columns, dropna=False, sort=False).cumcount() if funcs & PEER_WINDOW_FUNCS else None
+    rows = _sizes(frame, by) if funcs & {"ntile", "percent_rank", "cume_dist"} else None
     results: dict[str, Any] = {}
     for output in outputs:
         if output.func == "row_number":
@@ -96,6 +113,12 @@ def compute_window(part: Any, keys: list[str], order: list[tuple[str, bool]], ou
             results[output.name] = position - peer + 1
         elif output.func == "dense_rank":
             results[output.name] = _by_group(frame, by, (peer == 0).astype("int64"), "cumsum")
+        elif output.func == "percent_rank":
+            results[output.name] = ((position - peer) / (rows - 1).clip(lower=1)).astype("float64")  # 0 in a one-row partition
+        elif output.func == "cume_dist":
+            results[output.name] = (position - peer + _sizes(frame, columns)) / rows
+        elif output.func == "ntile":
+            results[output.name] = _ntile(position, rows, output.buckets)
         elif output.func in ("lag", "lead"):
             shift = output.offset if output.func == "lag" else -output.offset
             shifted = grouped[output.input]

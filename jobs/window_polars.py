@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from spillway.jobs.spec import WindowColumn, WindowStep
+from spillway.jobs.spec import PEER_WINDOW_FUNCS, WindowColumn, WindowStep
 
 _PEER = "__spillway_peer"
 
@@ -21,6 +21,15 @@ def _over(expr: pl.Expr, keys: list[str]) -> pl.Expr:
 
 def _position() -> pl.Expr:
     return pl.int_range(pl.len(), dtype=pl.Int64)
+
+
+def _ntile(buckets: int) -> pl.Expr:
+    """SQL's NTILE within one partition: ``buckets`` groups in order, sizes differing by at most one, the larger first."""
+    position, rows = _position(), pl.len().cast(pl.Int64)
+    size, larger = rows // buckets, rows % buckets  # `larger` groups hold size + 1 rows
+    in_larger = larger * (size + 1)
+    later = larger + (position - in_larger) // pl.max_horizontal(size, pl.lit(1, pl.Int64)) + 1
+    return pl.when(position < in_larger).then(position // (size + 1) + 1).otherwise(later)
 
 
 def _aggregate(column: WindowColumn, value: pl.Expr) -> pl.Expr:
@@ -56,9 +65,10 @@ def window_columns(frame: pl.LazyFrame, step: WindowStep, inputs: dict[str, pl.E
     if order:
         frame = frame.sort(order, descending=[key.descending for key in step.order_by], nulls_last=True)
     funcs = {column.func for column in step.columns.values()}
-    if funcs & {"rank", "dense_rank"}:  # a separate pass: Polars does not nest one window in another
+    if funcs & PEER_WINDOW_FUNCS:  # a separate pass: Polars does not nest one window in another
         frame = frame.with_columns(_position().over([*keys, *order]).alias(_PEER))
     row_number = _over(_position(), keys) + 1
+    rows = _over(pl.len(), keys).cast(pl.Int64)
     outputs: list[pl.Expr] = []
     for name, column in step.columns.items():
         if column.func == "row_number":
@@ -67,6 +77,12 @@ def window_columns(frame: pl.LazyFrame, step: WindowStep, inputs: dict[str, pl.E
             result = row_number - pl.col(_PEER)
         elif column.func == "dense_rank":
             result = _over((pl.col(_PEER) == 0).cast(pl.Int64).cum_sum(), keys)
+        elif column.func == "percent_rank":  # (rank - 1) / (rows - 1); 0 in a partition of one row
+            result = pl.when(rows > 1).then((row_number - pl.col(_PEER) - 1) / (rows - 1)).otherwise(pl.lit(0.0))
+        elif column.func == "cume_dist":  # the share of rows before this one or its peers, with them
+            result = (row_number - pl.col(_PEER) + pl.len().over([*keys, *order]) - 1) / rows
+        elif column.func == "ntile":
+            result = _over(_ntile(column.buckets or 1), keys)
         elif column.func in ("lag", "lead"):
             offset = (column.offset or 1) * (1 if column.func == "lag" else -1)
             fill = None if column.default is None else pl.lit(column.default)
@@ -75,4 +91,4 @@ def window_columns(frame: pl.LazyFrame, step: WindowStep, inputs: dict[str, pl.E
             result = _over(_aggregate(column, inputs[name]), keys)
         outputs.append(result.alias(name))
     frame = frame.with_columns(outputs)
-    return frame.drop(_PEER) if funcs & {"rank", "dense_rank"} else frame
+    return frame.drop(_PEER) if funcs & PEER_WINDOW_FUNCS else frame

@@ -77,6 +77,10 @@ MORE_WINDOWS = {
     "lead_of_an_expression": "LEAD(v + x, 1, -1) OVER (PARTITION BY g ORDER BY id)",
     "lead_default_null": "LEAD(d, 3, NULL) OVER (ORDER BY id)",
     "no_partition_rank": "RANK() OVER (ORDER BY v DESC)",
+    "ntile": "NTILE(3) OVER (PARTITION BY g ORDER BY id)",
+    "ntile_more_than_rows": "NTILE(7) OVER (ORDER BY id DESC)",
+    "percent_rank_of_ties": "PERCENT_RANK() OVER (PARTITION BY g ORDER BY x)",
+    "cume_dist_of_ties": "CUME_DIST() OVER (ORDER BY x DESC NULLS LAST)",
     "partition_total": "COUNT(*) OVER (PARTITION BY g)",
 }
 
@@ -230,7 +234,10 @@ def test_a_total_over_the_partition_is_still_polars_own(table: Path) -> None:
 
 
 @pytest.mark.parametrize(("sql", "message"), [
-    ("SELECT NTILE(4) OVER (ORDER BY id) AS w FROM t", "window function NTILE(4) OVER (…) is not run"),
+    ("SELECT FIRST_VALUE(v) OVER (ORDER BY id) AS w FROM t", "window function FIRST_VALUE(v) OVER (…) is not run"),
+    ("SELECT NTILE(id) OVER (ORDER BY id) AS w FROM t", "NTILE's bucket count must be an integer literal from 1 to 1000000"),
+    ("SELECT NTILE(0) OVER (ORDER BY id) AS w FROM t", "NTILE's bucket count must be an integer literal"),
+    ("SELECT NTILE(4) OVER (PARTITION BY g) AS w FROM t", "ntile needs ORDER BY inside OVER"),
     ("SELECT ROW_NUMBER() OVER (PARTITION BY g) AS w FROM t", "row_number needs ORDER BY inside OVER"),
     ("SELECT SUM(v) OVER (PARTITION BY g ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS w FROM t",
      "a frame without ORDER BY inside OVER"),
@@ -245,7 +252,11 @@ def test_a_total_over_the_partition_is_still_polars_own(table: Path) -> None:
     ("SELECT LAG(v, id) OVER (ORDER BY id) AS w FROM t", "the offset of LAG and LEAD must be an integer literal from 1 to 1000000"),
     ("SELECT LEAD(v, 0) OVER (ORDER BY id) AS w FROM t", "the offset of LAG and LEAD must be an integer literal"),
     ("SELECT COUNT(DISTINCT v) OVER (ORDER BY id) AS w FROM t", "DISTINCT inside a window aggregate is not run"),
-    ("SELECT SUM(v) OVER w AS s FROM t WINDOW w AS (ORDER BY id)", "named window"),
+    ("SELECT SUM(v) OVER z AS s FROM t WINDOW w AS (ORDER BY id)", "window 'z' is not defined at line 1, col 8: a name comes from the "
+     "WINDOW clause of its own SELECT (defined: w)"),
+    ("SELECT SUM(v) OVER (w PARTITION BY g) AS s FROM t WINDOW w AS (ORDER BY id)", "a window naming 'w' gives a PARTITION BY"),
+    ("SELECT SUM(v) OVER (w ORDER BY x) AS s FROM t WINDOW w AS (ORDER BY id)", "a window naming 'w' gives an ORDER BY at line 1"),
+    ("SELECT (SELECT max(v) OVER w FROM t u LIMIT 1) AS s FROM t WINDOW w AS (ORDER BY id)", "window 'w' is not defined"),
     ("SELECT RANK() AS r FROM t", "rank is a window function at line 1, col 8: write it with OVER (ORDER BY …)"),
     ("SELECT AVG(g) OVER (ORDER BY id) AS w FROM t", "is not run: AVG takes numbers, not String"),
     ("SELECT MAX(g) OVER (ORDER BY id) AS w FROM t", "MAX takes numbers or dates over a running or rolling frame, not String"),
@@ -255,6 +266,14 @@ def test_a_total_over_the_partition_is_still_polars_own(table: Path) -> None:
 def test_windows_without_a_counterpart_are_refused_naming_them(table: Path, sql: str, message: str) -> None:
     got = refusal(table, sql)
     assert got.startswith("sources.q.sql: ") and message in got, got
+
+
+def test_named_windows_give_duckdbs_answer(table: Path) -> None:
+    """WINDOW w AS (…): used as it is, refined with an ORDER BY, and named by a later definition."""
+    sql = ("SELECT id, SUM(v) OVER w AS total, RANK() OVER (w ORDER BY x) AS r, ROW_NUMBER() OVER w2 AS n, "
+           "SUM(v) OVER (w2 ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) AS rolling FROM t "
+           "WINDOW w AS (PARTITION BY g), w2 AS (w ORDER BY id DESC)")
+    assert_same(run(table, sql), referee().sql(sql).df(), ordered=False)
 
 
 def test_a_partition_min_of_text_runs(table: Path) -> None:

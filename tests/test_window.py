@@ -14,7 +14,7 @@ import pytest
 from pydantic import ValidationError
 
 from spillway.jobs.errors import SpecError, TypeMismatch, UnknownColumn
-from spillway.jobs.spec import JobSpec
+from spillway.jobs.spec import JobSpec, WindowColumn
 from spillway.jobs.status import JobStatus
 from spillway.jobs.validate import check_spec
 from spillway.service.client import SpillwayClient
@@ -95,6 +95,14 @@ def reference(frame: pd.DataFrame, keys: list[str], order: list[tuple[str, bool]
                 result = order_values.index(order_values[position]) + 1
             elif func == "dense_rank":
                 result = len(dict.fromkeys(order_values[: position + 1]))
+            elif func == "percent_rank":  # SQL: (rank - 1) / (rows - 1), 0 for a single row
+                result = order_values.index(order_values[position]) / (len(ordered) - 1) if len(ordered) > 1 else 0.0
+            elif func == "cume_dist":  # SQL: rows up to this one's last peer, over the rows
+                result = (len(order_values) - order_values[::-1].index(order_values[position])) / len(ordered)
+            elif func == "ntile":  # SQL: deal the rows out in order, the first (rows % n) buckets one row larger
+                size, larger = divmod(len(ordered), spec["buckets"])
+                edges = [sum(size + (b < larger) for b in range(bucket)) for bucket in range(spec["buckets"] + 1)]
+                result = next(b for b in range(spec["buckets"]) if edges[b] <= position < edges[b + 1]) + 1
             elif func in ("lag", "lead"):
                 other = position + (-1 if func == "lag" else 1) * spec.get("offset", 1)
                 result = values[other] if 0 <= other < len(values) else spec.get("default")
@@ -152,6 +160,32 @@ def test_rank_and_dense_rank_give_ties_one_number(data: Path) -> None:
         assert result["rank"].max() > result["dense"].max()  # there were ties
 
 
+@pytest.mark.parametrize("keys", [["k"], []], ids=["one key", "no key"])
+def test_ntile_percent_rank_and_cume_dist_match_the_reference_on_both_engines(data: Path, keys: list[str]) -> None:
+    columns = {"quartile": {"func": "ntile", "buckets": 4}, "tenth": {"func": "ntile", "buckets": 10},
+               "many": {"func": "ntile", "buckets": 500}, "pct": {"func": "percent_rank"}, "cume": {"func": "cume_dist"}}
+    order = [{"column": "t", "descending": True}]  # ties: percent_rank and cume_dist count peers
+    spec = job(data, [window(keys, order, {**columns, "o_first": {"func": "row_number"}})])
+    # ntile deals tied rows out in row order, which ties leave open: check it over a unique order.
+    unique = job(data, [window(keys, UNIQUE_ORDER, {name: columns[name] for name in ("quartile", "tenth", "many")})])
+    for result in run_both(spec):
+        expected = _expected(rows_frame(), keys, order, {name: columns[name] for name in ("pct", "cume")})
+        assert_same_rows(result[[*rows_frame().columns, "pct", "cume"]], expected, ordered=False)
+    for result in run_both(unique):
+        expected = _expected(rows_frame(), keys, UNIQUE_ORDER, {name: columns[name] for name in ("quartile", "tenth", "many")})
+        assert_same_rows(result, expected[list(result.columns)], ordered=False)
+    assert check_spec(spec)["quartile"] == "numeric"
+
+
+def test_ntile_needs_its_buckets_and_only_it_takes_them() -> None:
+    with pytest.raises(ValidationError, match="'ntile' needs 'buckets'"):
+        WindowColumn.model_validate({"func": "ntile"})
+    with pytest.raises(ValidationError, match="only it takes one"):
+        WindowColumn.model_validate({"func": "rank", "buckets": 3})
+    with pytest.raises(ValidationError, match="greater than or equal to 1"):
+        WindowColumn.model_validate({"func": "ntile", "buckets": 0})
+
+
 def test_window_over_an_expression_after_a_filter_and_a_share_of_the_total(data: Path) -> None:
     steps = [
         {"op": "filter", "expr": "i >= 0"},
@@ -205,7 +239,7 @@ def test_bad_windows_name_their_field(data: Path, step: dict[str, Any], error: t
         ({"func": "lag", "column": "v", "frame": "running"}, "belongs to the aggregates"),
         ({"func": "sum", "column": "v", "frame": "rolling"}, "needs 'preceding'"),
         ({"func": "sum", "column": "v", "preceding": 2}, "needs 'preceding'"),
-        ({"func": "ntile"}, "'row_number', 'rank'"),
+        ({"func": "nth_value"}, "'row_number', 'rank'"),
         ({"func": "lag", "column": "v", "offset": 0}, "greater than or equal to 1"),
     ],
 )
