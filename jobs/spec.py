@@ -242,7 +242,9 @@ class TopKStep(_Strict):
 
 
 WindowFunc = Literal["row_number", "rank", "dense_rank", "ntile", "percent_rank", "cume_dist", "lag", "lead", "sum", "count", "min", "max",
-                     "mean"]
+                     "mean", "first_value", "last_value"]
+#: Window functions that take the value of one row of the frame (its first or last, null or not).
+VALUE_WINDOW_FUNCS = frozenset({"first_value", "last_value"})
 #: Window functions that number or shift rows, so need an order; the rest aggregate over a frame.
 RANKING_WINDOW_FUNCS = frozenset({"row_number", "rank", "dense_rank", "ntile", "percent_rank", "cume_dist"})
 #: Those whose value counts a row's peers (rows with equal ``order_by`` values).
@@ -260,7 +262,8 @@ class WindowColumn(_Strict):
     for rows that have no such neighbour. The aggregates (``sum``, ``count``, ``min``,
     ``max``, ``mean``) take an input and a ``frame``: the whole ``partition`` (the default),
     the ``running`` rows from the partition's first to this one, or ``rolling``: this row and
-    the ``preceding`` rows before it.
+    the ``preceding`` rows before it. ``first_value`` and ``last_value`` take the value of the
+    frame's first or last row, null or not.
     """
 
     func: WindowFunc
@@ -296,7 +299,7 @@ class WindowColumn(_Strict):
     @property
     def needs_order(self) -> bool:
         """Whether the result depends on the order of rows within the partition."""
-        return self.func in RANKING_WINDOW_FUNCS | OFFSET_WINDOW_FUNCS or self.frame in ("running", "rolling")
+        return self.func in RANKING_WINDOW_FUNCS | OFFSET_WINDOW_FUNCS | VALUE_WINDOW_FUNCS or self.frame in ("running", "rolling")
 
 
 class WindowStep(_Strict):

@@ -57,7 +57,7 @@ _FUNCTION_NODES = frozenset(SQL_FUNCTIONS.values())
 #: Functions that exist only as a window's: ``ROW_NUMBER() OVER (…)`` (jobs.sql_windows says which windows run).
 SQL_WINDOW_FUNCTIONS: dict[str, type[exp.Expression]] = {
     "row_number": exp.RowNumber, "rank": exp.Rank, "dense_rank": exp.DenseRank, "ntile": exp.Ntile, "percent_rank": exp.PercentRank,
-    "cume_dist": exp.CumeDist, "lag": exp.Lag, "lead": exp.Lead,
+    "cume_dist": exp.CumeDist, "lag": exp.Lag, "lead": exp.Lead, "first_value": exp.FirstValue, "last_value": exp.LastValue,
 }
 _WINDOW_NODES = tuple(SQL_WINDOW_FUNCTIONS.values())
 #: How deep parentheses (subqueries included) may nest, and how deep the parsed tree may be.

@@ -24,6 +24,7 @@ STEP_FUNCS: dict[type[exp.Expression], str] = {
     exp.RowNumber: "row_number", exp.Rank: "rank", exp.DenseRank: "dense_rank", exp.Ntile: "ntile", exp.PercentRank: "percent_rank",
     exp.CumeDist: "cume_dist", exp.Lag: "lag", exp.Lead: "lead",
     exp.Count: "count", exp.Sum: "sum", exp.Avg: "mean", exp.Min: "min", exp.Max: "max",
+    exp.FirstValue: "first_value", exp.LastValue: "last_value",
 }
 #: Numbering functions: they take no value (NTILE its bucket count) and ignore a frame.
 NUMBERING = ("row_number", "rank", "dense_rank", "ntile", "percent_rank", "cume_dist")
@@ -88,11 +89,15 @@ def read_window(node: exp.Window, dialect: object) -> SqlWindow:
     func = node.this
     text = node.sql(dialect=dialect)
     shown = f"window '{text if len(text) <= 120 else text[:117] + '...'}' is not run"
+    if isinstance(func, (exp.IgnoreNulls, exp.RespectNulls)):
+        ignore = isinstance(func, exp.IgnoreNulls)
+        raise WindowRefused(shown, ": IGNORE NULLS is not run: FIRST_VALUE and LAST_VALUE take the frame's first or last row, null or "
+                                   "not (filter the nulls out in a CTE first)" if ignore else ": write it without RESPECT NULLS, the default")
     name = STEP_FUNCS.get(type(func))
     if name is None:
         raise WindowRefused(f"window function {func.sql(dialect=dialect)[:40]} OVER (…) is not run",
                             ": a SQL window runs row_number, rank, dense_rank, ntile, percent_rank, cume_dist, lag, lead, "
-                            "and count, sum, avg, min and max over the partition, running or rolling")
+                            "and count, sum, avg, min, max, first_value and last_value over the partition, running or rolling")
     if isinstance(func.this, exp.Distinct):
         raise WindowRefused(shown, ": DISTINCT inside a window aggregate is not run")
     ordered, frame = node.args.get("order"), node.args.get("spec")

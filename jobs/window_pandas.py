@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from spillway.jobs.spec import PEER_WINDOW_FUNCS
+from spillway.jobs.spec import PEER_WINDOW_FUNCS, VALUE_WINDOW_FUNCS
 
 _ALL = "__spillway_all"
 _TEMP = "__spillway_wtemp"
@@ -65,7 +65,26 @@ def _running(frame: Any, keys: list[str], output: WindowOutput, value: Any, coun
     return _by_group(frame, keys, extreme, "ffill")  # a null row keeps the extreme so far
 
 
+def _frame_value(frame: Any, keys: list[str], position: Any, output: WindowOutput) -> Any:
+    """``first_value`` or ``last_value`` of the frame: the value of the row it starts or ends at, taken by
+    position (``frame`` is sorted by partition and order, its index 0 … n-1; pandas' ``first`` skips nulls)."""
+    value = frame[output.input]
+    if output.func == "last_value" and output.frame != "partition":
+        return value  # a running or rolling frame ends at this row
+    row = position.index.to_series()
+    start = row - position
+    if output.func == "last_value":
+        at = start + _sizes(frame, keys) - 1
+    elif output.frame == "rolling":
+        at = row - position.clip(upper=output.preceding)
+    else:
+        at = start
+    return value.take(at.astype("int64")).reset_index(drop=True)
+
+
 def _aggregate(frame: Any, keys: list[str], position: Any, output: WindowOutput) -> Any:
+    if output.func in VALUE_WINDOW_FUNCS:
+        return _frame_value(frame, keys, position, output)
     value = frame[output.input]
     present = value.notnull().astype("int64")
     if output.frame == "partition":

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from spillway.jobs.spec import PEER_WINDOW_FUNCS, WindowColumn, WindowStep
+from spillway.jobs.spec import PEER_WINDOW_FUNCS, VALUE_WINDOW_FUNCS, WindowColumn, WindowStep
 
 _PEER = "__spillway_peer"
 
@@ -32,9 +32,22 @@ def _ntile(buckets: int) -> pl.Expr:
     return pl.when(position < in_larger).then(position // (size + 1) + 1).otherwise(later)
 
 
+def _frame_value(column: WindowColumn, value: pl.Expr) -> pl.Expr:
+    """``first_value`` or ``last_value`` of ``column``'s frame, within one partition: a row's value, null or not."""
+    frame = column.frame or "partition"
+    if column.func == "last_value":
+        return value.last() if frame == "partition" else value  # a running or rolling frame ends at this row
+    if frame == "rolling":  # this row and `preceding` before it: the partition's first until there are that many
+        back = column.preceding or 0
+        return pl.when(_position() >= back).then(value.shift(back)).otherwise(value.first())
+    return value.first()
+
+
 def _aggregate(column: WindowColumn, value: pl.Expr) -> pl.Expr:
     """The aggregate of ``column`` over its frame, within one partition."""
     func, frame = column.func, column.frame or "partition"
+    if func in VALUE_WINDOW_FUNCS:
+        return _frame_value(column, value)
     present = value.is_not_null().cast(pl.Int64)
     if frame == "partition":
         count = value.count().cast(pl.Int64)

@@ -77,6 +77,12 @@ MORE_WINDOWS = {
     "lead_of_an_expression": "LEAD(v + x, 1, -1) OVER (PARTITION BY g ORDER BY id)",
     "lead_default_null": "LEAD(d, 3, NULL) OVER (ORDER BY id)",
     "no_partition_rank": "RANK() OVER (ORDER BY v DESC)",
+    "first_value": "FIRST_VALUE(v) OVER (PARTITION BY g ORDER BY x, id)",
+    "first_value_of_ties_desc": "FIRST_VALUE(id) OVER (ORDER BY x DESC, id)",
+    "last_value_default_frame_of_ties": "LAST_VALUE(v) OVER (PARTITION BY g ORDER BY x)",
+    "last_value_whole_partition": "LAST_VALUE(d) OVER (PARTITION BY g ORDER BY id ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)",
+    "last_value_rows": "LAST_VALUE(g) OVER (ORDER BY id ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)",
+    "first_value_rolling": "FIRST_VALUE(v) OVER (ORDER BY id ROWS 2 PRECEDING)",
     "ntile": "NTILE(3) OVER (PARTITION BY g ORDER BY id)",
     "ntile_more_than_rows": "NTILE(7) OVER (ORDER BY id DESC)",
     "percent_rank_of_ties": "PERCENT_RANK() OVER (PARTITION BY g ORDER BY x)",
@@ -234,7 +240,9 @@ def test_a_total_over_the_partition_is_still_polars_own(table: Path) -> None:
 
 
 @pytest.mark.parametrize(("sql", "message"), [
-    ("SELECT FIRST_VALUE(v) OVER (ORDER BY id) AS w FROM t", "window function FIRST_VALUE(v) OVER (…) is not run"),
+    ("SELECT NTH_VALUE(v, 2) OVER (ORDER BY id) AS w FROM t", "window function NTH_VALUE(v, 2) OVER (…) is not run"),
+    ("SELECT FIRST_VALUE(v) OVER (PARTITION BY g) AS w FROM t", "first_value needs ORDER BY inside OVER"),
+    ("SELECT FIRST_VALUE(v IGNORE NULLS) OVER (ORDER BY id) AS w FROM t", "IGNORE NULLS"),
     ("SELECT NTILE(id) OVER (ORDER BY id) AS w FROM t", "NTILE's bucket count must be an integer literal from 1 to 1000000"),
     ("SELECT NTILE(0) OVER (ORDER BY id) AS w FROM t", "NTILE's bucket count must be an integer literal"),
     ("SELECT NTILE(4) OVER (PARTITION BY g) AS w FROM t", "ntile needs ORDER BY inside OVER"),

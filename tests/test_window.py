@@ -103,6 +103,12 @@ def reference(frame: pd.DataFrame, keys: list[str], order: list[tuple[str, bool]
                 size, larger = divmod(len(ordered), spec["buckets"])
                 edges = [sum(size + (b < larger) for b in range(bucket)) for bucket in range(spec["buckets"] + 1)]
                 result = next(b for b in range(spec["buckets"]) if edges[b] <= position < edges[b + 1]) + 1
+            elif func in ("first_value", "last_value"):  # the frame's first or last row, null or not
+                frame_kind, back = spec.get("frame", "partition"), spec.get("preceding", 0)
+                start = 0 if frame_kind != "rolling" else max(0, position - back)
+                end = len(values) - 1 if frame_kind == "partition" else position
+                result = values[start if func == "first_value" else end]
+                result = None if _null(result) else result
             elif func in ("lag", "lead"):
                 other = position + (-1 if func == "lag" else 1) * spec.get("offset", 1)
                 result = values[other] if 0 <= other < len(values) else spec.get("default")
@@ -132,6 +138,12 @@ COLUMNS: dict[str, dict[str, Any]] = {
     "rolling_min": {"func": "min", "column": "v", "frame": "rolling", "preceding": 1},
     "rolling_max": {"func": "max", "column": "i", "frame": "rolling", "preceding": 4},
     "rolling_mean": {"func": "mean", "column": "v", "frame": "rolling", "preceding": 2},
+    "first": {"func": "first_value", "column": "v"},
+    "last_text": {"func": "last_value", "column": "s"},
+    "running_first": {"func": "first_value", "column": "i", "frame": "running"},
+    "running_last": {"func": "last_value", "column": "v", "frame": "running"},
+    "rolling_first": {"func": "first_value", "column": "v", "frame": "rolling", "preceding": 3},
+    "rolling_last_text": {"func": "last_value", "column": "s", "frame": "rolling", "preceding": 1},
 }
 UNIQUE_ORDER = [{"column": "t"}, {"column": "o", "descending": True}]
 
