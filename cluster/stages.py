@@ -77,6 +77,12 @@ class StageLabels:
         for name in (stage, *also):
             if name not in self.order:
                 self.order.append(name)
+        labelled = self.of.get(expr._name)
+        if labelled is not None and labelled != stage:
+            # An earlier step built this very expression (two derived sources filtering the same read
+            # alike): its tasks do this step's work too.
+            self.also[expr._name] = self.also.get(expr._name, frozenset()) | {stage, *also}
+            return
         self._spread(expr, stage, folded=frozenset(also) - {stage})
 
     def mark_sink(self, write: Any, stage: str) -> Any:
