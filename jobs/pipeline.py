@@ -21,11 +21,13 @@ import dask
 import dask.dataframe as dd
 import pandas as pd
 
+from spillway.jobs import ir
 from spillway.jobs.assign_run import AssignRun
 from spillway.jobs.dask_read import nullable_integers, read_source
 from spillway.jobs.decimal_cast import decimal_casts, refuse_on_dask
 from spillway.jobs.errors import SpecError
 from spillway.jobs.logical import LogicalPlan
+from spillway.jobs.lower_polars import has_integer_arithmetic
 from spillway.jobs.named_sources import NamedSources
 from spillway.jobs.join_condition_dask import join_with_condition
 from spillway.jobs.group_pandas import OTHER, VALUE, group_mode, group_moment, group_string_agg
@@ -119,8 +121,10 @@ def apply_step(frame: dd.DataFrame, step: Step, field: str, frame_of: FrameOf, p
     """Apply one step, found at ``field`` (``steps[2]``), to a lazy dataframe; ``frame_of``
     gives a join's right side, ``plan`` the parsed expressions."""
     if isinstance(step, FilterStep):
-        mask = plan.expression(f"{field}.expr", step.expr).evaluate(frame)
-        return _filter(frame, mask)
+        expression = plan.expression(f"{field}.expr", step.expr)
+        if _may_fail(expression.node, frame):
+            frame = _kept_in_place(frame)
+        return _filter(frame, expression.evaluate(frame))
     if isinstance(step, AssignStep):
         value = plan.expression(f"{field}.expr", step.expr).evaluate(frame)
         return frame.assign(**{step.column: value})
@@ -175,6 +179,34 @@ def _unpivot(frame: dd.DataFrame, step: UnpivotStep) -> dd.DataFrame:
     index = [c for c in frame.columns if c not in step.columns] if step.index is None else list(step.index)
     rows = frame.melt(id_vars=index, value_vars=list(step.columns), var_name=step.name, value_name=step.value)
     return rows if step.include_nulls else rows.dropna(subset=[step.value])
+
+
+#: Calls that fail the job on some values: a zero divisor, a text that is no date, no number.
+_FAILING_CALLS = frozenset({"divide", "strptime", "cast"})
+
+
+def _may_fail(node: ir.Node, frame: dd.DataFrame) -> bool:
+    """Whether a filter's expression can fail the job on some rows: a failing call, or arithmetic
+    over an integer column (checked for overflow)."""
+    nodes = ir.walk(node)
+    if any(isinstance(n, ir.Call) and n.name in _FAILING_CALLS for n in nodes):
+        return True
+    integers = {name for name, dtype in frame.dtypes.items() if getattr(dtype, "kind", "?") in "iu"}
+    return has_integer_arithmetic(node) and bool(ir.columns_of(node) & integers)
+
+
+def _kept_in_place(frame: dd.DataFrame) -> dd.DataFrame:
+    """``frame`` behind a step dask's optimizer cannot see through (each partition as it is).
+
+    The optimizer merges a filter with the filters before it and moves it below joins, where its
+    expression meets rows those remove: a filter whose expression can fail (``divide`` by a zero
+    that an earlier filter ruled out) would fail the job. Behind this, it sees its step's rows only.
+    """
+    return frame.map_partitions(_same, meta=frame._meta)
+
+
+def _same(part: Any) -> Any:
+    return part
 
 
 def _filter(frame: dd.DataFrame, mask: Any) -> dd.DataFrame:
