@@ -64,6 +64,8 @@ INTERRUPTED = "interrupted"
 CLUSTER_LOST = "cluster_lost"
 TIMED_OUT = "timed_out"
 SWEEP_DELAYS_S = (1.0, 4.0, 30.0)
+#: How long a restart of the workers running a stopped job may take before it is logged and left to the nanny.
+RESTART_TIMEOUT_S = 60.0
 
 
 class JobMetrics(Protocol):
@@ -410,7 +412,9 @@ class JobManager:
                 active.cancelled.set()
                 await self._gpu_gate.wake()  # a job waiting for the GPU workers stops waiting
                 # A running Polars query cannot be interrupted: its worker is restarted. Dask-engine tasks finish in their threads.
-                await self._stop_tasks(active, "cancelled by user", restart=active.engine is not None and active.engine.engine == "polars")
+                # In the background: the job ends once its tasks are cancelled, and a restart on a busy machine can outlast
+                # this request (a client's cancel timed out after 120 s).
+                self._spawn(self._stop_quietly(active, "cancelled by user"))
             try:
                 await asyncio.wait_for(active.finished.wait(), timeout)
             except TimeoutError:
@@ -454,7 +458,10 @@ class JobManager:
         if workers:
             log.info("job %s: restarting worker(s) %s to stop its running tasks (%s)", active.job_id, ", ".join(workers), reason)
             active.log.add(f"{self._now()} {reason}: restarting worker(s) {', '.join(workers)}")
-            await client.restart_workers(workers, raise_for_error=False)
+            restarted = await client.restart_workers(workers, timeout=RESTART_TIMEOUT_S, raise_for_error=False)
+            late = sorted(worker for worker, status in (restarted or {}).items() if status != "OK")
+            if late:
+                log.warning("job %s: worker(s) %s did not restart within %.0f s (%s)", active.job_id, ", ".join(late), RESTART_TIMEOUT_S, reason)
         if restart and active.across_workers:
             await self._discard_multi_gpu_engine()
 

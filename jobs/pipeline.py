@@ -345,7 +345,7 @@ def _window(frame: dd.DataFrame, step: WindowStep, field: str, plan: LogicalPlan
             source = f"{_HIDDEN}w{len(hidden)}"
             hidden[source] = plan.expression(f"{field}.columns.{name}.expr", column.expr).evaluate(frame)
         outputs.append(WindowOutput(name, column.func, source, column.offset or 1, column.default, column.frame or "partition",
-                                    column.preceding or 0, column.buckets or 1))
+                                    column.preceding or 0, column.buckets or 1, column.following or 0))
     prepared = frame.assign(**hidden) if hidden else frame
     keys = list(step.partition_by)
     order = [(key.column, key.descending) for key in step.order_by]

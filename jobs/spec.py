@@ -262,7 +262,8 @@ class WindowColumn(_Strict):
     for rows that have no such neighbour. The aggregates (``sum``, ``count``, ``min``,
     ``max``, ``mean``) take an input and a ``frame``: the whole ``partition`` (the default),
     the ``running`` rows from the partition's first to this one, or ``rolling``: this row and
-    the ``preceding`` rows before it. ``first_value`` and ``last_value`` take the value of the
+    the ``preceding`` rows before it (and the ``following`` rows after it, when given).
+    ``first_value`` and ``last_value`` take the value of the
     frame's first or last row, null or not.
     """
 
@@ -274,7 +275,8 @@ class WindowColumn(_Strict):
     frame: Literal["partition", "running", "rolling"] | None = Field(
         default=None, description="Aggregates: the whole partition (default), the running rows up to this one, or rolling."
     )
-    preceding: int | None = Field(default=None, ge=1, le=100_000, description="rolling: rows before this one in the frame.")
+    preceding: int | None = Field(default=None, ge=0, le=100_000, description="rolling: rows before this one in the frame.")
+    following: int | None = Field(default=None, ge=1, le=100_000, description="rolling: rows after this one in the frame (default none).")
     buckets: int | None = Field(default=None, ge=1, le=1_000_000, description="ntile: how many groups of near-equal size the rows form.")
 
     @model_validator(mode="after")
@@ -294,6 +296,8 @@ class WindowColumn(_Strict):
             raise ValueError(f"'frame' belongs to the aggregates (sum, count, min, max, mean), not '{self.func}'")
         if (self.frame == "rolling") != (self.preceding is not None):
             raise ValueError("a 'rolling' frame needs 'preceding' (rows before this one), and only it takes one")
+        if self.following is not None and self.frame != "rolling":
+            raise ValueError("'following' (rows after this one) belongs to a 'rolling' frame")
         return self
 
     @property

@@ -126,7 +126,7 @@ class _Split:
         source = None if argument is None else self.column(exp.Literal.number(1) if isinstance(argument, exp.Star) else argument)
         offset = shape.offset if shape.func in ("lag", "lead") else None
         return WindowColumn(func=shape.func, column=source, offset=offset, frame=shape.frame, preceding=shape.preceding,  # type: ignore[arg-type]
-                            buckets=shape.buckets)
+                            following=shape.following, buckets=shape.buckets)
 
     def helper(self, keys: Keys, column: WindowColumn) -> exp.Column:
         """A window of the outer query's own (a row number, a partition's size), computed once per keys."""

@@ -34,7 +34,7 @@ MAX_BUCKETS = 1_000_000
 MAX_OFFSET = 1_000_000
 MAX_PRECEDING = 100_000
 _FRAMES_RUN = ("ROWS or RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW (a running total; RANGE, the default, "
-               "gives tied rows one total), ROWS BETWEEN n PRECEDING AND CURRENT ROW (n from 1 to "
+               "gives tied rows one total), ROWS BETWEEN n PRECEDING or CURRENT ROW AND CURRENT ROW or m FOLLOWING (n and m from 1 to "
                f"{MAX_PRECEDING}), and UNBOUNDED PRECEDING AND "
                "UNBOUNDED FOLLOWING")
 
@@ -54,6 +54,7 @@ class SqlWindow:
     peers: bool = False
     offset: int = 1
     buckets: int | None = None
+    following: int | None = None
 
 
 class WindowRefused(ValueError):
@@ -136,6 +137,13 @@ def _bound(value: object) -> str:
     return (value.sql() if isinstance(value, exp.Expression) else str(value or "")).upper()
 
 
+def _rows(value: object, limit: int) -> int | None:
+    """A frame bound's row count: an integer literal from 1 to ``limit``, else None."""
+    if isinstance(value, exp.Literal) and value.is_int and 1 <= int(value.this) <= limit:
+        return int(value.this)
+    return None
+
+
 def _aggregate(name: str, frame: exp.Expression | None, shown: str) -> SqlWindow:
     """An ordered aggregate's frame: SQL's default (RANGE, peers share a total) or one the window step has."""
     if frame is None:
@@ -143,15 +151,18 @@ def _aggregate(name: str, frame: exp.Expression | None, shown: str) -> SqlWindow
     kind, start, side = _bound(frame.args.get("kind")), _bound(frame.args.get("start")), _bound(frame.args.get("start_side"))
     end, end_side = _bound(frame.args.get("end")) or "CURRENT ROW", _bound(frame.args.get("end_side"))
     refused = WindowRefused(shown, f": its frame has no counterpart in the window step; frames that run: {_FRAMES_RUN}")
-    if frame.args.get("exclude") is not None or kind not in ("ROWS", "RANGE") or side != "PRECEDING":
+    if frame.args.get("exclude") is not None or kind not in ("ROWS", "RANGE") or (side != "PRECEDING" and start != "CURRENT ROW"):
         raise refused
     if start == "UNBOUNDED" and end == "UNBOUNDED" and end_side == "FOLLOWING":
         return SqlWindow(func=name, frame="partition")
-    if end != "CURRENT ROW":
-        raise refused
+    following = None
+    if end != "CURRENT ROW":  # n FOLLOWING: ROWS frames only
+        following = _rows(frame.args.get("end"), MAX_PRECEDING) if kind == "ROWS" and end_side == "FOLLOWING" else None
+        if following is None or start == "UNBOUNDED":
+            raise refused
     if start == "UNBOUNDED":
         return SqlWindow(func=name, frame="running", peers=kind == "RANGE")
-    literal = frame.args.get("start")
-    if kind == "ROWS" and isinstance(literal, exp.Literal) and literal.is_int and 1 <= int(literal.this) <= MAX_PRECEDING:
-        return SqlWindow(func=name, frame="rolling", preceding=int(literal.this))
+    preceding = 0 if start == "CURRENT ROW" else _rows(frame.args.get("start"), MAX_PRECEDING)
+    if kind == "ROWS" and preceding is not None:
+        return SqlWindow(func=name, frame="rolling", preceding=preceding, following=following)
     raise refused

@@ -10,7 +10,7 @@ number of the first of its peers, nulls sort last.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from spillway.jobs.spec import PEER_WINDOW_FUNCS, VALUE_WINDOW_FUNCS
@@ -32,6 +32,7 @@ class WindowOutput:
     frame: str = "partition"
     preceding: int = 0
     buckets: int = 1
+    following: int = 0
 
 
 def _by_group(frame: Any, keys: list[str], series: Any, method: str) -> Any:
@@ -82,7 +83,41 @@ def _frame_value(frame: Any, keys: list[str], position: Any, output: WindowOutpu
     return value.take(at.astype("int64")).reset_index(drop=True)
 
 
+def _around(frame: Any, keys: list[str], position: Any, output: WindowOutput) -> Any:
+    """A rolling frame with ``following`` rows: the frame up to this row and the one from it on (the same
+    rolling frame over the rows reversed, which keeps each partition's rows together), combined."""
+    before = replace(output, following=0)
+    if output.func == "last_value":  # the frame's last row: `following` rows on, or the partition's last
+        row = position.index.to_series()
+        last = row - position + _sizes(frame, keys) - 1
+        at = (row + output.following).where(row + output.following <= last, last)
+        return frame[output.input].take(at.astype("int64")).reset_index(drop=True)
+    if output.func == "first_value":
+        return _aggregate(frame, keys, position, before)
+    backwards = frame.iloc[::-1].reset_index(drop=True)
+    position_back = backwards.groupby(keys, dropna=False, sort=False).cumcount()
+
+    def part(func: str, rows: str = "before") -> Any:
+        if rows == "before":
+            return _aggregate(frame, keys, position, replace(before, func=func))
+        ahead = _aggregate(backwards, keys, position_back, replace(before, func=func, preceding=output.following))
+        return ahead.iloc[::-1].reset_index(drop=True)
+
+    value = frame[output.input]
+    count = part("count") + part("count", "ahead") - value.notnull().astype("int64")
+    if output.func == "count":
+        return count
+    if output.func in ("min", "max"):
+        low, high = part(output.func), part(output.func, "ahead")
+        first = (low <= high) if output.func == "min" else (low >= high)
+        return low.where(first | high.isnull(), high)  # a null side gives the other
+    total = (part("sum").fillna(0) + part("sum", "ahead").fillna(0) - value.fillna(0)).where(count > 0)
+    return total if output.func == "sum" else total / count.where(count > 0)
+
+
 def _aggregate(frame: Any, keys: list[str], position: Any, output: WindowOutput) -> Any:
+    if output.following:
+        return _around(frame, keys, position, output)
     if output.func in VALUE_WINDOW_FUNCS:
         return _frame_value(frame, keys, position, output)
     value = frame[output.input]

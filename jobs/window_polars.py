@@ -43,9 +43,35 @@ def _frame_value(column: WindowColumn, value: pl.Expr) -> pl.Expr:
     return value.first()
 
 
+def _around(column: WindowColumn, value: pl.Expr) -> pl.Expr:
+    """A rolling frame with ``following`` rows, within one partition: the frame up to this row and the
+    one from it on (a rolling frame over the reversed rows), combined; this row counts once."""
+    before = _aggregate(column.model_copy(update={"following": None}), value)
+    ahead = column.model_copy(update={"following": None, "preceding": column.following})
+    present = value.is_not_null().cast(pl.Int64)
+    if column.func == "last_value":  # the frame's last row: `following` rows on, or the partition's last
+        return pl.when(_position() + (column.following or 0) < pl.len()).then(value.shift(-(column.following or 0))).otherwise(value.last())
+    if column.func == "first_value":
+        return before
+
+    def after(func: str) -> pl.Expr:
+        return _aggregate(ahead.model_copy(update={"func": func}), value.reverse()).reverse()
+
+    count = _aggregate(column.model_copy(update={"following": None, "func": "count"}), value) + after("count") - present
+    if column.func == "count":
+        return count
+    if column.func in ("min", "max"):
+        return (pl.min_horizontal if column.func == "min" else pl.max_horizontal)(before, after(column.func))
+    total = before.fill_null(0) if column.func == "sum" else _aggregate(column.model_copy(update={"following": None, "func": "sum"}), value).fill_null(0)
+    total = pl.when(count > 0).then(total + after("sum").fill_null(0) - value.fill_null(0))
+    return total if column.func == "sum" else total / count
+
+
 def _aggregate(column: WindowColumn, value: pl.Expr) -> pl.Expr:
     """The aggregate of ``column`` over its frame, within one partition."""
     func, frame = column.func, column.frame or "partition"
+    if column.following:
+        return _around(column, value)
     if func in VALUE_WINDOW_FUNCS:
         return _frame_value(column, value)
     present = value.is_not_null().cast(pl.Int64)

@@ -262,7 +262,7 @@ REFUSED = {
     "hidden_after_block_comment": ("SELECT * FROM sales /* ; */ ; DELETE FROM sales", "a second statement begins with 'DELETE'"),
     "unknown_column": ("SELECT amout FROM sales", "did you mean 'amount'?"),
     "parameter": ("SELECT * FROM sales WHERE amount > $1", "a parameter ($1) is not allowed"),
-    "following_frame": ("SELECT sum(amount) OVER (ORDER BY order_id ROWS BETWEEN CURRENT ROW AND 2 FOLLOWING) AS r FROM sales",
+    "following_frame": ("SELECT sum(amount) OVER (ORDER BY order_id ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING) AS r FROM sales",
                         "its frame has no counterpart in the window step; frames that run: ROWS or RANGE BETWEEN UNBOUNDED"),
     "cast_to_unlisted_type": ("SELECT CAST(amount AS INTERVAL) FROM sales", "CAST to INTERVAL is not allowed"),
     "polars_cannot": ("SELECT s.order_id FROM sales s JOIN products p ON s.amount > p.unit_cost OR s.quantity = 1",

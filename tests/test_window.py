@@ -62,9 +62,9 @@ def _null(value: Any) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 
 
-def _frame_values(values: list[Any], position: int, frame: str, preceding: int) -> list[Any]:
+def _frame_values(values: list[Any], position: int, frame: str, preceding: int, following: int = 0) -> list[Any]:
     start = 0 if frame != "rolling" else max(0, position - preceding)
-    chosen = values if frame == "partition" else values[start : position + 1]
+    chosen = values if frame == "partition" else values[start : position + 1 + following]
     return [v for v in chosen if not _null(v)]
 
 
@@ -106,14 +106,15 @@ def reference(frame: pd.DataFrame, keys: list[str], order: list[tuple[str, bool]
             elif func in ("first_value", "last_value"):  # the frame's first or last row, null or not
                 frame_kind, back = spec.get("frame", "partition"), spec.get("preceding", 0)
                 start = 0 if frame_kind != "rolling" else max(0, position - back)
-                end = len(values) - 1 if frame_kind == "partition" else position
+                end = len(values) - 1 if frame_kind == "partition" else min(position + spec.get("following", 0), len(values) - 1)
                 result = values[start if func == "first_value" else end]
                 result = None if _null(result) else result
             elif func in ("lag", "lead"):
                 other = position + (-1 if func == "lag" else 1) * spec.get("offset", 1)
                 result = values[other] if 0 <= other < len(values) else spec.get("default")
             else:
-                result = _aggregate(func, _frame_values(values, position, spec.get("frame", "partition"), spec.get("preceding", 0)))
+                result = _aggregate(func, _frame_values(values, position, spec.get("frame", "partition"), spec.get("preceding", 0),
+                                                        spec.get("following", 0)))
             out[index] = result
     return out
 
@@ -144,6 +145,13 @@ COLUMNS: dict[str, dict[str, Any]] = {
     "running_last": {"func": "last_value", "column": "v", "frame": "running"},
     "rolling_first": {"func": "first_value", "column": "v", "frame": "rolling", "preceding": 3},
     "rolling_last_text": {"func": "last_value", "column": "s", "frame": "rolling", "preceding": 1},
+    "centred_sum": {"func": "sum", "column": "v", "frame": "rolling", "preceding": 2, "following": 2},
+    "ahead_count": {"func": "count", "column": "v", "frame": "rolling", "preceding": 0, "following": 3},
+    "centred_min": {"func": "min", "column": "v", "frame": "rolling", "preceding": 1, "following": 4},
+    "centred_max": {"func": "max", "column": "i", "frame": "rolling", "preceding": 3, "following": 1},
+    "centred_mean": {"func": "mean", "column": "v", "frame": "rolling", "preceding": 2, "following": 1},
+    "ahead_first": {"func": "first_value", "column": "v", "frame": "rolling", "preceding": 2, "following": 2},
+    "ahead_last": {"func": "last_value", "column": "v", "frame": "rolling", "preceding": 0, "following": 2},
 }
 UNIQUE_ORDER = [{"column": "t"}, {"column": "o", "descending": True}]
 
@@ -251,6 +259,8 @@ def test_bad_windows_name_their_field(data: Path, step: dict[str, Any], error: t
         ({"func": "lag", "column": "v", "frame": "running"}, "belongs to the aggregates"),
         ({"func": "sum", "column": "v", "frame": "rolling"}, "needs 'preceding'"),
         ({"func": "sum", "column": "v", "preceding": 2}, "needs 'preceding'"),
+        ({"func": "sum", "column": "v", "frame": "running", "following": 2}, "'following' .rows after this one. belongs to a 'rolling' frame"),
+        ({"func": "sum", "column": "v", "frame": "rolling", "preceding": 1, "following": 0}, "greater than or equal to 1"),
         ({"func": "nth_value"}, "'row_number', 'rank'"),
         ({"func": "lag", "column": "v", "offset": 0}, "greater than or equal to 1"),
     ],
