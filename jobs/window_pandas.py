@@ -179,6 +179,9 @@ def compute_window(part: Any, keys: list[str], order: list[tuple[str, bool]], ou
             results[output.name] = shifted.shift(shift) if output.default is None else shifted.shift(shift, fill_value=output.default)
         else:
             results[output.name] = _aggregate(frame, by, position, output)
+    for output in outputs:  # a rolling sum, min or max of integers is computed in floats: integers again, as on Polars
+        if output.frame == "rolling" and output.func in ("sum", "min", "max") and getattr(frame[output.input].dtype, "kind", "?") in "iu":
+            results[output.name] = results[output.name].astype("Int64")
     if dtypes:
         results = {name: value.astype(dtypes[name]) for name, value in results.items()}
     out = frame.assign(**results)
