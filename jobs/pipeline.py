@@ -187,13 +187,29 @@ _FAILING_CALLS = frozenset({"divide", "strptime", "cast"})
 
 
 def _may_fail(node: ir.Node, frame: dd.DataFrame) -> bool:
-    """Whether a filter's expression can fail the job on some rows: a failing call, or arithmetic
-    over an integer column (checked for overflow)."""
+    """Whether a filter's expression can fail the job on some rows: a failing call, or integer
+    arithmetic (checked for overflow) over an integer column."""
     nodes = ir.walk(node)
     if any(isinstance(n, ir.Call) and n.name in _FAILING_CALLS for n in nodes):
         return True
-    integers = {name for name, dtype in frame.dtypes.items() if getattr(dtype, "kind", "?") in "iu"}
-    return has_integer_arithmetic(node) and bool(ir.columns_of(node) & integers)
+    integers = frozenset(name for name, dtype in frame.dtypes.items() if getattr(dtype, "kind", "?") in "iu")
+    if not has_integer_arithmetic(node) or not ir.columns_of(node) & integers:
+        return False
+    checked = [n for n in nodes if (isinstance(n, ir.Binary) and n.op in ("+", "-", "*", "**")) or (isinstance(n, ir.Unary) and n.op == "-")]
+    return any(_integer(n, integers) for n in checked)
+
+
+def _integer(node: ir.Node, integers: frozenset[str]) -> bool:
+    """Whether ``node`` gives integers, from the frame's integer columns and integer literals."""
+    if isinstance(node, ir.Col):
+        return node.name in integers
+    if isinstance(node, ir.Lit):
+        return isinstance(node.value, int) and not isinstance(node.value, bool)
+    if isinstance(node, ir.Unary):
+        return _integer(node.operand, integers)
+    if isinstance(node, ir.Binary):
+        return node.op in ("+", "-", "*", "**", "//", "%") and _integer(node.left, integers) and _integer(node.right, integers)
+    return False
 
 
 def _kept_in_place(frame: dd.DataFrame) -> dd.DataFrame:
