@@ -218,6 +218,29 @@ def nullable_integers(frame: dd.DataFrame, keep: Collection[str] = ()) -> dd.Dat
     return frame.astype(casts) if casts else frame
 
 
+def integers_kept(frame: dd.DataFrame, inputs: dict[str, Any]) -> dd.DataFrame:
+    """``frame`` with each column that was an integer in ``inputs`` an integer again, in every partition.
+
+    On pandas the sides are nullable integers already (a no-op). On cuDF (26.10, H200,
+    2026-12-02) an outer merge's partition holds a float64 count where dask's meta says int64,
+    so a ``cast(n, 'string')`` after it gave ``'3.0'``; cast back, its nulls stay nulls.
+    """
+    if isinstance(frame._meta, pd.DataFrame):
+        return frame
+    integers = {column: dtype for column, dtype in inputs.items() if column in frame.columns and getattr(dtype, "kind", "?") in "iu"}
+    if not integers:
+        return frame
+    return frame.map_partitions(_as_integers, integers, meta=frame._meta.astype(integers))
+
+
+def _as_integers(part: Any, integers: dict[str, Any]) -> Any:
+    floats = {column: dtype for column, dtype in integers.items() if part[column].dtype.kind == "f"}
+    if not floats:
+        return part
+    # A NaN would cast to int64's minimum: nulls only (a float made of integers holds no other NaN).
+    return part.assign(**{column: part[column].nans_to_nulls().astype(dtype) for column, dtype in floats.items()})
+
+
 def plain_arrow_table(table: pa.Table) -> pa.Table:
     """``table`` with every column of :func:`jobs.sources.plain_arrow_type` converted to that type."""
     for index, field in enumerate(table.schema):

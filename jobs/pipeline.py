@@ -20,15 +20,13 @@ from typing import Any, Literal
 import dask
 import dask.dataframe as dd
 import numpy as np
-import pandas as pd
 
-from spillway.jobs import ir
 from spillway.jobs.assign_run import AssignRun
-from spillway.jobs.dask_read import nullable_integers, read_source
+from spillway.jobs.dask_read import integers_kept, nullable_integers, read_source
 from spillway.jobs.decimal_cast import decimal_casts, refuse_on_dask
 from spillway.jobs.errors import SpecError
+from spillway.jobs.filter_run import all_of, kept_in_place, may_fail
 from spillway.jobs.logical import LogicalPlan
-from spillway.jobs.lower_polars import has_integer_arithmetic
 from spillway.jobs.named_sources import NamedSources
 from spillway.jobs.join_condition_dask import join_with_condition
 from spillway.jobs.group_pandas import OTHER, VALUE, group_mode, group_moment, group_string_agg
@@ -123,8 +121,8 @@ def apply_step(frame: dd.DataFrame, step: Step, field: str, frame_of: FrameOf, p
     gives a join's right side, ``plan`` the parsed expressions."""
     if isinstance(step, FilterStep):
         expression = plan.expression(f"{field}.expr", step.expr)
-        if _may_fail(expression.node, frame):
-            frame = _kept_in_place(frame)
+        if may_fail(expression.node, frame):
+            frame = kept_in_place(frame)
         return _filter(frame, expression.evaluate(frame))
     if isinstance(step, AssignStep):
         value = plan.expression(f"{field}.expr", step.expr).evaluate(frame)
@@ -182,50 +180,6 @@ def _unpivot(frame: dd.DataFrame, step: UnpivotStep) -> dd.DataFrame:
     return rows if step.include_nulls else rows.dropna(subset=[step.value])
 
 
-#: Calls that fail the job on some values: a zero divisor, a text that is no date, no number.
-_FAILING_CALLS = frozenset({"divide", "strptime", "cast"})
-
-
-def _may_fail(node: ir.Node, frame: dd.DataFrame) -> bool:
-    """Whether a filter's expression can fail the job on some rows: a failing call, or integer
-    arithmetic (checked for overflow) over an integer column."""
-    nodes = ir.walk(node)
-    if any(isinstance(n, ir.Call) and n.name in _FAILING_CALLS for n in nodes):
-        return True
-    integers = frozenset(name for name, dtype in frame.dtypes.items() if getattr(dtype, "kind", "?") in "iu")
-    if not has_integer_arithmetic(node) or not ir.columns_of(node) & integers:
-        return False
-    checked = [n for n in nodes if (isinstance(n, ir.Binary) and n.op in ("+", "-", "*", "**")) or (isinstance(n, ir.Unary) and n.op == "-")]
-    return any(_integer(n, integers) for n in checked)
-
-
-def _integer(node: ir.Node, integers: frozenset[str]) -> bool:
-    """Whether ``node`` gives integers, from the frame's integer columns and integer literals."""
-    if isinstance(node, ir.Col):
-        return node.name in integers
-    if isinstance(node, ir.Lit):
-        return isinstance(node.value, int) and not isinstance(node.value, bool)
-    if isinstance(node, ir.Unary):
-        return _integer(node.operand, integers)
-    if isinstance(node, ir.Binary):
-        return node.op in ("+", "-", "*", "**", "//", "%") and _integer(node.left, integers) and _integer(node.right, integers)
-    return False
-
-
-def _kept_in_place(frame: dd.DataFrame) -> dd.DataFrame:
-    """``frame`` behind a step dask's optimizer cannot see through (each partition as it is).
-
-    The optimizer merges a filter with the filters before it and moves it below joins, where its
-    expression meets rows those remove: a filter whose expression can fail (``divide`` by a zero
-    that an earlier filter ruled out) would fail the job. Behind this, it sees its step's rows only.
-    """
-    return frame.map_partitions(_same, meta=frame._meta)
-
-
-def _same(part: Any) -> Any:
-    return part
-
-
 def _no_rows(part: Any) -> Any:
     return part.iloc[:0]
 
@@ -261,37 +215,14 @@ def _equi_join(frame: dd.DataFrame, right: dd.DataFrame, step: JoinStep) -> dd.D
     renamed = {c: c + step.right_suffix for c in right.columns if c in frame.columns and c not in shared}  # as the merge names them
     inputs = {**right.rename(columns=renamed).dtypes.to_dict(), **frame.dtypes.to_dict()}
     if step.how == "left":
-        return _integers_kept(merge(frame, nullable_integers(right.dropna(subset=right_keys)), "left"), inputs)
+        return integers_kept(merge(frame, nullable_integers(right.dropna(subset=right_keys)), "left"), inputs)
     if step.how == "right":
-        return _integers_kept(merge(nullable_integers(frame.dropna(subset=left_keys)), right, "right"), inputs)
+        return integers_kept(merge(nullable_integers(frame.dropna(subset=left_keys)), right, "right"), inputs)
     frame, right = nullable_integers(frame), nullable_integers(right)
     joined = merge(frame.dropna(subset=left_keys), right.dropna(subset=right_keys), "outer")
     left_alone = frame[frame[left_keys].isnull().any(axis=1)]
     right_alone = right[right[right_keys].isnull().any(axis=1)].rename(columns=renamed)
-    return _integers_kept(dd.concat([joined, left_alone, right_alone])[list(joined.columns)], inputs)
-
-
-def _integers_kept(frame: dd.DataFrame, inputs: dict[str, Any]) -> dd.DataFrame:
-    """``frame`` with each column that was an integer in ``inputs`` an integer again, in every partition.
-
-    On pandas the sides are nullable integers already (a no-op). On cuDF (26.10, H200,
-    2026-12-02) an outer merge's partition holds a float64 count where dask's meta says int64,
-    so a ``cast(n, 'string')`` after it gave ``'3.0'``; cast back, its nulls stay nulls.
-    """
-    if isinstance(frame._meta, pd.DataFrame):
-        return frame
-    integers = {column: dtype for column, dtype in inputs.items() if column in frame.columns and getattr(dtype, "kind", "?") in "iu"}
-    if not integers:
-        return frame
-    return frame.map_partitions(_as_integers, integers, meta=frame._meta.astype(integers))
-
-
-def _as_integers(part: Any, integers: dict[str, Any]) -> Any:
-    floats = {column: dtype for column, dtype in integers.items() if part[column].dtype.kind == "f"}
-    if not floats:
-        return part
-    # A NaN would cast to int64's minimum: nulls only (a float made of integers holds no other NaN).
-    return part.assign(**{column: part[column].nans_to_nulls().astype(dtype) for column, dtype in floats.items()})
+    return integers_kept(dd.concat([joined, left_alone, right_alone])[list(joined.columns)], inputs)
 
 
 def pair_all(part: Any, right: Any, suffix: str) -> Any:
@@ -556,7 +487,7 @@ class NamedFrames(NamedSources[dd.DataFrame]):
     def _joins_filters(self, step: Step, field: str, frame: dd.DataFrame) -> bool:
         """Whether ``step`` is a filter that may be one mask with the filters before it: one that cannot
         fail the job (it may then meet rows they remove, as dask's own merge of filters would give it)."""
-        return isinstance(step, FilterStep) and not _may_fail(self.plan.expression(f"{field}.expr", step.expr).node, frame)
+        return isinstance(step, FilterStep) and not may_fail(self.plan.expression(f"{field}.expr", step.expr).node, frame)
 
     def _filtered(self, frame: dd.DataFrame, filters: list[tuple[str, FilterStep]]) -> dd.DataFrame:
         """``frame`` through a run of filters as one: each mask over ``frame``, and-ed as a balanced tree.
@@ -564,10 +495,7 @@ class NamedFrames(NamedSources[dd.DataFrame]):
         Dask's optimizer merges nested filters itself, in time that grew with the square of the chain
         (100 filters: 3.5 s); a left-deep chain of ``&`` overflows its recursion at about 200.
         """
-        masks = [self.plan.expression(f"{field}.expr", step.expr).evaluate(frame) for field, step in filters]
-        while len(masks) > 1:
-            masks = [masks[i] & masks[i + 1] if i + 1 < len(masks) else masks[i] for i in range(0, len(masks), 2)]
-        filtered = _filter(frame, masks[0])
+        filtered = _filter(frame, all_of([self.plan.expression(f"{field}.expr", step.expr).evaluate(frame) for field, step in filters]))
         self.applied(filtered, list(filters))
         return filtered
 
