@@ -60,6 +60,20 @@ def _same(part: Any) -> Any:
     return part
 
 
+def conjunct_groups(node: ir.Node, frame: dd.DataFrame) -> list[list[ir.Node]]:
+    """A filter's condition as groups to filter by in turn: its ``and``-ed parts, a new group before each
+    part after the first that can fail, so that such a part sees only the rows the parts before it keep
+    (left to right, as Polars' plan evaluates them). Anything but an ``and`` of conditions is one group."""
+    if not (isinstance(node, ir.Logical) and node.op == "and" and all(ir.is_condition(part) for part in node.parts)):
+        return [[node]]
+    groups: list[list[ir.Node]] = [[]]
+    for part in node.parts:
+        if groups[-1] and may_fail(part, frame):
+            groups.append([])
+        groups[-1].append(part)
+    return groups
+
+
 def all_of(masks: list[Any]) -> Any:
     """The masks and-ed as a balanced tree: a left-deep chain of ``&`` overflows dask's recursion at about 200."""
     while len(masks) > 1:

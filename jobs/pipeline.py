@@ -25,7 +25,9 @@ from spillway.jobs.assign_run import AssignRun
 from spillway.jobs.dask_read import integers_kept, nullable_integers, read_source
 from spillway.jobs.decimal_cast import decimal_casts, refuse_on_dask
 from spillway.jobs.errors import SpecError
-from spillway.jobs.filter_run import all_of, kept_in_place, may_fail
+from spillway.jobs.expr import Expression
+from spillway.jobs.filter_run import all_of, conjunct_groups, kept_in_place, may_fail
+from spillway.jobs.lower_pandas import evaluate
 from spillway.jobs.logical import LogicalPlan
 from spillway.jobs.named_sources import NamedSources
 from spillway.jobs.join_condition_dask import join_with_condition
@@ -120,10 +122,7 @@ def apply_step(frame: dd.DataFrame, step: Step, field: str, frame_of: FrameOf, p
     """Apply one step, found at ``field`` (``steps[2]``), to a lazy dataframe; ``frame_of``
     gives a join's right side, ``plan`` the parsed expressions."""
     if isinstance(step, FilterStep):
-        expression = plan.expression(f"{field}.expr", step.expr)
-        if may_fail(expression.node, frame):
-            frame = kept_in_place(frame)
-        return _filter(frame, expression.evaluate(frame))
+        return _filter_in_turn(frame, plan.expression(f"{field}.expr", step.expr))
     if isinstance(step, AssignStep):
         value = plan.expression(f"{field}.expr", step.expr).evaluate(frame)
         return frame.assign(**{step.column: value})
@@ -178,6 +177,19 @@ def _unpivot(frame: dd.DataFrame, step: UnpivotStep) -> dd.DataFrame:
     index = [c for c in frame.columns if c not in step.columns] if step.index is None else list(step.index)
     rows = frame.melt(id_vars=index, value_vars=list(step.columns), var_name=step.name, value_name=step.value)
     return rows if step.include_nulls else rows.dropna(subset=[step.value])
+
+
+def _filter_in_turn(frame: dd.DataFrame, expression: Expression) -> dd.DataFrame:
+    """``frame`` filtered by ``expression``; a part of it that can fail the job sees only the rows that the
+    filters before it, and the ``and``-ed parts before it, keep (jobs.filter_run)."""
+    if not expression.columns <= set(frame.columns):
+        return _filter(frame, expression.evaluate(frame))  # which raises, naming the unknown column
+    for index, group in enumerate(conjunct_groups(expression.node, frame)):
+        if index or may_fail(group[0], frame):
+            frame = kept_in_place(frame)
+        masks = [evaluate(part, frame, expression.text, expression.field) for part in group]
+        frame = _filter(frame, all_of(masks))
+    return frame
 
 
 def _no_rows(part: Any) -> Any:

@@ -226,6 +226,8 @@ GUARDED_FILTERS = {  # the steps, and the x values left
     "a cast of text after a filter": ([{"op": "filter", "expr": "t != 'none'"}, {"op": "filter", "expr": "cast(t, 'int64') > 2"}], [2, 3]),
     "integer arithmetic after a filter": ([{"op": "filter", "expr": "x < 10"}, {"op": "filter", "expr": "x * 1000000000000000000 > 2500000000000000000"}],
                                           [3, 4]),
+    "divide after an and": ([{"op": "filter", "expr": "y != 0 and divide(x, y) > 1"}], [2, 3]),
+    "a cast after an and, then more": ([{"op": "filter", "expr": "t != 'none' and x < 10 and cast(t, 'int64') > 2 and x > 0"}], [2, 3]),
     "divide after a join": ([{"op": "join", "right": {"format": "parquet", "path": "{keys}"}, "on": ["y"]},
                              {"op": "filter", "expr": "divide(x, y) > 0"}], [2, 3]),
 }
