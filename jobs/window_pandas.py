@@ -70,12 +70,13 @@ def _frame_value(frame: Any, keys: list[str], position: Any, output: WindowOutpu
     """``first_value`` or ``last_value`` of the frame: the value of the row it starts or ends at, taken by
     position (``frame`` is sorted by partition and order, its index 0 … n-1; pandas' ``first`` skips nulls)."""
     value = frame[output.input]
-    if output.func == "last_value" and output.frame != "partition":
+    if output.func == "last_value" and output.frame != "partition" and not output.following:
         return value  # a running or rolling frame ends at this row
     row = position.index.to_series()
     start = row - position
     if output.func == "last_value":
-        at = start + _sizes(frame, keys) - 1
+        last = start + _sizes(frame, keys) - 1  # the partition's last row; a rolling frame ends `following` rows on, up to it
+        at = last if output.frame == "partition" else (row + output.following).where(row + output.following <= last, last)
     elif output.frame == "rolling":
         at = row - position.clip(upper=output.preceding)
     else:
@@ -84,42 +85,35 @@ def _frame_value(frame: Any, keys: list[str], position: Any, output: WindowOutpu
 
 
 def _around(frame: Any, keys: list[str], position: Any, output: WindowOutput) -> Any:
-    """A rolling frame with ``following`` rows: the frame up to this row and the one from it on (the same
-    rolling frame over the rows reversed, which keeps each partition's rows together), combined."""
-    before = replace(output, following=0)
-    if output.func == "last_value":  # the frame's last row: `following` rows on, or the partition's last
-        row = position.index.to_series()
-        last = row - position + _sizes(frame, keys) - 1
-        at = (row + output.following).where(row + output.following <= last, last)
-        return frame[output.input].take(at.astype("int64")).reset_index(drop=True)
-    if output.func == "first_value":
-        return _aggregate(frame, keys, position, before)
+    """An aggregate over a rolling frame with ``following`` rows: over the frame up to this row and over the
+    one from it on (the same rolling frame over the rows reversed, which keeps each partition's rows together), combined."""
     backwards = frame.iloc[::-1].reset_index(drop=True)
     position_back = backwards.groupby(keys, dropna=False, sort=False).cumcount()
 
-    def part(func: str, rows: str = "before") -> Any:
-        if rows == "before":
-            return _aggregate(frame, keys, position, replace(before, func=func))
-        ahead = _aggregate(backwards, keys, position_back, replace(before, func=func, preceding=output.following))
+    def before(func: str) -> Any:
+        return _aggregate(frame, keys, position, replace(output, func=func, following=0))
+
+    def after(func: str) -> Any:
+        ahead = _aggregate(backwards, keys, position_back, replace(output, func=func, following=0, preceding=output.following))
         return ahead.iloc[::-1].reset_index(drop=True)
 
     value = frame[output.input]
-    count = part("count") + part("count", "ahead") - value.notnull().astype("int64")
+    count = before("count") + after("count") - value.notnull().astype("int64")
     if output.func == "count":
         return count
     if output.func in ("min", "max"):
-        low, high = part(output.func), part(output.func, "ahead")
+        low, high = before(output.func), after(output.func)
         first = (low <= high) if output.func == "min" else (low >= high)
         return low.where(first | high.isnull(), high)  # a null side gives the other
-    total = (part("sum").fillna(0) + part("sum", "ahead").fillna(0) - value.fillna(0)).where(count > 0)
+    total = (before("sum").fillna(0) + after("sum").fillna(0) - value.fillna(0)).where(count > 0)
     return total if output.func == "sum" else total / count.where(count > 0)
 
 
 def _aggregate(frame: Any, keys: list[str], position: Any, output: WindowOutput) -> Any:
-    if output.following:
-        return _around(frame, keys, position, output)
     if output.func in VALUE_WINDOW_FUNCS:
         return _frame_value(frame, keys, position, output)
+    if output.following:
+        return _around(frame, keys, position, output)
     value = frame[output.input]
     present = value.notnull().astype("int64")
     if output.frame == "partition":

@@ -34,9 +34,12 @@ def _ntile(buckets: int) -> pl.Expr:
 
 def _frame_value(column: WindowColumn, value: pl.Expr) -> pl.Expr:
     """``first_value`` or ``last_value`` of ``column``'s frame, within one partition: a row's value, null or not."""
-    frame = column.frame or "partition"
+    frame, ahead = column.frame or "partition", column.following or 0
     if column.func == "last_value":
-        return value.last() if frame == "partition" else value  # a running or rolling frame ends at this row
+        if frame == "partition":
+            return value.last()
+        # A running or rolling frame ends at this row, or `following` rows on (the partition's last before that).
+        return pl.when(_position() + ahead < pl.len()).then(value.shift(-ahead)).otherwise(value.last()) if ahead else value
     if frame == "rolling":  # this row and `preceding` before it: the partition's first until there are that many
         back = column.preceding or 0
         return pl.when(_position() >= back).then(value.shift(back)).otherwise(value.first())
@@ -44,36 +47,32 @@ def _frame_value(column: WindowColumn, value: pl.Expr) -> pl.Expr:
 
 
 def _around(column: WindowColumn, value: pl.Expr) -> pl.Expr:
-    """A rolling frame with ``following`` rows, within one partition: the frame up to this row and the
-    one from it on (a rolling frame over the reversed rows), combined; this row counts once."""
-    before = _aggregate(column.model_copy(update={"following": None}), value)
-    ahead = column.model_copy(update={"following": None, "preceding": column.following})
-    present = value.is_not_null().cast(pl.Int64)
-    if column.func == "last_value":  # the frame's last row: `following` rows on, or the partition's last
-        return pl.when(_position() + (column.following or 0) < pl.len()).then(value.shift(-(column.following or 0))).otherwise(value.last())
-    if column.func == "first_value":
-        return before
+    """An aggregate over a rolling frame with ``following`` rows, within one partition: over the frame up to
+    this row and over the one from it on (a rolling frame over the reversed rows), combined; this row counts once."""
+
+    def before(func: str) -> pl.Expr:
+        return _aggregate(column.model_copy(update={"following": None, "func": func}), value)
 
     def after(func: str) -> pl.Expr:
-        return _aggregate(ahead.model_copy(update={"func": func}), value.reverse()).reverse()
+        ahead = column.model_copy(update={"following": None, "preceding": column.following, "func": func})
+        return _aggregate(ahead, value.reverse()).reverse()
 
-    count = _aggregate(column.model_copy(update={"following": None, "func": "count"}), value) + after("count") - present
+    count = before("count") + after("count") - value.is_not_null().cast(pl.Int64)
     if column.func == "count":
         return count
     if column.func in ("min", "max"):
-        return (pl.min_horizontal if column.func == "min" else pl.max_horizontal)(before, after(column.func))
-    total = before.fill_null(0) if column.func == "sum" else _aggregate(column.model_copy(update={"following": None, "func": "sum"}), value).fill_null(0)
-    total = pl.when(count > 0).then(total + after("sum").fill_null(0) - value.fill_null(0))
+        return (pl.min_horizontal if column.func == "min" else pl.max_horizontal)(before(column.func), after(column.func))
+    total = pl.when(count > 0).then(before("sum").fill_null(0) + after("sum").fill_null(0) - value.fill_null(0))
     return total if column.func == "sum" else total / count
 
 
 def _aggregate(column: WindowColumn, value: pl.Expr) -> pl.Expr:
     """The aggregate of ``column`` over its frame, within one partition."""
     func, frame = column.func, column.frame or "partition"
-    if column.following:
-        return _around(column, value)
     if func in VALUE_WINDOW_FUNCS:
         return _frame_value(column, value)
+    if column.following:
+        return _around(column, value)
     present = value.is_not_null().cast(pl.Int64)
     if frame == "partition":
         count = value.count().cast(pl.Int64)

@@ -16,15 +16,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import dask
-import polars as pl
 import pytest
 
 from spillway.jobs.decimal_cast import decimal_casts
-from spillway.jobs.gpu_support import gpu_refusal
 from spillway.jobs.pipeline import backend_config, build_frame
 from spillway.jobs.polars_frame import build_lazyframe
 from spillway.jobs.spec import JobSpec
 from spillway.jobs.validate import plan_spec
+from tests.cudf_polars_run import on_cudf_polars
 from tests.test_docs_spec import RUNS, Example, _id, assert_output, docs_root  # noqa: F401 - docs_root is a fixture
 
 pytestmark = pytest.mark.gpu
@@ -33,15 +32,9 @@ pytestmark = pytest.mark.gpu
 @pytest.mark.parametrize("example", RUNS, ids=_id)
 def test_example_on_cudf_polars_gives_the_doc_output_or_is_refused(example: Example, docs_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
     monkeypatch.chdir(docs_root)
-    query = build_lazyframe(plan_spec(JobSpec.model_validate(example.spec)))
-    refusal = gpu_refusal(query)
-    if refusal is not None:
-        print(f"{example.name}: refused by cudf-polars: {refusal}")
-        assert refusal.strip()
-        return
-    frame = query.collect(engine=pl.GPUEngine(executor="in-memory", raise_on_fail=True)).to_pandas()
-    print(f"{example.name}: runs on cudf-polars")
-    assert_output(example, frame)
+    frame = on_cudf_polars(build_lazyframe(plan_spec(JobSpec.model_validate(example.spec))), example.name)
+    if frame is not None:
+        assert_output(example, frame.to_pandas())
 
 
 def _polars_only(job: JobSpec) -> bool:

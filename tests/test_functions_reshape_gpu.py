@@ -9,14 +9,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from spillway.jobs.gpu_support import gpu_refusal
 from spillway.jobs.polars_frame import build_lazyframe
 from spillway.jobs.spec import JobSpec
 from spillway.jobs.validate import plan_spec
+from tests.cudf_polars_run import on_cudf_polars
 from tests.test_docs_spec import RUNS, docs_root  # noqa: F401 - docs_root is a fixture
 
 pytestmark = pytest.mark.gpu
@@ -30,13 +29,9 @@ def test_new_example_runs_on_cudf_polars_or_is_refused_with_a_reason(name: str, 
     monkeypatch.chdir(docs_root)
     example = next(e for e in RUNS if e.name == name)
     query = build_lazyframe(plan_spec(JobSpec.model_validate(example.spec)))
-    refusal = gpu_refusal(query)
-    if refusal is not None:
-        print(f"{name}: refused by cudf-polars: {refusal}")
-        assert refusal.strip()
+    on_gpu = on_cudf_polars(query, name)
+    if on_gpu is None:
         return
-    on_gpu = query.collect(engine=pl.GPUEngine(executor="in-memory", raise_on_fail=True))
     on_cpu = query.collect()
-    print(f"{name}: runs on cudf-polars")
     key = list(on_cpu.columns)
     assert_frame_equal(on_gpu.sort(key, nulls_last=True), on_cpu.sort(key, nulls_last=True), check_exact=False, rel_tol=1e-9)

@@ -326,16 +326,10 @@ def test_a_window_on_cudf_polars_gives_duckdbs_answer_or_is_refused(table: Path,
     Where cudf-polars' translation refuses the plan, the job goes to dask-cudf under ``engine: auto``
     (jobs.gpu_support); the refusal is printed so a device run records which windows stay on the GPU.
     """
-    from spillway.jobs.gpu_support import gpu_refusal
-
     pytest.importorskip("cudf_polars")
+    from tests.cudf_polars_run import on_cudf_polars
+
     sql = f"SELECT g, x, v, id, {({**WINDOWS, **MORE_WINDOWS})[name]} AS w FROM t"
-    query = build_lazyframe(plan_spec(spec_with(table, sql)))
-    refusal = gpu_refusal(query)
-    if refusal is not None:
-        print(f"{name}: refused by cudf-polars: {refusal}")
-        assert refusal.strip()
-        return
-    got = query.collect(engine=pl.GPUEngine(executor="in-memory", raise_on_fail=True)).to_pandas()
-    print(f"{name}: runs on cudf-polars")
-    assert_same(got, referee().sql(sql).df(), ordered=False)
+    got = on_cudf_polars(build_lazyframe(plan_spec(spec_with(table, sql))), name)
+    if got is not None:
+        assert_same(got.to_pandas(), referee().sql(sql).df(), ordered=False)
