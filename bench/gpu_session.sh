@@ -2,7 +2,7 @@
 # One GPU session's measurements, each part one device call of at most 600 s, on a warm machine
 # with RAPIDS and cudf-polars staged (../shared/gpu/README.md):
 #
-#     bash bench/gpu_session.sh tests      # pytest -m gpu over the whole suite
+#     bash bench/gpu_session.sh tests [-s]  # pytest -m gpu over the whole suite (-s: with what each test prints)
 #     bash bench/gpu_session.sh tpch10 [--rmm-pool 32GB]   # TPC-H SF 10 over REST, side by side with cudf-polars and DuckDB
 #     bash bench/gpu_session.sh tpch100    # TPC-H SF 100, the same, two iterations each (data generated first, ~90 s)
 #     bash bench/gpu_session.sh spill [--limit 2GB]   # after tpch10: jobs over a device limit below their working set
@@ -21,7 +21,7 @@ part=${1:-}; shift || true  # what follows goes to bench/gpu_tpch.py (e.g. --rmm
 case "$part" in
 tests)
     # Every GPU-marked test of the suite (the fault tests start two workers on the one GPU).
-    timeout 560 python3 -m pytest -m gpu tests/ -o addopts="" -q -rs -p no:cacheprovider --durations=15 --continue-on-collection-errors > "$OUT/gpu_tests.log" 2>&1
+    timeout 560 python3 -m pytest -m gpu tests/ -o addopts="" -q -rs -p no:cacheprovider --durations=15 --continue-on-collection-errors "$@" > "$OUT/gpu_tests.log" 2>&1
     echo "gpu tests rc=$?"; grep -E "passed|failed|error" "$OUT/gpu_tests.log" | tail -40
     ;;
 tpch10)

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import polars as pl
 
+from spillway.jobs.polars_rows import with_row_numbers
 from spillway.jobs.spec import JoinStep
 
 LEFT_ROW, RIGHT_ROW = "__spillway_left_row", "__spillway_right_row"
@@ -20,19 +21,14 @@ LEFT_ROW, RIGHT_ROW = "__spillway_left_row", "__spillway_right_row"
 Pairs = Callable[[pl.LazyFrame, pl.LazyFrame], pl.LazyFrame]
 
 
-def _row_numbers(name: str) -> pl.Expr:
-    # int_range over the frame's length, as the window step numbers rows: a form cudf-polars takes.
-    return pl.int_range(pl.len(), dtype=pl.Int64).alias(name)
-
-
 def join_with_condition(frame: pl.LazyFrame, right: pl.LazyFrame, step: JoinStep, pairs_of: Pairs, columns: list[str]) -> pl.LazyFrame:
     """``step`` (``how`` left, right, outer, semi or anti, with a ``where``) over ``frame`` and ``right``.
 
     ``pairs_of`` joins the two as ``inner`` with the step's keys and condition; ``columns``
     are the step's output columns, in order.
     """
-    left = frame.with_columns(_row_numbers(LEFT_ROW))
-    other = right.with_columns(_row_numbers(RIGHT_ROW))
+    left = with_row_numbers(frame, LEFT_ROW)
+    other = with_row_numbers(right, RIGHT_ROW)
     pairs = pairs_of(left, other)
     if step.how in ("semi", "anti"):
         return left.join(pairs.select(LEFT_ROW), on=LEFT_ROW, how=step.how).select(columns)

@@ -28,6 +28,7 @@ import polars as pl
 from sqlglot import exp
 from sqlglot.optimizer.scope import traverse_scope
 
+from spillway.jobs.polars_rows import with_row_numbers
 from spillway.jobs.spec import SortKey, WindowColumn, WindowStep
 from spillway.jobs.sql_windows import NUMBERING, SqlWindow, WindowRefused, is_ordered, read_window
 from spillway.jobs.window_polars import window_columns
@@ -255,7 +256,7 @@ def _share_among_peers(frame: pl.LazyFrame, peers: list[str], columns: list[str]
     if not columns:
         return frame
     position, last = f"{_PREFIX}position", f"{_PREFIX}last"
-    frame = frame.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias(position))
+    frame = with_row_numbers(frame, position)
     frame = frame.with_columns((pl.col(position) == pl.col(position).max().over(peers)).alias(last))
     shared = [pl.when(pl.col(last)).then(pl.col(name)).max().over(peers).alias(name) for name in columns]
     return frame.with_columns(shared).drop(position, last)

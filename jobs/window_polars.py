@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from spillway.jobs.polars_rows import ONE, position, with_ones
 from spillway.jobs.spec import PEER_WINDOW_FUNCS, VALUE_WINDOW_FUNCS, WindowColumn, WindowStep
 
 _PEER = "__spillway_peer"
@@ -19,17 +20,13 @@ def _over(expr: pl.Expr, keys: list[str]) -> pl.Expr:
     return expr.over(keys) if keys else expr
 
 
-def _position() -> pl.Expr:
-    return pl.int_range(pl.len(), dtype=pl.Int64)
-
-
 def _ntile(buckets: int) -> pl.Expr:
     """SQL's NTILE within one partition: ``buckets`` groups in order, sizes differing by at most one, the larger first."""
-    position, rows = _position(), pl.len().cast(pl.Int64)
+    at, rows = position(), pl.len().cast(pl.Int64)
     size, larger = rows // buckets, rows % buckets  # `larger` groups hold size + 1 rows
     in_larger = larger * (size + 1)
-    later = larger + (position - in_larger) // pl.max_horizontal(size, pl.lit(1, pl.Int64)) + 1
-    return pl.when(position < in_larger).then(position // (size + 1) + 1).otherwise(later)
+    later = larger + (at - in_larger) // pl.max_horizontal(size, pl.lit(1, pl.Int64)) + 1
+    return pl.when(at < in_larger).then(at // (size + 1) + 1).otherwise(later)
 
 
 def _frame_value(column: WindowColumn, value: pl.Expr) -> pl.Expr:
@@ -39,10 +36,10 @@ def _frame_value(column: WindowColumn, value: pl.Expr) -> pl.Expr:
         if frame == "partition":
             return value.last()
         # A running or rolling frame ends at this row, or `following` rows on (the partition's last before that).
-        return pl.when(_position() + ahead < pl.len()).then(value.shift(-ahead)).otherwise(value.last()) if ahead else value
+        return pl.when(position() + ahead < pl.len()).then(value.shift(-ahead)).otherwise(value.last()) if ahead else value
     if frame == "rolling":  # this row and `preceding` before it: the partition's first until there are that many
         back = column.preceding or 0
-        return pl.when(_position() >= back).then(value.shift(back)).otherwise(value.first())
+        return pl.when(position() >= back).then(value.shift(back)).otherwise(value.first())
     return value.first()
 
 
@@ -102,10 +99,11 @@ def window_columns(frame: pl.LazyFrame, step: WindowStep, inputs: dict[str, pl.E
     order = [key.column for key in step.order_by]
     if order:
         frame = frame.sort(order, descending=[key.descending for key in step.order_by], nulls_last=True)
+    frame = with_ones(frame)
     funcs = {column.func for column in step.columns.values()}
     if funcs & PEER_WINDOW_FUNCS:  # a separate pass: Polars does not nest one window in another
-        frame = frame.with_columns(_position().over([*keys, *order]).alias(_PEER))
-    row_number = _over(_position(), keys) + 1
+        frame = frame.with_columns(position().over([*keys, *order]).alias(_PEER))
+    row_number = _over(position(), keys) + 1
     rows = _over(pl.len(), keys).cast(pl.Int64)
     outputs: list[pl.Expr] = []
     for name, column in step.columns.items():
@@ -129,4 +127,4 @@ def window_columns(frame: pl.LazyFrame, step: WindowStep, inputs: dict[str, pl.E
             result = _over(_aggregate(column, inputs[name]), keys)
         outputs.append(result.alias(name))
     frame = frame.with_columns(outputs)
-    return frame.drop(_PEER) if funcs & PEER_WINDOW_FUNCS else frame
+    return frame.drop(ONE, *([_PEER] if funcs & PEER_WINDOW_FUNCS else []))
