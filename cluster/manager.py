@@ -261,10 +261,20 @@ class JobManager:
                 continue
             active.log.add(f"{self._now()} {reason}")
             await self._fail(active.job_id, INTERRUPTED, reason, active.progress)
-            active.cancel_requested = True
-            active.cancelled.set()
             # In the background: a worker restart can take longer than a heartbeat, which must go on.
-            self._spawn(self._stop_quietly(active, reason))
+            self._stop_in_background(active, reason)
+
+    def _stop_in_background(self, active: _ActiveJob, reason: str) -> None:
+        """Mark ``active`` cancelled and stop its tasks in the background.
+
+        A job across the GPU workers holds the multi-GPU engine first, here and not in the task: the job ends as
+        soon as it sees the cancel, and the next job must not get that engine while its workers restart.
+        """
+        if active.across_workers and active.engine is not None and active.engine.engine == "polars":
+            self._multi_gpu.hold()
+        active.cancel_requested = True
+        active.cancelled.set()
+        self._spawn(self._stop_quietly(active, reason))
 
     async def _stop_quietly(self, active: _ActiveJob, reason: str) -> None:
         try:
@@ -408,13 +418,11 @@ class JobManager:
             await asyncio.to_thread(self.store.finish, job_id, JobStatus.CANCELLED)
         else:
             if not active.committing:
-                active.cancel_requested = True
-                active.cancelled.set()
-                await self._gpu_gate.wake()  # a job waiting for the GPU workers stops waiting
                 # A running Polars query cannot be interrupted: its worker is restarted. Dask-engine tasks finish in their threads.
                 # In the background: the job ends once its tasks are cancelled, and a restart on a busy machine can outlast
                 # this request (a client's cancel timed out after 120 s).
-                self._spawn(self._stop_quietly(active, "cancelled by user"))
+                self._stop_in_background(active, "cancelled by user")
+                await self._gpu_gate.wake()  # a job waiting for the GPU workers stops waiting
             try:
                 await asyncio.wait_for(active.finished.wait(), timeout)
             except TimeoutError:
@@ -446,6 +454,16 @@ class JobManager:
         long are restarted too. The workers are found before the cancel, which forgets the
         tasks, and restarted after it, so that the scheduler does not start them again elsewhere.
         """
+        across = restart and bool(active.across_workers)
+        if across:  # before any await: the next job must not get the engine of workers about to restart
+            self._multi_gpu.hold()
+        try:
+            await self._restart_for(active, reason, restart=restart, silent_s=silent_s)
+        finally:
+            if across:
+                await self._discard_multi_gpu_engine()
+
+    async def _restart_for(self, active: _ActiveJob, reason: str, *, restart: bool, silent_s: float | None) -> None:
         client = self.cluster.client
         keys = [future.key for future in active.futures]
         workers: list[str] = []
@@ -462,8 +480,6 @@ class JobManager:
             late = sorted(worker for worker, status in (restarted or {}).items() if status != "OK")
             if late:
                 log.warning("job %s: worker(s) %s did not restart within %.0f s (%s)", active.job_id, ", ".join(late), RESTART_TIMEOUT_S, reason)
-        if restart and active.across_workers:
-            await self._discard_multi_gpu_engine()
 
     async def _discard_multi_gpu_engine(self) -> None:
         """Drop the kept DaskEngine (its workers restarted, or the service stopping); bounded, as its workers may be gone."""

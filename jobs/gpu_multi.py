@@ -38,6 +38,9 @@ from spillway.jobs.polars_io import OutputTarget, verify_checked
 from spillway.jobs.spec import JobSpec
 from spillway.jobs.storage import is_url
 
+#: How long a job waits for a stop's restart of the workers (bounded at 60 s) and the engine's shutdown (30 s).
+SETTLE_TIMEOUT_S = 100.0
+
 log = logging.getLogger(__name__)
 
 #: What a multi-GPU job's stage counts mean, shown with its progress.
@@ -88,13 +91,27 @@ class MultiGpuEngines:
     query at a time (cudf-polars' collective ids come from one pool), which the gate ensures. A
     different set of workers (one restarted, added, gone), another spill limit, or an error in a
     query builds a new one; :meth:`discard` drops it (cancel, timeout, stop).
+
+    A stop restarts the workers in the background, and they may come back at the addresses they
+    had. So the stop calls :meth:`hold` before the restart and :meth:`discard` after it: in between
+    no job gets the old engine, and the next one waits (on the GPU machine a job submitted as
+    soon as both workers were back failed with "CommClosedError … Stream is closed").
     """
 
-    def __init__(self) -> None:
+    def __init__(self, settle_timeout_s: float = SETTLE_TIMEOUT_S) -> None:
         self._lock = threading.Lock()
         self._key: tuple[str, tuple[str, ...], int | None, bool] | None = None
         self._client: Any = None
         self._engine: Any = None
+        self._settled = threading.Event()
+        self._settled.set()
+        self.settle_timeout_s = settle_timeout_s
+
+    def hold(self) -> None:
+        """The engine's workers are about to restart: it is never handed out again, and :meth:`get` waits for :meth:`discard`."""
+        with self._lock:
+            self._key = None
+            self._settled.clear()
 
     def get(self, scheduler_address: str, workers: list[str], spill_device_limit: int | None, gpu_sharing: bool = False) -> tuple[Any, float]:
         """The engine over ``workers`` and the seconds spent starting it now (0: it was running).
@@ -102,6 +119,8 @@ class MultiGpuEngines:
         ``gpu_sharing``: several workers on one GPU (``cluster.allow_gpu_sharing``), which the
         engine refuses unless told ("Multiple ranks share the same GPU").
         """
+        if not self._settled.wait(self.settle_timeout_s):
+            log.warning("the multi-GPU engine's workers were still restarting after %.0f s; starting a new engine anyway", self.settle_timeout_s)
         from cudf_polars.engine.dask import DaskEngine
         from cudf_polars.engine.hardware_binding import HardwareBindingPolicy
         from cudf_polars.engine.options import StreamingOptions
@@ -130,7 +149,10 @@ class MultiGpuEngines:
         """Shut the engine down (and its client); the next job starts a new one."""
         with self._lock:
             engine, client = self._take()
-        _shut(engine, client)  # outside the lock: it may wait on workers that are restarting
+        try:
+            _shut(engine, client)  # outside the lock: it may wait on workers that are restarting
+        finally:
+            self._settled.set()
 
     def _close(self) -> None:
         _shut(*self._take())

@@ -18,7 +18,7 @@ from spillway.jobs.logical import LogicalPlan
 from spillway.jobs.named_sources import NamedSources
 from spillway.jobs.lower_polars import has_integer_arithmetic, to_polars
 from spillway.jobs.polars_io import scan_source_as_stored, with_read_types
-from spillway.jobs.polars_rows import ONE, position, with_ones
+from spillway.jobs.polars_rows import COUNTERS, in_order, position, with_counters
 from spillway.jobs.spec import (
     Aggregation,
     AssignStep,
@@ -155,7 +155,7 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
         if isinstance(step, TopKStep):
             keys = [key.column for key in step.order]
             ranked = frame.sort(keys, descending=[key.descending for key in step.order], nulls_last=True)
-            return with_ones(ranked).filter(position().over(list(step.by)) < step.k).drop(ONE)
+            return with_counters(ranked).filter(in_order(position(), list(step.by)) < step.k).drop(COUNTERS)
         if isinstance(step, JoinStep):
             return self.join(frame, step, field)
         if isinstance(step, UnionStep):

@@ -1,28 +1,37 @@
-"""Row positions in Polars plans, in forms both Polars and cudf-polars run.
+"""Row positions in Polars plans, in forms both Polars and cudf-polars run and order alike.
 
 cudf-polars 26.10 has no ``int_range`` (every ordered window, a per-group top_k and a join with a
-``where`` left the GPU for it: bench/results/gpu_tests_2026-12-02d.log). It runs a
-``cum_sum`` inside ``over`` and ``with_row_index`` on a frame. A running count of a column of
-ones is a row's position within its partition; on the CPU it costs what ``int_range`` did
-(2 M rows in 100,000 partitions: 0.282 s against 0.288 s, where ``rank("ordinal")`` over a row
-index took 2.0 s).
+``where`` left the GPU for it: bench/results/gpu_tests_2026-12-02d.log). It runs a ``cum_sum``
+inside ``over`` and ``with_row_index`` on a frame, so a running count of a column of ones is a
+row's position within its partition. Without ``order_by``, though, cudf-polars' grouped scan
+does not keep the frame's order among rows of one group (on the H200 the peers of a rank over a
+descending key came out in another order than the partition's rows: a wrong rank), so every
+order-sensitive window runs ``over(keys, order_by=`` the frame's row index ``)``. On the CPU
+that costs what ``int_range`` did (2 M rows in 100,000 partitions: 0.35 s against 0.33 s,
+where ``rank("ordinal")`` over the row index took 2.4 s).
 """
 
 from __future__ import annotations
 
 import polars as pl
 
-#: The helper column of ones a plan counts rows with; :func:`with_ones` adds it, the caller drops it.
-ONE = "__spillway_one"
+#: The helper columns :func:`with_counters` adds (ones to count, the row index to order by); the caller drops them.
+ONE, ROW = "__spillway_one", "__spillway_row"
+COUNTERS = [ONE, ROW]
 
 
-def with_ones(frame: pl.LazyFrame) -> pl.LazyFrame:
-    """``frame`` with the :data:`ONE` column that :func:`position` counts."""
-    return frame.with_columns(pl.lit(1, dtype=pl.Int64).alias(ONE))
+def with_counters(frame: pl.LazyFrame) -> pl.LazyFrame:
+    """``frame``, in its order, with the :data:`COUNTERS` that :func:`position` and :func:`in_order` read."""
+    return frame.with_row_index(ROW).with_columns(pl.lit(1, dtype=pl.Int64).alias(ONE))
+
+
+def in_order(expr: pl.Expr, keys: list[str]) -> pl.Expr:
+    """``expr`` within each partition of ``keys``, over the rows in the frame's order (the whole frame without keys)."""
+    return expr.over(keys, order_by=ROW) if keys else expr
 
 
 def position() -> pl.Expr:
-    """A row's position from 0 (inside ``over``: within its partition), on a frame :func:`with_ones` made."""
+    """A row's position from 0 (under :func:`in_order`: within its partition), on a frame :func:`with_counters` made."""
     return pl.col(ONE).cum_sum() - 1
 
 

@@ -10,14 +10,10 @@ from __future__ import annotations
 
 import polars as pl
 
-from spillway.jobs.polars_rows import ONE, position, with_ones
+from spillway.jobs.polars_rows import COUNTERS, in_order, position, with_counters
 from spillway.jobs.spec import PEER_WINDOW_FUNCS, VALUE_WINDOW_FUNCS, WindowColumn, WindowStep
 
 _PEER = "__spillway_peer"
-
-
-def _over(expr: pl.Expr, keys: list[str]) -> pl.Expr:
-    return expr.over(keys) if keys else expr
 
 
 def _ntile(buckets: int) -> pl.Expr:
@@ -99,12 +95,12 @@ def window_columns(frame: pl.LazyFrame, step: WindowStep, inputs: dict[str, pl.E
     order = [key.column for key in step.order_by]
     if order:
         frame = frame.sort(order, descending=[key.descending for key in step.order_by], nulls_last=True)
-    frame = with_ones(frame)
+    frame = with_counters(frame)
     funcs = {column.func for column in step.columns.values()}
     if funcs & PEER_WINDOW_FUNCS:  # a separate pass: Polars does not nest one window in another
-        frame = frame.with_columns(position().over([*keys, *order]).alias(_PEER))
-    row_number = _over(position(), keys) + 1
-    rows = _over(pl.len(), keys).cast(pl.Int64)
+        frame = frame.with_columns(in_order(position(), [*keys, *order]).alias(_PEER))
+    row_number = in_order(position(), keys) + 1
+    rows = in_order(pl.len(), keys).cast(pl.Int64)
     outputs: list[pl.Expr] = []
     for name, column in step.columns.items():
         if column.func == "row_number":
@@ -112,19 +108,19 @@ def window_columns(frame: pl.LazyFrame, step: WindowStep, inputs: dict[str, pl.E
         elif column.func == "rank":
             result = row_number - pl.col(_PEER)
         elif column.func == "dense_rank":
-            result = _over((pl.col(_PEER) == 0).cast(pl.Int64).cum_sum(), keys)
+            result = in_order((pl.col(_PEER) == 0).cast(pl.Int64).cum_sum(), keys)
         elif column.func == "percent_rank":  # (rank - 1) / (rows - 1); 0 in a partition of one row
             result = pl.when(rows > 1).then((row_number - pl.col(_PEER) - 1) / (rows - 1)).otherwise(pl.lit(0.0))
         elif column.func == "cume_dist":  # the share of rows before this one or its peers, with them
             result = (row_number - pl.col(_PEER) + pl.len().over([*keys, *order]) - 1) / rows
         elif column.func == "ntile":
-            result = _over(_ntile(column.buckets or 1), keys)
+            result = in_order(_ntile(column.buckets or 1), keys)
         elif column.func in ("lag", "lead"):
             offset = (column.offset or 1) * (1 if column.func == "lag" else -1)
             fill = None if column.default is None else pl.lit(column.default)
-            result = _over(inputs[name].shift(offset, fill_value=fill), keys)
+            result = in_order(inputs[name].shift(offset, fill_value=fill), keys)
         else:
-            result = _over(_aggregate(column, inputs[name]), keys)
+            result = in_order(_aggregate(column, inputs[name]), keys)
         outputs.append(result.alias(name))
     frame = frame.with_columns(outputs)
-    return frame.drop(ONE, *([_PEER] if funcs & PEER_WINDOW_FUNCS else []))
+    return frame.drop(*COUNTERS, *([_PEER] if funcs & PEER_WINDOW_FUNCS else []))

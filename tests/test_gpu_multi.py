@@ -9,6 +9,7 @@ GPU 0 with ``gpu_multi_worker=always``, are marked ``gpu``.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterator
 from datetime import date, datetime, timezone
 from pathlib import Path
@@ -19,7 +20,7 @@ import pytest
 from distributed import Client
 
 from spillway.cluster.gpu_gate import GpuGate
-from spillway.jobs.gpu_multi import RANKS_FOLDER, name_rank_files, why_not_across_gpus
+from spillway.jobs.gpu_multi import RANKS_FOLDER, MultiGpuEngines, name_rank_files, why_not_across_gpus
 from spillway.jobs.gpu_placement import GpuPlacement, across_gpus
 from spillway.jobs.polars_io import OutputTarget
 from spillway.jobs.spec import JobSpec
@@ -150,6 +151,27 @@ def test_a_cancel_ends_a_wait_at_the_gate_and_holds_nothing() -> None:
         return got, shared_again, gate.sharing
 
     assert asyncio.run(scenario()) == (False, True, 1)
+
+
+def test_while_a_stop_restarts_the_workers_no_job_gets_an_engine_until_the_old_one_is_discarded() -> None:
+    """The stop holds the kept engine before restarting its workers; the next job's get waits for the discard."""
+    engines = MultiGpuEngines(settle_timeout_s=30)
+    engines.hold()
+    outcome: list[BaseException | tuple[object, float]] = []
+
+    def next_job() -> None:
+        try:
+            outcome.append(engines.get("tcp://127.0.0.1:1", ["tcp://127.0.0.1:2"], None))
+        except BaseException as exc:  # noqa: BLE001 - without cudf-polars the get ends at its import, after the wait
+            outcome.append(exc)
+
+    waiter = threading.Thread(target=next_job)
+    waiter.start()
+    waiter.join(0.5)
+    assert waiter.is_alive() and not outcome, "the next job got an engine while the workers were restarting"
+    engines.discard()
+    waiter.join(30)
+    assert not waiter.is_alive() and len(outcome) == 1
 
 
 @pytest.fixture(scope="module")
