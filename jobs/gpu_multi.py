@@ -103,6 +103,7 @@ class MultiGpuEngines:
         self._key: tuple[str, tuple[str, ...], int | None, bool] | None = None
         self._client: Any = None
         self._engine: Any = None
+        self._worker_ids: tuple[tuple[str, str | None], ...] | None = None
         self._settled = threading.Event()
         self._settled.set()
         self.settle_timeout_s = settle_timeout_s
@@ -128,8 +129,8 @@ class MultiGpuEngines:
 
         key = (scheduler_address, tuple(sorted(workers)), spill_device_limit, gpu_sharing)
         with self._lock:
-            if self._key == key and self._engine is not None:
-                return self._engine, 0.0
+            if self._key == key and self._engine is not None and (now := worker_ids(self._client, workers)) and now == self._worker_ids:
+                return self._engine, 0.0  # the same worker processes (one restarted at its old address has a new id)
             self._close()
             started = time.perf_counter()
             limit = {"spill_device_limit": f"{spill_device_limit // 2**20}MiB"} if spill_device_limit else {}
@@ -142,7 +143,7 @@ class MultiGpuEngines:
             except BaseException:
                 self._close()
                 raise
-            self._key = key
+            self._key, self._worker_ids = key, worker_ids(self._client, workers)
             return self._engine, time.perf_counter() - started
 
     def discard(self) -> None:
@@ -159,8 +160,26 @@ class MultiGpuEngines:
 
     def _take(self) -> tuple[Any, Any]:
         engine, client = self._engine, self._client
-        self._key = self._engine = self._client = None
+        self._key = self._engine = self._client = self._worker_ids = None
         return engine, client
+
+
+def worker_ids(client: Any, workers: list[str]) -> tuple[tuple[str, str | None], ...] | None:
+    """Each of ``workers``' server id as the scheduler knows it now (None: not there); None if it cannot be asked.
+
+    A worker restarted by its nanny may come back at the address it had, with a new id: the kept
+    engine's ranks were on the old process, so the engine is started again.
+    """
+    try:
+        return tuple(client.run_on_scheduler(_ids_on_scheduler, workers=sorted(workers)))
+    except Exception as exc:  # noqa: BLE001 - a scheduler or client gone: the caller starts a new engine
+        log.info("could not read the GPU workers' ids: %s: %s", type(exc).__name__, exc)
+        return None
+
+
+def _ids_on_scheduler(dask_scheduler: Any, workers: list[str]) -> list[tuple[str, str | None]]:
+    known = dask_scheduler.workers
+    return [(address, known[address].server_id if address in known else None) for address in workers]
 
 
 def _shut(engine: Any, client: Any) -> None:

@@ -175,8 +175,7 @@ class SinkWriter:
         self._planned_columns = frame_columns(frame._meta)
         options = storage_options(self.location) or None
         location, root = self._staging_in_root(target)
-        # cuDF's parquet writer has not been run through it on a GPU: dask-cudf still writes by path.
-        if root is not None and type(frame._meta).__module__.split(".")[0] != "cudf":
+        if root is not None:  # pandas and cuDF partitions alike (dask-cudf's writers open files through fsspec)
             target, options = staging_url(location), {"root": root}
         # str.format methods as name functions: workers need no Spillway code.
         if self.sink.format == "csv":

@@ -9,6 +9,7 @@ GPU 0 with ``gpu_multi_worker=always``, are marked ``gpu``.
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 from collections.abc import Iterator
 from datetime import date, datetime, timezone
@@ -20,7 +21,7 @@ import pytest
 from distributed import Client
 
 from spillway.cluster.gpu_gate import GpuGate
-from spillway.jobs.gpu_multi import RANKS_FOLDER, MultiGpuEngines, name_rank_files, why_not_across_gpus
+from spillway.jobs.gpu_multi import RANKS_FOLDER, MultiGpuEngines, name_rank_files, why_not_across_gpus, worker_ids
 from spillway.jobs.gpu_placement import GpuPlacement, across_gpus
 from spillway.jobs.polars_io import OutputTarget
 from spillway.jobs.spec import JobSpec
@@ -172,6 +173,25 @@ def test_while_a_stop_restarts_the_workers_no_job_gets_an_engine_until_the_old_o
     engines.discard()
     waiter.join(30)
     assert not waiter.is_alive() and len(outcome) == 1
+
+
+def test_a_worker_restarted_at_its_old_address_has_a_new_id_so_the_kept_engine_is_not_reused(tmp_path: Path) -> None:
+    """The kept engine is keyed by the workers' addresses and their processes' ids: a nanny restart keeps the one, not the other."""
+    from distributed import LocalCluster
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, worker_port=port, dashboard_address=":0",
+                      local_directory=str(tmp_path)) as cluster, Client(cluster) as client:
+        (address,) = client.scheduler_info()["workers"]
+        before = worker_ids(client, [address])
+        assert before is not None and before[0][1] is not None
+        client.restart_workers([address])
+        assert list(client.scheduler_info()["workers"]) == [address], "the worker came back at its old address"
+        after = worker_ids(client, [address])
+        assert after is not None and after != before
+    assert worker_ids(client, [address]) is None, "a closed client: no ids, so no engine is reused"
 
 
 @pytest.fixture(scope="module")

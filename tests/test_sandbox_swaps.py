@@ -305,16 +305,20 @@ def test_a_polars_worker_does_not_write_through_a_staging_directory_swapped_for_
     assert write_output(frame, target) == 3 and (Path(target.location) / "part.000000.parquet").is_file()
 
 
+@pytest.mark.parametrize("backend", ["pandas", pytest.param("cudf", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize(("fmt", "partition_on"), [("parquet", []), ("parquet", ["a"]), ("csv", [])])
-def test_a_dask_worker_does_not_write_through_a_staging_directory_swapped_for_a_link(tmp_path: Path, fmt: str, partition_on: list[str]) -> None:
-    """Issue 16 item 2's last gap: the Dask engine's workers wrote into staging by path (the commit refused the link, after)."""
+def test_a_dask_worker_does_not_write_through_a_staging_directory_swapped_for_a_link(
+    tmp_path: Path, fmt: str, partition_on: list[str], backend: str,
+) -> None:
+    """Issue 16 item 2's last gap: the Dask engine's workers wrote into staging by path (the commit refused the link, after);
+    dask-cudf's writers (cuDF partitions) go through the same file system."""
     import dask
     import dask.dataframe as dd
 
     root, secret = _source_and_secret(tmp_path)
     sink = SinkSpec(path=str(root / "out"), format=fmt, partition_on=partition_on)
     writer = SinkWriter(sink, "job1", allowed_roots=[str(root)])
-    frame = dd.from_pandas(pd.DataFrame({"a": [1, 2, 3], "b": ["x", "y", "z"]}), npartitions=2)
+    frame = dd.from_pandas(pd.DataFrame({"a": [1, 2, 3], "b": ["x", "y", "z"]}), npartitions=2).to_backend(backend)
     graph = writer.write_graph(frame)  # staged: the workers will write below the staging directory
     (secret / "staged").mkdir()
     if writer.staging.exists():  # made when the graph was built (parquet)
