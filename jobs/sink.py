@@ -165,6 +165,17 @@ class SinkWriter:
             raise PathNotAllowed(f"the sink '{self.location}' now lies outside the allowed roots", field="sink.path")
         return location, root
 
+    def _cudf_writes_by_path(self, frame: dd.DataFrame) -> bool:
+        """Whether dask-cudf would write this sink by path whatever file system it is given.
+
+        On the H200 (bench/results/gpu_tests_2026-12-02g.log) its CSV writer and its ``partition_on``
+        parquet writer opened the files through :class:`jobs.safe_open.StagingFileSystem`. Its plain
+        parquet writer wrote through a link swapped in for the staging directory, so the commit's own check
+        (a staging directory that is now a link is not committed) is what stops such a job.
+        """
+        on_gpu = type(frame._meta).__module__.split(".")[0] == "cudf"
+        return on_gpu and self.sink.format == "parquet" and not self.sink.partition_on
+
     def write_graph(self, frame: dd.DataFrame) -> Any:
         """The lazy write of ``frame``: into the staging directory, or under the sink prefix of an object store.
 
@@ -175,7 +186,7 @@ class SinkWriter:
         self._planned_columns = frame_columns(frame._meta)
         options = storage_options(self.location) or None
         location, root = self._staging_in_root(target)
-        if root is not None:  # pandas and cuDF partitions alike (dask-cudf's writers open files through fsspec)
+        if root is not None and not self._cudf_writes_by_path(frame):
             target, options = staging_url(location), {"root": root}
         # str.format methods as name functions: workers need no Spillway code.
         if self.sink.format == "csv":
