@@ -129,3 +129,42 @@ def test_saving_a_pipeline_with_a_template_blow_up_is_a_422_naming_the_field(sql
         assert error["code"] == "invalid_template" and error["field"] == "spec.sink.path" and "inside another" in error["message"]
     finally:
         app.state.pipelines.store.close()
+
+
+def test_saving_a_pipeline_renders_and_checks_off_the_event_loop(sqlite_url: str) -> None:
+    """While one save is still rendering and checking its template, the same event loop answers other requests."""
+    import asyncio
+    import threading
+
+    import httpx
+
+    from tests.test_pipelines_api import NOW, make_app
+    from tests.test_pipelines_fakes import FakeClock, FakeJobs, pipeline
+
+    entered, release, returned = threading.Event(), threading.Event(), threading.Event()
+
+    def slow_check(spec: Any) -> None:  # the job check after the render, in the same thread
+        entered.set()
+        release.wait(10)  # on the event loop this would hold every other request for the 10 s
+        returned.set()
+
+    app = make_app(sqlite_url, FakeClock(NOW), FakeJobs(), check_job=slow_check)
+
+    @app.get("/ping")
+    async def ping() -> dict[str, bool]:
+        return {"ok": True}
+
+    async def scenario() -> None:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://spillway") as client:
+            saving = asyncio.create_task(client.post("/pipelines", json=pipeline().model_dump(mode="json")))
+            assert await asyncio.to_thread(entered.wait, 30), "the save never reached its check"
+            answered = await asyncio.wait_for(client.get("/ping"), 30)
+            assert answered.status_code == 200 and not returned.is_set(), "the other request waited for the save's check"
+            release.set()
+            assert (await saving).status_code == 201
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        release.set()
+        app.state.pipelines.store.close()
