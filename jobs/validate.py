@@ -122,6 +122,8 @@ def _check(spec: JobSpec, read: SchemaReader) -> Schema:
             schema = query.schema
         else:
             schema = read(source, field=defined_at)
+        _refuse_reserved(schema, {}, f"source '{ref}'" if isinstance(ref, str) else "the source", defined_at,
+                         fix="rename it in the files (or in the SQL)")
         _PLAN.get().schemas[defined_at] = schema
         if isinstance(ref, str):
             named[ref] = schema
@@ -141,14 +143,31 @@ def _check(spec: JobSpec, read: SchemaReader) -> Schema:
     return schema
 
 
-def _check_steps(schema: Schema, steps: list[Step], at: str, label: str, schema_of: _SourceSchemas) -> Schema:
+def _check_steps(schema: Schema, steps: list[Step], at: str, label: str, schema_of: _SourceSchemas, *, users: bool = True) -> Schema:
     """The schema after ``steps`` (whose field is ``at``), starting from ``schema``; messages
-    name each step as ``{label}step {index} ({op})``."""
+    name each step as ``{label}step {index} ({op})``. ``users``: the spec's own steps, not those a
+    pivot stands for (which may name working columns: the pivot's output is checked as a whole)."""
     for index, step in enumerate(steps):
         _PLAN.get().inputs[f"{at}[{index}]"] = schema
-        schema = _check_step(schema, step, f"{label}step {index} ({step.op})", f"{at}[{index}]", schema_of)
+        before, where = schema, f"{label}step {index} ({step.op})"
+        schema = _check_step(schema, step, where, f"{at}[{index}]", schema_of)
+        if users:
+            _refuse_reserved(schema, before, where, f"{at}[{index}]")
         _PLAN.get().schemas[f"{at}[{index}]"] = schema
     return schema
+
+
+#: The prefix of the working columns both engines add inside a step and drop before it ends.
+RESERVED_PREFIX = "__spillway_"
+
+
+def _refuse_reserved(schema: Schema, before: Schema, where: str, field: str, fix: str = "give it another name") -> None:
+    """A column ``schema`` gained over ``before`` must not take a name the engines keep for their working columns
+    (a window step's row index, a join's row numbers: a clash failed the job or mixed the two up)."""
+    for name in schema:
+        if name.startswith(RESERVED_PREFIX) and name not in before:
+            raise SpecError(f"{where}: column '{name}' starts with '{RESERVED_PREFIX}', which Spillway keeps for the working "
+                            f"columns of its steps: {fix}", field=field)
 
 
 def _check_step(schema: Schema, step: Step, where: str, field: str, schema_of: _SourceSchemas) -> Schema:
@@ -321,7 +340,7 @@ def _check_pivot(schema: Schema, step: PivotStep, where: str, field: str, schema
     if step.agg in NUMERIC_AGGS and schema[step.values] in _NOT_SUMMABLE:
         raise TypeMismatch(f"{where}: cannot {step.agg} column '{step.values}' of kind {schema[step.values]}", field=f"{field}.agg")
     # The steps a pivot stands for, checked (and recorded in the plan) under the pivot's field.
-    return _check_steps(schema, pivot_steps(step), f"{field}.expanded", f"{where} ", schema_of)
+    return _check_steps(schema, pivot_steps(step), f"{field}.expanded", f"{where} ", schema_of, users=False)
 
 
 def _check_unpivot(schema: Schema, step: UnpivotStep, where: str, field: str) -> Schema:

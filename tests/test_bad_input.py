@@ -139,3 +139,31 @@ def test_failed_job_logs_carry_the_worker_traceback(service: ServiceProcess, sam
 def test_an_unknown_engine_is_a_422_naming_the_field(service: ServiceProcess, sample_data: dict[str, Path], tmp_path: Path) -> None:
     error = error_of(post(service, json=base_spec(sample_data, tmp_path, engine="spark")), 422)
     assert error["field"] == "engine" and "polars" in error["message"] and "dask" in error["message"], error
+
+
+@pytest.mark.parametrize(("steps", "field"), [
+    ([{"op": "assign", "column": "__spillway_row", "expr": "amount + 1"}], "steps[0]"),
+    ([{"op": "rename", "columns": {"amount": "__spillway_one"}}], "steps[0]"),
+    ([{"op": "filter", "expr": "amount > 0"},
+      {"op": "groupby", "by": ["region"], "aggs": {"__spillway_peer": {"func": "sum", "column": "amount"}}}], "steps[1]"),
+])
+def test_a_column_named_like_the_engines_working_columns_is_a_422(
+    service: ServiceProcess, sample_data: dict[str, Path], tmp_path: Path, steps: list[dict[str, Any]], field: str,
+) -> None:
+    """A window step's row index and ones (and a join's row numbers) are `__spillway_` columns: a user's column of that
+    name made the window step fail with a DuplicateError; now it is refused at submit, naming the step."""
+    error = error_of(post(service, json=base_spec(sample_data, tmp_path, steps=steps)), 422)
+    assert error["code"] == "invalid_spec" and error["field"] == field and "__spillway_" in error["message"]
+
+
+def test_a_source_column_named_like_the_engines_working_columns_is_a_422(service: ServiceProcess, tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "reserved.parquet"
+    pq.write_table(pa.table({"g": [1, 1, 2], "__spillway_row": [9, 9, 9]}), path)
+    spec = {"source": {"format": "parquet", "path": str(path)},
+            "steps": [{"op": "window", "partition_by": ["g"], "columns": {"n": {"func": "count", "column": "g"}}}],
+            "sink": {"path": str(tmp_path / "out")}}
+    error = error_of(post(service, json=spec), 422)
+    assert error["field"] == "source" and "rename it in the files" in error["message"]
