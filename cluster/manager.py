@@ -270,15 +270,17 @@ class JobManager:
         A job across the GPU workers holds the multi-GPU engine first, here and not in the task: the job ends as
         soon as it sees the cancel, and the next job must not get that engine while its workers restart.
         """
-        if active.across_workers and active.engine is not None and active.engine.engine == "polars":
+        restart = active.engine is not None and active.engine.engine == "polars"
+        held = restart and bool(active.across_workers)
+        if held:
             self._multi_gpu.hold()
         active.cancel_requested = True
         active.cancelled.set()
-        self._spawn(self._stop_quietly(active, reason))
+        self._spawn(self._stop_quietly(active, reason, restart=restart, held=held))
 
-    async def _stop_quietly(self, active: _ActiveJob, reason: str) -> None:
+    async def _stop_quietly(self, active: _ActiveJob, reason: str, *, restart: bool, held: bool) -> None:
         try:
-            await self._stop_tasks(active, reason, restart=active.engine is not None and active.engine.engine == "polars")
+            await self._stop_tasks(active, reason, restart=restart, held=held)
         except Exception as exc:  # noqa: BLE001 - the job is failed whatever the cluster says
             log.warning("job %s: could not stop its tasks: %s: %s", active.job_id, type(exc).__name__, exc)
 
@@ -446,22 +448,27 @@ class JobManager:
             raise InvalidTransition(f"job {job_id} finished as {job.state.value} before it could be cancelled")
         return job
 
-    async def _stop_tasks(self, active: _ActiveJob, reason: str, *, restart: bool, silent_s: float | None = None) -> None:
+    async def _stop_tasks(self, active: _ActiveJob, reason: str, *, restart: bool, silent_s: float | None = None, held: bool = False) -> None:
         """Cancel the job's tasks; with ``restart``, also restart the workers running them.
 
         A running task cannot be interrupted (a Polars query, a task on a hung worker): only
         restarting its worker stops it. With ``silent_s``, workers without a heartbeat for that
         long are restarted too. The workers are found before the cancel, which forgets the
         tasks, and restarted after it, so that the scheduler does not start them again elsewhere.
+        ``held``: the caller has already held the multi-GPU engine for this stop (released here).
         """
         across = restart and bool(active.across_workers)
-        if across:  # before any await: the next job must not get the engine of workers about to restart
+        if across and not held:  # before any await: the next job must not get the engine of workers about to restart
             self._multi_gpu.hold()
         try:
             await self._restart_for(active, reason, restart=restart, silent_s=silent_s)
         finally:
-            if across:
-                await self._discard_multi_gpu_engine()
+            try:
+                if across:
+                    await self._discard_multi_gpu_engine()
+            finally:
+                if across or held:
+                    self._multi_gpu.release()
 
     async def _restart_for(self, active: _ActiveJob, reason: str, *, restart: bool, silent_s: float | None) -> None:
         client = self.cluster.client

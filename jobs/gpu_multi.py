@@ -93,26 +93,41 @@ class MultiGpuEngines:
     query builds a new one; :meth:`discard` drops it (cancel, timeout, stop).
 
     A stop restarts the workers in the background, and they may come back at the addresses they
-    had. So the stop calls :meth:`hold` before the restart and :meth:`discard` after it: in between
-    no job gets the old engine, and the next one waits (on the GPU machine a job submitted as
-    soon as both workers were back failed with "CommClosedError … Stream is closed").
+    had. So the stop calls :meth:`hold` before the restart and :meth:`release` after it and the
+    engine's :meth:`discard`: in between no job gets the old engine, and the next one waits (on the
+    GPU machine a job submitted as soon as both workers were back failed with "CommClosedError …
+    Stream is closed"). Holds are counted: another discard (the cancelled job's own failed query,
+    the hung-worker watch) or the end of an overlapping stop does not end this one.
     """
 
     def __init__(self, settle_timeout_s: float = SETTLE_TIMEOUT_S) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # held while an engine starts: never taken on the service's event loop
         self._key: tuple[str, tuple[str, ...], int | None, bool] | None = None
         self._client: Any = None
         self._engine: Any = None
         self._worker_ids: tuple[tuple[str, str | None], ...] | None = None
+        self._holds_lock = threading.Lock()  # only ever held for a counter's update
+        self._holds = 0
+        self._generation = 0  # moved by every hold: an engine started before it is never handed out again
+        self._engine_generation = -1
         self._settled = threading.Event()
         self._settled.set()
         self.settle_timeout_s = settle_timeout_s
 
     def hold(self) -> None:
-        """The engine's workers are about to restart: it is never handed out again, and :meth:`get` waits for :meth:`discard`."""
-        with self._lock:
-            self._key = None
+        """The engine's workers are about to restart: it is never handed out again, and :meth:`get` waits until
+        every hold is released. Cheap and lock-free of the engine's start, so the event loop may call it."""
+        with self._holds_lock:
+            self._holds += 1
+            self._generation += 1
             self._settled.clear()
+
+    def release(self) -> None:
+        """One :meth:`hold` is over (its stop restarted the workers and discarded the engine)."""
+        with self._holds_lock:
+            self._holds = max(0, self._holds - 1)
+            if self._holds == 0:
+                self._settled.set()
 
     def get(self, scheduler_address: str, workers: list[str], spill_device_limit: int | None, gpu_sharing: bool = False) -> tuple[Any, float]:
         """The engine over ``workers`` and the seconds spent starting it now (0: it was running).
@@ -129,7 +144,9 @@ class MultiGpuEngines:
 
         key = (scheduler_address, tuple(sorted(workers)), spill_device_limit, gpu_sharing)
         with self._lock:
-            if self._key == key and self._engine is not None and (now := worker_ids(self._client, workers)) and now == self._worker_ids:
+            generation = self._generation
+            if (self._key == key and self._engine is not None and self._engine_generation == generation
+                    and (now := worker_ids(self._client, workers)) and now == self._worker_ids):
                 return self._engine, 0.0  # the same worker processes (one restarted at its old address has a new id)
             self._close()
             started = time.perf_counter()
@@ -143,17 +160,14 @@ class MultiGpuEngines:
             except BaseException:
                 self._close()
                 raise
-            self._key, self._worker_ids = key, worker_ids(self._client, workers)
+            self._key, self._worker_ids, self._engine_generation = key, worker_ids(self._client, workers), generation
             return self._engine, time.perf_counter() - started
 
     def discard(self) -> None:
         """Shut the engine down (and its client); the next job starts a new one."""
         with self._lock:
             engine, client = self._take()
-        try:
-            _shut(engine, client)  # outside the lock: it may wait on workers that are restarting
-        finally:
-            self._settled.set()
+        _shut(engine, client)  # outside the lock: it may wait on workers that are restarting
 
     def _close(self) -> None:
         _shut(*self._take())

@@ -154,25 +154,48 @@ def test_a_cancel_ends_a_wait_at_the_gate_and_holds_nothing() -> None:
     assert asyncio.run(scenario()) == (False, True, 1)
 
 
-def test_while_a_stop_restarts_the_workers_no_job_gets_an_engine_until_the_old_one_is_discarded() -> None:
-    """The stop holds the kept engine before restarting its workers; the next job's get waits for the discard."""
-    engines = MultiGpuEngines(settle_timeout_s=30)
-    engines.hold()
-    outcome: list[BaseException | tuple[object, float]] = []
+def _next_job_waits(engines: MultiGpuEngines) -> tuple[threading.Thread, list[object]]:
+    """A thread asking ``engines`` for an engine, as the next job does; without cudf-polars its get ends at the import, after the wait."""
+    outcome: list[object] = []
 
     def next_job() -> None:
         try:
             outcome.append(engines.get("tcp://127.0.0.1:1", ["tcp://127.0.0.1:2"], None))
-        except BaseException as exc:  # noqa: BLE001 - without cudf-polars the get ends at its import, after the wait
+        except BaseException as exc:  # noqa: BLE001 - the ImportError past the wait is the expected end here
             outcome.append(exc)
 
-    waiter = threading.Thread(target=next_job)
+    waiter = threading.Thread(target=next_job, daemon=True)
     waiter.start()
     waiter.join(0.5)
-    assert waiter.is_alive() and not outcome, "the next job got an engine while the workers were restarting"
-    engines.discard()
+    return waiter, outcome
+
+
+def test_while_a_stop_restarts_the_workers_no_job_gets_an_engine_until_it_releases_its_hold() -> None:
+    """The stop holds the kept engine before restarting its workers; the next job's get waits for the release. Other
+    discards in between (the cancelled job's own failed query, the hung-worker watch) do not end the wait, nor does
+    the end of one of two overlapping stops (a device run and a review found both)."""
+    engines = MultiGpuEngines(settle_timeout_s=30)
+    engines.hold()
+    engines.hold()  # a second stop, overlapping
+    waiter, outcome = _next_job_waits(engines)
+    engines.discard()  # what run_across_gpus does when the restart kills its query
+    engines.release()  # the first stop's end
+    waiter.join(0.5)
+    assert waiter.is_alive() and not outcome, "the next job got an engine while a stop was still restarting the workers"
+    engines.release()
     waiter.join(30)
     assert not waiter.is_alive() and len(outcome) == 1
+
+
+def test_a_hold_does_not_wait_for_an_engine_that_is_starting() -> None:
+    """hold() runs on the service's event loop: it must not wait while another thread starts an engine (under the engine lock)."""
+    engines = MultiGpuEngines(settle_timeout_s=30)
+    done = threading.Event()
+    with engines._lock:  # an engine start in progress, as get() holds it
+        holder = threading.Thread(target=lambda: (engines.hold(), done.set()), daemon=True)
+        holder.start()
+        assert done.wait(10), "hold() waited for the engine lock"
+    engines.release()
 
 
 def test_a_worker_restarted_at_its_old_address_has_a_new_id_so_the_kept_engine_is_not_reused(tmp_path: Path) -> None:
