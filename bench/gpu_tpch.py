@@ -45,7 +45,7 @@ from bench.tpch_examples import QUERIES, SPECS, TABLES, load_spec, plain_column,
 from spillway.jobs.sink import read_manifest  # noqa: E402
 from spillway.service.launcher import ServiceProcess, launch_service  # noqa: E402
 
-ENGINES = ("spillway", "spillway-plan", "cudf-polars", "cudf-polars-dask", "polars-cpu", "duckdb")
+ENGINES = ("spillway", "spillway-plan", "spillway-plan-filters", "cudf-polars", "cudf-polars-dask", "polars-cpu", "duckdb")
 # Where the GPU machine's wheelhouse installs console scripts (see ../shared/gpu/README.md).
 _STAGED_TPCHGEN = Path("/tmp/site/bin/tpchgen-cli")
 
@@ -221,8 +221,11 @@ def spillway_engine(service: ServiceProcess, data: Path, scratch: Path, timeout:
     return execute
 
 
-def plan_engine(data: Path, scratch: Path, device: str) -> Callable[[str], pd.DataFrame]:
-    """Spillway's own LazyFrame for each spec, collected in this process: the Polars engine without the service."""
+def plan_engine(data: Path, scratch: Path, device: str, filters_first: bool | None = None) -> Callable[[str], pd.DataFrame]:
+    """Spillway's own LazyFrame for each spec, collected in this process: the Polars engine without the service.
+
+    ``filters_first``: a source's first filters before its read casts (None: as the service plans on that device).
+    """
     import polars as pl
 
     from spillway.jobs.polars_frame import build_lazyframe
@@ -233,7 +236,7 @@ def plan_engine(data: Path, scratch: Path, device: str) -> Callable[[str], pd.Da
 
     def execute(query: str) -> pd.DataFrame:
         plan = plan_spec(JobSpec.model_validate(load_spec(query, data, scratch / query)))
-        frame = build_lazyframe(plan, filters_before_casts=device == "cpu")  # as the service plans it on that device
+        frame = build_lazyframe(plan, filters_before_casts=device == "cpu" if filters_first is None else filters_first)
         return frame.collect(engine=engine).to_pandas()
 
     return execute
@@ -246,7 +249,9 @@ def main() -> None:
     parser.add_argument("--sf", type=float, default=10, help="TPC-H scale factor.")
     parser.add_argument("--parts", type=int, default=16, help="Files per table (dask partitions per table).")
     parser.add_argument("--queries", default=",".join(sorted(p.stem for p in SPECS.glob("q*.yaml"))), help="Comma-separated, e.g. q01,q06.")
-    parser.add_argument("--engines", default=",".join(ENGINES), help=f"Comma-separated subset of {', '.join(ENGINES)}.")
+    parser.add_argument("--engines", default=",".join(e for e in ENGINES if e != "spillway-plan-filters"),
+                        help=f"Comma-separated subset of {', '.join(ENGINES)} (default: all but spillway-plan-filters, the plan "
+                             "with a source's filters and read casts in the other order than the service's on that device).")
     parser.add_argument("--backend", choices=("cudf", "pandas"), default="cudf", help="Spillway's backend.")
     parser.add_argument("--gpus", action="append", help="CUDA_VISIBLE_DEVICES of one Spillway run; repeat for 1 and 2 GPUs (default: 0).")
     parser.add_argument("--protocol", default="tcp", choices=("tcp", "ucx"))
@@ -297,6 +302,10 @@ def main() -> None:
     if "spillway-plan" in engines:
         device = "gpu" if args.backend == "cudf" else "cpu"
         time_engine(run, f"spillway-plan-{device}", queries, args.iterations, plan_engine(data, args.work, device), expected, args.rtol)
+    if "spillway-plan-filters" in engines:  # the other order of a source's filters and read casts, side by side
+        device = "gpu" if args.backend == "cudf" else "cpu"
+        time_engine(run, f"spillway-plan-{device}-filters-{'last' if device == 'cpu' else 'first'}", queries, args.iterations,
+                    plan_engine(data, args.work, device, filters_first=device != "cpu"), expected, args.rtol)
 
     traces = args.gpu_trace_progress.split(",") if args.backend == "cudf" else ["on"]
     spillway_runs = [(gpus, engine, trace) for gpus in args.gpus or ["0"] for engine in args.spillway_engines.split(",") for trace in traces]

@@ -9,7 +9,6 @@ replicas of the service on one database each claim the oldest PENDING job
 from __future__ import annotations
 
 import asyncio
-import functools
 import contextlib
 import logging
 import time
@@ -47,6 +46,7 @@ from spillway.jobs.polars_frame import build_lazyframe
 from spillway.jobs.read_progress import SourceRead, source_reads
 from spillway.jobs.sandbox import check_paths, enforce_roots
 from spillway.jobs.sink import SinkWriter
+from spillway.jobs.spec import JobSpec
 from spillway.jobs.status import PROGRESS_TOPIC, EngineChoice, ErrorDetail, JobProgress, JobStatus, ResultManifest, StageProgress
 from spillway.jobs.validate import plan_spec
 
@@ -133,6 +133,8 @@ class _ActiveJob:
     across_workers: list[str] = field(default_factory=list)
     log: JobLog = field(default_factory=JobLog)
     plugin_ended: asyncio.Event = field(default_factory=asyncio.Event)
+    #: The job's tasks are done and its progress final: progress events arriving later are stale.
+    progress_final: bool = False
     finished: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -594,8 +596,6 @@ class JobManager:
             raise _JobTimedOut() from None
 
     async def _execute(self, job: JobView, active: _ActiveJob) -> None:
-        if self.allowed_roots is not None:  # a link may have been swapped in while the job queued
-            await asyncio.to_thread(check_paths, job.spec, self.allowed_roots)
         # Sources' files are resolved and checked as they are listed, by either engine's planning.
         with enforce_roots(self.allowed_roots):
             await self._plan_and_run(job, active)
@@ -627,19 +627,7 @@ class JobManager:
     async def _plan_and_run(self, job: JobView, active: _ActiveJob) -> None:
         phase = time.perf_counter()
         active.planning_deadline = asyncio.get_running_loop().time() + self.max_planning_s
-        # Checked again against the sources as they are now: they may have changed while the job queued.
-        logical = await self._planning(active, plan_spec, job.spec)
-        choice = choose_engine(job.spec, self.default_engine, self.cluster.backend)
-        if choice.engine == "polars" and choice.device == "gpu":  # what cudf-polars would take but answer wrongly
-            choice = settle_on_gpu(choice, job.spec.engine or self.default_engine, untrusted_on_gpu(logical))
-        frame = None
-        if choice.engine == "polars":
-            # On the GPU, cudf-polars translates the plan on the worker before it runs anything, and
-            # refuses there what it cannot run (raise_on_fail): under auto the job then goes to
-            # dask-cudf (_gpu_fallback), under engine: polars it was a 422 at submit already. The
-            # service does not translate it a second time (5-80 ms a job: it re-reads parquet footers).
-            # Filters before the read casts on the CPU only: cudf-polars was measured with the plan as it was.
-            frame = await self._planning(active, functools.partial(build_lazyframe, filters_before_casts=choice.device == "cpu"), logical)
+        logical, choice, frame = await self._planning(active, self._plan_query, job.spec)
         active.engine = choice
         active.log.add(f"{self._now()} engine: {choice.engine} on {choice.device} ({choice.reason})")
         log.info("job %s: %s", job.id, choice.reason)
@@ -647,6 +635,24 @@ class JobManager:
             await self._execute_polars(job, active, frame, logical, phase)
         else:
             await self._execute_dask(job, active, logical, phase)
+
+    def _plan_query(self, spec: JobSpec) -> tuple[LogicalPlan, EngineChoice, pl.LazyFrame | None]:
+        """In the job's planning thread (one thread for all of it): the spec checked again against its paths and
+        sources as they are now (they may have changed while it queued), its engine, and on Polars its query."""
+        if self.allowed_roots is not None:  # a link may have been swapped in while the job queued
+            check_paths(spec, self.allowed_roots)
+        logical = plan_spec(spec)
+        choice = choose_engine(spec, self.default_engine, self.cluster.backend)
+        if choice.engine == "polars" and choice.device == "gpu":  # what cudf-polars would take but answer wrongly
+            choice = settle_on_gpu(choice, spec.engine or self.default_engine, untrusted_on_gpu(logical))
+        if choice.engine != "polars":
+            return logical, choice, None
+        # On the GPU, cudf-polars translates the plan on the worker before it runs anything, and
+        # refuses there what it cannot run (raise_on_fail): under auto the job then goes to
+        # dask-cudf (_gpu_fallback), under engine: polars it was a 422 at submit already. The
+        # service does not translate it a second time (5-80 ms a job: it re-reads parquet footers).
+        # Filters before the read casts on the CPU only: cudf-polars was measured with the plan as it was.
+        return logical, choice, build_lazyframe(logical, filters_before_casts=choice.device == "cpu")
 
     async def _execute_polars(self, job: JobView, active: _ActiveJob, frame: pl.LazyFrame, logical: LogicalPlan, phase: float) -> None:
         assert active.engine is not None
@@ -662,10 +668,9 @@ class JobManager:
             if placement is not None and active.engine is not None:
                 active.engine = active.engine.model_copy(update={"reason": f"{active.engine.reason}; {placement.reason}"})
             active.progress = polars_job.empty_progress(job.spec, reads, device).model_copy(update={"engine": active.engine})
-            self.store.save_progress(job.id, active.progress)
             return target, reads, placement
 
-        target, reads, placement = await asyncio.to_thread(prepare)  # it writes to the store: not a thread to interrupt
+        target, reads, placement = await asyncio.to_thread(prepare)
         if placement is not None:
             placement = await self._maybe_across_gpus(job, active, placement)
         planned_s = time.perf_counter() - phase
@@ -674,6 +679,7 @@ class JobManager:
         if placement is not None:
             active.log.add(f"{self._now()} placement: {placement.reason}")
         if placement is not None and placement.executor == "multi-gpu":
+            await asyncio.to_thread(self.store.save_progress, job.id, active.progress)
             await self._execute_across_gpus(job, active, frame, logical, target, placement, planned_s)
             return
         active.log.add(f"{self._now()} Polars query built in {planned_s:.3f} s; running as one task")
@@ -683,6 +689,8 @@ class JobManager:
             active.task_keys = frozenset({key_text(polars_job.task_key(job.id))})
             future = polars_job.submit(self.cluster.client, job.id, frame, target, active.progress, reads, device, placement)
             active.futures = [future]
+            # The stages are stored while the task runs, not before it is sent: a write less on the way to the worker.
+            await asyncio.to_thread(self.store.save_progress, job.id, active.progress)
             with _naming_checked_errors(logical):
                 result: polars_job.PolarsRunResult = await future
         computed_s = time.perf_counter() - phase
@@ -692,6 +700,9 @@ class JobManager:
         if result.unsupported is not None:
             await self._gpu_fallback(job, active, logical, result.unsupported)
             return
+        if result.stages is not None:
+            active.progress = _ended_progress(active.progress, result)
+            active.progress_final = True
         active.streaming_spilled_bytes = result.spilled_bytes
         executor = f", {result.executor} executor" if result.executor else ""
         spilled = f", spilled {result.spilled_bytes} bytes device → host" if result.spilled_bytes is not None else ""
@@ -910,8 +921,11 @@ class JobManager:
     async def _save_log(self, active: _ActiveJob, job: JobView) -> None:
         active.log.add(f"{self._now()} {job.state.value}" + (f": {job.error.message}" if job.error else ""))
         if job.started_at is not None:
+            # A job that succeeded takes the lines of the workers that ran its tasks; any other, every worker's
+            # (the one that died, or whose error it was, may not have reported a task).
+            ran = sorted(active.progress.tasks_per_worker) if job.state == JobStatus.SUCCEEDED else []
             try:
-                worker_logs = await asyncio.wait_for(self.cluster.client.get_worker_logs(), 10)
+                worker_logs = await asyncio.wait_for(self.cluster.client.get_worker_logs(workers=ran or None), 10)
                 active.log.add_worker_lines(worker_logs, job.started_at, job.finished_at or datetime.now(timezone.utc))
             except Exception as exc:  # noqa: BLE001 - best effort: the cluster may be gone
                 active.log.add(f"(worker logs unavailable: {type(exc).__name__}: {exc})")
@@ -945,7 +959,7 @@ class JobManager:
     def _on_progress(self, event: tuple[float, dict[str, Any]]) -> None:
         _, message = event
         active = self._active.get(message.get("job_id", ""))
-        if active is None:
+        if active is None or active.progress_final:
             return
         before = active.progress.done
         active.progress = JobProgress(
@@ -967,6 +981,13 @@ class JobManager:
         while True:
             await asyncio.sleep(self.progress_interval)
             await asyncio.to_thread(self.store.save_progress, active.job_id, active.progress)
+
+
+def _ended_progress(progress: JobProgress, result: polars_job.PolarsRunResult) -> JobProgress:
+    """A Polars task's last progress, from its result: every stage as it ended, on the worker that ran it."""
+    stages = [StageProgress(name=name, done=done, total=total, unit=unit) for name, done, total, unit in result.stages or []]
+    return progress.model_copy(update={"stages": stages, "tasks_per_worker": {result.worker: 1}, "elapsed_s": round(result.seconds, 3),
+                                       "note": result.note or progress.note})
 
 
 def _all_done(progress: JobProgress) -> JobProgress:

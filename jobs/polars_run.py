@@ -43,6 +43,13 @@ class PolarsRunResult:
     #: service's own clock, how long the task took to reach the worker and its result to come back.
     began_at: float | None = None
     returned_at: float | None = None
+    #: Every stage as it ended, ``(name, done, total, unit)``, and the seconds the query ran: the
+    #: job's final progress. It comes with the result, not as a last progress event: such an event
+    #: goes out on the worker's batched stream just before the task's end and holds the end back
+    #: by the stream's interval (2 ms), and then again on the scheduler's stream to the service.
+    stages: list[tuple[str, int, int, str | None]] | None = None
+    #: What the counts mean, where the worker's own note replaces the service's (cudf-polars' traces).
+    note: str | None = None
 
 
 def _engine(device: str, placement: GpuPlacement | None) -> Any:
@@ -77,8 +84,8 @@ def run_polars_job(
 
     On the GPU, ``placement`` says which cudf-polars executor runs it (jobs/gpu_placement.py;
     in-memory when None). While it runs, a heartbeat publishes each stage every 0.5 s: the MiB
-    read so far of each source in ``reads`` (jobs/read_progress.py), 0 for the others, and all
-    done at the end.
+    read so far of each source in ``reads`` (jobs/read_progress.py), 0 for the others; the
+    result carries them all done (:attr:`PolarsRunResult.stages`).
     """
     from distributed import get_worker
 
@@ -127,10 +134,10 @@ def run_polars_job(
     finally:
         done.set()
         beat.join()
-    publish(True)
     executor = None if device == "cpu" else (placement.executor if placement is not None else "in-memory")
     return PolarsRunResult(
         rows=rows, seconds=time.perf_counter() - started, worker=worker.address, threads=pl.thread_pool_size(), engine=device,
         executor=executor, spilled_bytes=take_spilled_bytes() if executor == "streaming" else None,
-        began_at=began_at, returned_at=time.time(),
+        began_at=began_at, returned_at=time.time(), stages=stages_now(True),
+        note=gpu_trace_progress.TRACE_NOTE if shape is not None else None,
     )

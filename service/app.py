@@ -41,6 +41,7 @@ from spillway.service.routes import spec_text as spec_text_routes
 from spillway.service.routes import tokens as token_routes
 from spillway.service.routes import ui as ui_routes
 from spillway.service.routes import validate as validate_routes
+from spillway.service.routes.deps import submission_limits
 from spillway.service.schemas import ErrorBody
 from spillway.service.store import JobStore
 
@@ -115,7 +116,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         supervisor.start()
         pipeline_store = PipelineStore(settings.database_url, migrate=settings.migrate_on_start)
         submit, get_job = job_callbacks(
-            store, manager.enqueue, backend=cluster.backend, validate=functools.partial(validate_submission, allowed_roots=settings.allowed_roots)
+            # A run is checked as a POST /jobs is (data roots, the partition estimate, the engine), before its job is stored.
+            store, manager.enqueue, backend=cluster.backend, validate=functools.partial(validate_submission, **submission_limits(settings))
         )
         lease = SchedulerLease(store.replicas, replica.id, settings.scheduler_lease_s)
         pipeline_scheduler = PipelineScheduler(

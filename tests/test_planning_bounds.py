@@ -243,3 +243,26 @@ def test_the_estimate_is_the_partitions_dask_reads(tmp_path: Path, format: str, 
     source = SourceSpec(format=format, path=str(tmp_path / f"*.{format}"), blocksize=blocksize)  # type: ignore[arg-type]
     with dask.config.set({"dataframe.backend": "pandas"}):
         assert estimated_partitions(source) == read_source(source).npartitions
+
+
+def test_a_pipeline_run_over_the_partition_estimate_fails_before_its_job_is_stored(busy_service: ServiceProcess, tmp_path: Path) -> None:
+    # A scheduled or triggered run is checked as POST /jobs is: the estimate refuses it, and no job is made.
+    csv = tmp_path / "t.csv"
+    pd.DataFrame({"a": np.arange(40_000), "s": ["x" * 20] * 40_000}).to_csv(csv, index=False)
+    spec = {"source": {"format": "csv", "path": str(csv), "blocksize": "1KiB"}, "sink": {"path": str(tmp_path / "out_{{ ds_nodash }}")}, "engine": "dask"}
+    created = httpx.post(f"{busy_service.url}/pipelines", json={"name": "too_split", "spec": spec, "schedule": "@yearly"}, timeout=30)
+    assert created.status_code == 201, created.text
+    before = httpx.get(f"{busy_service.url}/jobs", timeout=30).json()["total"]
+    run = httpx.post(f"{busy_service.url}/pipelines/too_split/runs", json={"logical_date": "2026-11-30"}, timeout=30)
+    assert run.status_code == 201, run.text
+
+    def ended() -> dict[str, Any] | None:
+        items = httpx.get(f"{busy_service.url}/pipelines/too_split/runs", timeout=30).json()["items"]
+        item = next(item for item in items if item["logical_date"].startswith("2026-11-30"))
+        return item if item["state"] in ("SUCCEEDED", "FAILED") else None
+
+    item = wait_for(ended, timeout=60, what="the run to end")
+    assert item["state"] == "FAILED" and item["reason"].startswith("too_many_partitions:"), item
+    assert "estimated from the files' sizes" in item["reason"] and "over the limit of 500" in item["reason"]
+    assert [attempt["job_id"] for attempt in item["attempts"]] == [None], "no job was stored"
+    assert httpx.get(f"{busy_service.url}/jobs", timeout=30).json()["total"] == before
