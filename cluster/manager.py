@@ -735,6 +735,8 @@ class JobManager:
             active.log.add(f"{self._now()} waiting for the {self._gpu_gate.sharing} job(s) on the GPU workers to finish: "
                            "a job across all of them has them to itself")
         async with self._holding_gpus(active, alone=True):
+            if not await self._multi_gpu.settled(active.cancelled):  # a stop still restarting the workers, and then a cancel
+                raise _JobCancelled()
             active.across_workers = sorted(await self.cluster.client.processing())  # as they are now: the wait may have been long
             active.log.add(f"{self._now()} Polars query built in {planned_s:.3f} s; running across {len(active.across_workers)} GPU "
                            "worker(s) with cudf-polars' DaskEngine (no task the scheduler sees; a cancel restarts them)")

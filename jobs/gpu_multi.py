@@ -20,6 +20,8 @@ an ``append`` never collides with the files already there.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 import shutil
@@ -128,6 +130,19 @@ class MultiGpuEngines:
             self._holds = max(0, self._holds - 1)
             if self._holds == 0:
                 self._settled.set()
+
+    async def settled(self, cancelled: asyncio.Event, poll_s: float = 0.1) -> bool:
+        """On the event loop, before :meth:`get`: wait until no stop holds the engine (at most the settle
+        timeout). False when ``cancelled`` was set first: a job cancelled while a stop restarts the workers
+        ends now, not when :meth:`get`'s own wait would have (in a thread, which a cancel cannot interrupt)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settle_timeout_s
+        while not self._settled.is_set() and loop.time() < deadline:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(cancelled.wait(), poll_s)  # a threading.Event cannot be awaited: look again soon
+            if cancelled.is_set():
+                return False
+        return not cancelled.is_set()
 
     def get(self, scheduler_address: str, workers: list[str], spill_device_limit: int | None, gpu_sharing: bool = False) -> tuple[Any, float]:
         """The engine over ``workers`` and the seconds spent starting it now (0: it was running).

@@ -277,3 +277,22 @@ def test_with_jobs_across_the_gpu_workers_possible_the_schedulers_worker_ttl_out
     with dask.config.set(scheduler_config(ClusterSettings(), "cudf")), \
             LocalCluster(n_workers=0, processes=False, dashboard_address=None) as cluster:
         assert cluster.scheduler.worker_ttl == 24 * 3600
+
+
+def test_a_job_waiting_for_a_stops_restart_ends_at_once_when_cancelled() -> None:
+    """The wait for a stop's hold runs on the event loop before get(), so a cancel ends it (get() waits in a thread)."""
+    engines = MultiGpuEngines(settle_timeout_s=60)
+
+    async def scenario() -> tuple[bool, bool]:
+        cancelled = asyncio.Event()
+        engines.hold()
+        waiting = asyncio.ensure_future(engines.settled(cancelled))
+        await asyncio.sleep(0.3)
+        assert not waiting.done(), "the wait ended while the stop still held the engine"
+        cancelled.set()
+        first = await asyncio.wait_for(waiting, 10)  # well before the 60 s the hold could last
+        engines.release()
+        second = await asyncio.wait_for(engines.settled(asyncio.Event()), 10)  # nothing held: at once
+        return first, second
+
+    assert asyncio.run(scenario()) == (False, True)
