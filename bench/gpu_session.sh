@@ -8,6 +8,7 @@
 #     bash bench/gpu_session.sh spill [--limit 2GB]   # after tpch10: jobs over a device limit below their working set
 #     bash bench/gpu_session.sh concurrent # after tpch10: eight jobs at once on one GPU, 1, 2 and 4 workers
 #     bash bench/gpu_session.sh multi      # TPC-H SF 10, every query across two workers sharing the GPU (DaskEngine)
+#     bash bench/gpu_session.sh plans      # TPC-H SF 10 over REST and in process with both orders of filters and read casts; semi joins two ways
 #
 # Logs and JSON go under $OUT; bench/RESULTS.md records what they said.
 set -u
@@ -43,6 +44,14 @@ multi)
         > "$OUT/multi.log" 2>&1
     echo "multi rc=$?"; tail -40 "$OUT/multi.log"
     ;;
+plans)
+    timeout 420 python3 bench/gpu_tpch.py --out "$OUT" --work /tmp/spw_tpch --sf 10 --parts 1 --gpus 0 \
+        --engines spillway,spillway-plan,spillway-plan-filters,cudf-polars,duckdb --spillway-engines auto --gpu-trace-progress off \
+        --iterations 2 --deadline 400 "$@" > "$OUT/plans.log" 2>&1
+    echo "plans rc=$?"; tail -30 "$OUT/plans.log"
+    timeout 150 python3 bench/semi_joins.py --data /tmp/spw_tpch/sf10 --device gpu --out "$OUT" > "$OUT/semi_joins.log" 2>&1
+    echo "semi joins rc=$?"; cat "$OUT/semi_joins.log"
+    ;;
 concurrent)
     timeout 560 python3 bench/gpu_concurrent.py --out "$OUT" --data /tmp/spw_tpch/sf10 "$@" > "$OUT/concurrent.log" 2>&1
     echo "concurrent rc=$?"; tail -12 "$OUT/concurrent.log"
@@ -52,6 +61,6 @@ spill)
     echo "spill rc=$?"; tail -30 "$OUT/spill.log"
     ;;
 *)
-    echo "usage: bash bench/gpu_session.sh tests|tpch10|tpch100|spill|concurrent|multi" >&2; exit 2
+    echo "usage: bash bench/gpu_session.sh tests|tpch10|tpch100|plans|spill|concurrent|multi" >&2; exit 2
     ;;
 esac
