@@ -10,6 +10,10 @@ order-sensitive window runs ``over(keys, order_by=`` the frame's row index ``)``
 position alone costs about what ``int_range`` did (2 M rows in 100,000 partitions: 0.35 s
 against 0.33 s; ``rank("ordinal")`` over the row index took 2.4 s); a whole window step 20-40 %
 more (bench/RESULTS.md, "Ordered windows on cudf-polars"), for one lowering on both engines.
+
+Nor does cudf-polars run ``reverse`` inside ``over``: a window over a partition's rows from its
+last to its first (:func:`in_reverse_order`) is ordered by the row index descending instead, which
+its grouped window sorts each partition by before putting every result back on its row.
 """
 
 from __future__ import annotations
@@ -29,6 +33,13 @@ def with_counters(frame: pl.LazyFrame) -> pl.LazyFrame:
 def in_order(expr: pl.Expr, keys: list[str]) -> pl.Expr:
     """``expr`` within each partition of ``keys``, over the rows in the frame's order (the whole frame without keys)."""
     return expr.over(keys, order_by=ROW) if keys else expr
+
+
+def in_reverse_order(expr: pl.Expr, keys: list[str]) -> pl.Expr:
+    """``expr`` within each partition of ``keys`` over the rows from the frame's last to its first (the whole
+    frame without keys); each result is given back on its own row, so it combines with :func:`in_order`'s."""
+    # Without keys the partition is ONE, the same for every row: it is `over`'s order_by that reverses the rows.
+    return expr.over(keys or [ONE], order_by=ROW, descending=True)
 
 
 def position() -> pl.Expr:

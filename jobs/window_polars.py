@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import polars as pl
 
-from spillway.jobs.polars_rows import COUNTERS, in_order, position, with_counters
+from spillway.jobs.polars_rows import COUNTERS, in_order, in_reverse_order, position, with_counters
 from spillway.jobs.spec import PEER_WINDOW_FUNCS, VALUE_WINDOW_FUNCS, WindowColumn, WindowStep
 
 _PEER = "__spillway_peer"
+_HALF = "__spillway_half"  # helper columns of frames with `following` rows: _HALF_<output>_<sum or count>_<side>
 
 
 def _ntile(buckets: int) -> pl.Expr:
@@ -26,37 +27,69 @@ def _ntile(buckets: int) -> pl.Expr:
 
 
 def _frame_value(column: WindowColumn, value: pl.Expr) -> pl.Expr:
-    """``first_value`` or ``last_value`` of ``column``'s frame, within one partition: a row's value, null or not."""
+    """``first_value`` or ``last_value`` of ``column``'s frame, within one partition: a row's value, null or not.
+
+    (Where a ``last_value`` frame ends at its row, :func:`window_columns` takes the row's value outside any window.)"""
     frame, ahead = column.frame or "partition", column.following or 0
     if column.func == "last_value":
         if frame == "partition":
             return value.last()
-        # A running or rolling frame ends at this row, or `following` rows on (the partition's last before that).
-        return pl.when(position() + ahead < pl.len()).then(value.shift(-ahead)).otherwise(value.last()) if ahead else value
+        # A rolling frame ends `following` rows on, or at the partition's last row before that.
+        return pl.when(position() + ahead < pl.len()).then(value.shift(-ahead)).otherwise(value.last())
     if frame == "rolling":  # this row and `preceding` before it: the partition's first until there are that many
         back = column.preceding or 0
         return pl.when(position() >= back).then(value.shift(back)).otherwise(value.first())
     return value.first()
 
 
-def _around(column: WindowColumn, value: pl.Expr) -> pl.Expr:
-    """An aggregate over a rolling frame with ``following`` rows, within one partition: over the frame up to
-    this row and over the one from it on (a rolling frame over the reversed rows), combined; this row counts once."""
+def _rolling(func: str, value: pl.Expr, size: int, *, center: bool = False) -> pl.Expr:
+    """``func`` over the ``size`` rows up to each row (``center``: centred on it), within one partition."""
+    if func == "count":
+        return value.is_not_null().cast(pl.Int64).rolling_sum(size, min_samples=1, center=center)
+    rolled: pl.Expr = getattr(value, f"rolling_{func}")(size, min_samples=1, center=center)  # min_samples: non-null values
+    return rolled
 
-    def before(func: str) -> pl.Expr:
-        return _aggregate(column.model_copy(update={"following": None, "func": func}), value)
 
-    def after(func: str) -> pl.Expr:
-        ahead = column.model_copy(update={"following": None, "preceding": column.following, "func": func})
-        return _aggregate(ahead, value.reverse()).reverse()
+def _around(column: WindowColumn, value: pl.Expr, keys: list[str], name: str) -> tuple[pl.Expr, dict[str, pl.Expr]]:
+    """An aggregate over a rolling frame with ``following`` rows, for each row; and the helper columns it reads, by name.
 
-    count = before("count") + after("count") - value.is_not_null().cast(pl.Int64)
-    if column.func == "count":
-        return count
-    if column.func in ("min", "max"):
-        return (pl.min_horizontal if column.func == "min" else pl.max_horizontal)(before(column.func), after(column.func))
-    total = pl.when(count > 0).then(before("sum").fill_null(0) + after("sum").fill_null(0) - value.fill_null(0))
-    return total if column.func == "sum" else total / count
+    From this row on, the frame is a rolling one over the rows in reverse order; with as many rows on each side,
+    a centred one. Otherwise it is the frame up to this row and the one from it on, combined (this row counts
+    once), each half a window of its own: cudf-polars runs no ``reverse`` inside ``over``."""
+    func, back, ahead = column.func, column.preceding or 0, column.following or 0
+    if back == 0:
+        return in_reverse_order(_rolling(func, value, ahead + 1), keys), {}
+    if back == ahead:
+        return in_order(_rolling(func, value, 2 * back + 1, center=True), keys), {}
+
+    def before(part: str) -> pl.Expr:
+        return in_order(_rolling(part, value, back + 1), keys)
+
+    def after(part: str) -> pl.Expr:
+        return in_reverse_order(_rolling(part, value, ahead + 1), keys)
+
+    present = value.is_not_null().cast(pl.Int64)
+    if func in ("min", "max"):
+        return (pl.min_horizontal if func == "min" else pl.max_horizontal)(before(func), after(func)), {}
+    if func == "count":
+        return before("count") + after("count") - present, {}
+    # The halves of a sum are read twice, so they are helper columns (Polars computes a window again where an
+    # expression repeats it), and a mean's counts too (the pass that combines them is then windowless and cheaper).
+    parts = ("sum", "count") if func == "mean" else ("sum",)
+    sides = (("before", before), ("after", after))
+    helpers = {f"{_HALF}_{name}_{part}_{side}": half(part) for part in parts for side, half in sides}
+
+    def both(part: str) -> tuple[pl.Expr, pl.Expr]:
+        return pl.col(f"{_HALF}_{name}_{part}_before"), pl.col(f"{_HALF}_{name}_{part}_after")
+
+    # A half's sum is null where it has no value; the frame has one where either half has.
+    sum_before, sum_after = both("sum")
+    total = pl.when(sum_before.is_not_null() | sum_after.is_not_null()).then(
+        sum_before.fill_null(0) + sum_after.fill_null(0) - value.fill_null(0))
+    if func == "sum":
+        return total, helpers
+    count_before, count_after = both("count")
+    return total / (count_before + count_after - present), helpers
 
 
 def _aggregate(column: WindowColumn, value: pl.Expr) -> pl.Expr:
@@ -64,8 +97,6 @@ def _aggregate(column: WindowColumn, value: pl.Expr) -> pl.Expr:
     func, frame = column.func, column.frame or "partition"
     if func in VALUE_WINDOW_FUNCS:
         return _frame_value(column, value)
-    if column.following:
-        return _around(column, value)
     present = value.is_not_null().cast(pl.Int64)
     if frame == "partition":
         count = value.count().cast(pl.Int64)
@@ -82,11 +113,7 @@ def _aggregate(column: WindowColumn, value: pl.Expr) -> pl.Expr:
         if func == "mean":
             return total / count
         return (value.cum_min() if func == "min" else value.cum_max()).forward_fill()  # a null row keeps the extreme so far
-    size = (column.preceding or 0) + 1
-    if func == "count":
-        return present.rolling_sum(size, min_samples=1)
-    rolled: pl.Expr = getattr(value, f"rolling_{func}")(size, min_samples=1)  # min_samples counts non-null values
-    return rolled
+    return _rolling(func, value, (column.preceding or 0) + 1)
 
 
 def window_columns(frame: pl.LazyFrame, step: WindowStep, inputs: dict[str, pl.Expr]) -> pl.LazyFrame:
@@ -102,6 +129,7 @@ def window_columns(frame: pl.LazyFrame, step: WindowStep, inputs: dict[str, pl.E
     row_number = in_order(position(), keys) + 1
     rows = in_order(pl.len(), keys).cast(pl.Int64)
     outputs: list[pl.Expr] = []
+    helpers: dict[str, pl.Expr] = {}
     for name, column in step.columns.items():
         if column.func == "row_number":
             result = row_number
@@ -119,8 +147,15 @@ def window_columns(frame: pl.LazyFrame, step: WindowStep, inputs: dict[str, pl.E
             offset = (column.offset or 1) * (1 if column.func == "lag" else -1)
             fill = None if column.default is None else pl.lit(column.default)
             result = in_order(inputs[name].shift(offset, fill_value=fill), keys)
+        elif column.func == "last_value" and column.frame in ("running", "rolling") and not column.following:
+            result = inputs[name]  # the frame ends at this row: its value (cudf-polars takes no bare column inside `over`)
+        elif column.following and column.func not in VALUE_WINDOW_FUNCS:
+            result, halves = _around(column, inputs[name], keys, name)
+            helpers.update(halves)
         else:
             result = in_order(_aggregate(column, inputs[name]), keys)
         outputs.append(result.alias(name))
+    if helpers:  # before the outputs that read them
+        frame = frame.with_columns(half.alias(helper) for helper, half in helpers.items())
     frame = frame.with_columns(outputs)
-    return frame.drop(*COUNTERS, *([_PEER] if funcs & PEER_WINDOW_FUNCS else []))
+    return frame.drop(*COUNTERS, *([_PEER] if funcs & PEER_WINDOW_FUNCS else []), *helpers)

@@ -80,6 +80,11 @@ MORE_WINDOWS = {
     "first_value": "FIRST_VALUE(v) OVER (PARTITION BY g ORDER BY x, id)",
     "first_value_of_ties_desc": "FIRST_VALUE(id) OVER (ORDER BY x DESC, id)",
     "last_value_default_frame_of_ties": "LAST_VALUE(v) OVER (PARTITION BY g ORDER BY x)",
+    # The default frame ends at the current row's last peer (ties in x, null x's peers of each other).
+    "last_value_of_ties_desc_nulls_first": "LAST_VALUE(v) OVER (PARTITION BY g ORDER BY x DESC NULLS FIRST)",
+    "last_value_of_ties_text_no_partition": "LAST_VALUE(g) OVER (ORDER BY x)",
+    "last_value_of_ties_date_range": "LAST_VALUE(d) OVER (PARTITION BY g ORDER BY x RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)",
+    "last_value_one_row_partitions": "LAST_VALUE(v) OVER (PARTITION BY id ORDER BY x)",
     "last_value_whole_partition": "LAST_VALUE(d) OVER (PARTITION BY g ORDER BY id ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)",
     "last_value_rows": "LAST_VALUE(g) OVER (ORDER BY id ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)",
     "first_value_rolling": "FIRST_VALUE(v) OVER (ORDER BY id ROWS 2 PRECEDING)",
@@ -88,6 +93,16 @@ MORE_WINDOWS = {
     "centred_min_date": "MIN(d) OVER (ORDER BY id ROWS BETWEEN 2 PRECEDING AND 3 FOLLOWING)",
     "ahead_count": "COUNT(v) OVER (PARTITION BY g ORDER BY x, id ROWS BETWEEN CURRENT ROW AND 1 FOLLOWING)",
     "ahead_last_value": "LAST_VALUE(v) OVER (ORDER BY id ROWS BETWEEN 1 PRECEDING AND 2 FOLLOWING)",
+    # Frames with FOLLOWING rows at the partitions' edges (of 2, 3 and 5 rows; of one row by id), descending, nulls in the order key.
+    "ahead_sum_past_the_partition_desc": "SUM(v) OVER (PARTITION BY g ORDER BY x DESC, id ROWS BETWEEN CURRENT ROW AND 9 FOLLOWING)",
+    "centred_avg_wider_than_the_partition": "AVG(v) OVER (PARTITION BY g ORDER BY id ROWS BETWEEN 3 PRECEDING AND 3 FOLLOWING)",
+    "around_sum_uneven": "SUM(v) OVER (PARTITION BY g ORDER BY id ROWS BETWEEN 2 PRECEDING AND 5 FOLLOWING)",
+    "around_avg_uneven_nulls_first": "AVG(v) OVER (ORDER BY x NULLS FIRST, id ROWS BETWEEN 2 PRECEDING AND 1 FOLLOWING)",
+    "around_count_uneven": "COUNT(v) OVER (PARTITION BY g ORDER BY id ROWS BETWEEN 3 PRECEDING AND 1 FOLLOWING)",
+    "around_max_uneven_desc": "MAX(v) OVER (PARTITION BY g ORDER BY id DESC ROWS BETWEEN 1 PRECEDING AND 4 FOLLOWING)",
+    "around_min_date_uneven": "MIN(d) OVER (PARTITION BY g ORDER BY id ROWS BETWEEN 1 PRECEDING AND 2 FOLLOWING)",
+    "around_sum_one_row_partitions": "SUM(v) OVER (PARTITION BY id ORDER BY x ROWS BETWEEN 1 PRECEDING AND 2 FOLLOWING)",
+    "ahead_last_value_partitioned": "LAST_VALUE(v) OVER (PARTITION BY g ORDER BY id ROWS BETWEEN 1 PRECEDING AND 2 FOLLOWING)",
     "current_row_only": "MAX(v) OVER (ORDER BY id ROWS BETWEEN CURRENT ROW AND CURRENT ROW)",
     "ntile": "NTILE(3) OVER (PARTITION BY g ORDER BY id)",
     "ntile_more_than_rows": "NTILE(7) OVER (ORDER BY id DESC)",
@@ -95,6 +110,9 @@ MORE_WINDOWS = {
     "cume_dist_of_ties": "CUME_DIST() OVER (ORDER BY x DESC NULLS LAST)",
     "partition_total": "COUNT(*) OVER (PARTITION BY g)",
 }
+# Which of tied rows is the last is not defined; over ROWS, DuckDB's is the input order, as the window step's
+# stable sort keeps it, but not over 400 random rows: these are left out of that test.
+LAST_OF_TIES = {"last_value_of_ties_desc_nulls_first", "last_value_of_ties_text_no_partition"}
 
 
 def referee() -> Any:
@@ -175,7 +193,7 @@ def test_many_windows_over_random_rows_with_nulls_and_ties(tmp_path: Path, seed:
                          "id": rng.permutation(n)})
     path = tmp_path / "r.parquet"
     rows.to_parquet(path, index=False)
-    windows = [*(w for w in {**WINDOWS, **MORE_WINDOWS}.values() if "(d" not in w)]
+    windows = [w for name, w in {**WINDOWS, **MORE_WINDOWS}.items() if "(d" not in w and name not in LAST_OF_TIES]
     sql = "SELECT id, " + ", ".join(f"{w} AS w{i}" for i, w in enumerate(windows)) + " FROM t"
     connection = duckdb.connect()
     connection.register("t", rows)

@@ -14,9 +14,10 @@ import pytest
 from pydantic import ValidationError
 
 from spillway.jobs.errors import SpecError, TypeMismatch, UnknownColumn
+from spillway.jobs.polars_frame import build_lazyframe
 from spillway.jobs.spec import JobSpec, WindowColumn
 from spillway.jobs.status import JobStatus
-from spillway.jobs.validate import check_spec
+from spillway.jobs.validate import check_spec, plan_spec
 from spillway.service.client import SpillwayClient
 from tests.conftest import wait_terminal
 from tests.test_engines import assert_same_rows, run_both
@@ -289,3 +290,77 @@ def test_rolling_aggregates_of_integers_are_integers_on_both_engines(data: Path)
                "hi": {"func": "max", "column": "i", "frame": "rolling", "preceding": 0, "following": 3}}
     for result in run_both(job(data, [window(["k"], UNIQUE_ORDER, columns)])):
         assert all(pd.api.types.is_integer_dtype(result[name]) for name in columns), result.dtypes
+
+
+# Frames with rows after this one, at the partitions' edges.
+
+EDGE_FRAMES = [(0, 1), (0, 5), (1, 1), (3, 3), (1, 4), (5, 1), (2, 3)]  # (preceding, following): one window each side, centred, uneven
+EDGE_COLUMNS: dict[str, dict[str, Any]] = {
+    f"{func}_{back}_{ahead}": {"func": func, "column": column, "frame": "rolling", "preceding": back, "following": ahead}
+    for func, column in (("sum", "v"), ("count", "v"), ("mean", "v"), ("min", "v"), ("max", "i"), ("first_value", "v"), ("last_value", "v"))
+    for back, ahead in EDGE_FRAMES
+}
+
+
+def edge_frame() -> pd.DataFrame:
+    """Partitions of one, two and three rows (frames wider than them), one whose values are all null, a null
+    key, and one of twelve rows; the first order key has nulls and ties, the second breaks them."""
+    keys = ["one", "two", "two", "three", "three", "three", "nulls", "nulls", "nulls", None, None, *["big"] * 12]
+    rng = np.random.default_rng(11)
+    value = rng.normal(0, 10, len(keys)).round(2)
+    value[[1, 4, 6, 7, 8, 13, 14, 20]] = np.nan  # the "nulls" partition has none, "big" a run of them
+    return pd.DataFrame({
+        "k": pd.Series(keys, dtype="str"),
+        "t": pd.array(rng.choice([1, 2, None], len(keys)), dtype="Int64"),
+        "o": rng.permutation(len(keys)),
+        "v": value,
+        "i": rng.integers(-5, 9, len(keys)),
+    })
+
+
+@pytest.fixture(scope="module")
+def edge_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("window-edges")
+    frame = edge_frame()
+    for index in range(3):  # a partition's rows spread over the Dask engine's partitions
+        frame.iloc[index::3].to_parquet(root / f"part-{index}.parquet", index=False)
+    return root
+
+
+@pytest.mark.parametrize("keys", [["k"], []], ids=["one key", "no key"])
+@pytest.mark.parametrize("descending", [True, False], ids=["descending", "ascending"])
+def test_frames_with_following_rows_match_the_reference_at_the_partitions_edges(edge_data: Path, keys: list[str], descending: bool) -> None:
+    order = [{"column": "t", "descending": descending}, {"column": "o"}]  # nulls last either way, as the sort step
+    on_dask, on_polars = run_both(job(edge_data, [window(keys, order, EDGE_COLUMNS)]))
+    expected = _expected(edge_frame(), keys, order, EDGE_COLUMNS)
+    assert list(on_polars.columns) == list(expected.columns)  # the helper columns are dropped
+    assert_same_rows(on_dask, on_polars, ordered=False)
+    assert_same_rows(on_dask, expected[list(on_dask.columns)], ordered=False)
+
+
+def test_frames_with_following_rows_lower_to_forms_cudf_polars_translates(data: Path) -> None:
+    """cudf-polars 26.10 has no ``reverse`` inside ``over`` (it refused these frames: bench/results/gpu_tests_2026-12-02f.log)
+    nor a bare column inside it (a ``last_value`` frame ending at its row): the lowering uses neither."""
+    columns = {**{name: COLUMNS[name] for name in COLUMNS if "following" in COLUMNS[name]},
+               "running_last": COLUMNS["running_last"], "rolling_last_text": COLUMNS["rolling_last_text"]}
+    for keys in (["k"], []):
+        plan = build_lazyframe(plan_spec(job(data, [window(keys, UNIQUE_ORDER, columns)]))).explain()
+        assert ".reverse()" not in plan and 'col("v").over(' not in plan and 'col("s").over(' not in plan, plan
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("keys", [["k"], []], ids=["one key", "no key"])
+def test_frames_with_following_rows_on_cudf_polars_match_the_reference(edge_data: Path, keys: list[str]) -> None:
+    """cudf-polars runs them (its translation refused them before: bench/results/gpu_tests_2026-12-02f.log), with the
+    reference's answers; nothing falls back to the CPU."""
+    pytest.importorskip("cudf_polars")
+    from tests.cudf_polars_run import on_cudf_polars
+
+    order = [{"column": "t", "descending": True}, {"column": "o"}]
+    columns = {**EDGE_COLUMNS, "running_last": {"func": "last_value", "column": "v", "frame": "running"},
+               # A running extreme keeps its value over null rows (a fill within the partition, which a review doubted on cudf-polars).
+               "running_min": {"func": "min", "column": "v", "frame": "running"}, "running_max": {"func": "max", "column": "i", "frame": "running"}}
+    got = on_cudf_polars(build_lazyframe(plan_spec(job(edge_data, [window(keys, order, columns)]))), f"window_edges_{'-'.join(keys)}")
+    assert got is not None, "cudf-polars refused the window step"
+    expected = _expected(edge_frame(), keys, order, columns)
+    assert_same_rows(got.to_pandas(), expected[list(got.columns)], ordered=False)
