@@ -10,7 +10,6 @@ code. Each function also takes plain scalars, which is how the parser folds cons
 from __future__ import annotations
 
 import operator
-import re
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from functools import partial
@@ -24,6 +23,7 @@ from pandas.api.types import is_bool_dtype, is_object_dtype
 from spillway.jobs import ir
 from spillway.jobs.decimal_cast import is_decimal_cast
 from spillway.jobs.errors import ExpressionError, IntegerOverflow
+from spillway.jobs.like_patterns import like_form, like_matches
 from spillway.jobs.pandas_functions import FUNCTIONS, cast_values
 from spillway.jobs.pandas_numbers import NUMBER_FUNCTIONS
 from spillway.jobs.polars_partitions import slice_by_rows, through_polars
@@ -240,16 +240,16 @@ def _between(value: Any, low: Any, high: Any) -> Any:
     return _COMPARE[">="](value, low) & _COMPARE["<="](value, high)
 
 
-_REGEX_SPECIAL = frozenset(".^$*+?()[]{}|\\")
-
-
-def like_regex(pattern: str) -> str:
-    """SQL LIKE as an anchored regex: ``%`` is any run of characters, ``_`` one; the rest is literal.
-
-    Only ``.``, ``*``, anchors and escapes are emitted: the subset cuDF's regex engine shares with ``re``.
-    """
-    parts = {"%": ".*", "_": "."}
-    return "^" + "".join(parts.get(char, "\\" + char if char in _REGEX_SPECIAL else char) for char in pattern) + "$"
+def _like(s: Any, pattern: str) -> Any:
+    """``s LIKE pattern`` over a column, as its cheapest form (jobs/like_patterns.py)."""
+    kind, text = like_form(pattern)
+    if kind == "regex":
+        return s.str.contains(text, regex=True)
+    if kind == "equals":
+        return s == text
+    if kind == "contains":
+        return s.str.contains(text, regex=False)
+    return s.str.startswith(text) if kind == "startswith" else s.str.endswith(text)
 
 
 def _substr(value: Any, start: Any, length: Any = None) -> Any:
@@ -282,8 +282,7 @@ IMPLS: dict[str, Callable[..., Any]] = {
     "lower": _elementwise(lambda s: s.str.lower(), str.lower),
     "upper": _elementwise(lambda s: s.str.upper(), str.upper),
     "contains": _elementwise(lambda s, t: _cond(s.str.contains(t, regex=False)), lambda v, t: t in v),
-    "like": _elementwise(lambda s, p: _cond(s.str.contains(like_regex(p), regex=True)),
-                         lambda v, p: re.match(like_regex(p), v) is not None),
+    "like": _elementwise(lambda s, p: _cond(_like(s, p)), like_matches),
     "startswith": _elementwise(lambda s, t: _cond(s.str.startswith(t)), str.startswith),
     "endswith": _elementwise(lambda s, t: _cond(s.str.endswith(t)), str.endswith),
     "substr": _elementwise(_substr),

@@ -21,13 +21,13 @@ from spillway.jobs import ir
 from spillway.jobs.date_bounds import MIRRORED, date_bound
 from spillway.jobs.decimal_cast import decimal_type
 from spillway.jobs.errors import ExpressionError
+from spillway.jobs.like_patterns import like_form
 from spillway.jobs.number_text import DECIMAL_TEXT, INTEGER_RANGES, INTEGER_TEXT
 from spillway.jobs.pandas_numbers import DIVISION_BY_ZERO
 from spillway.jobs.polars_partitions import slice_expr
 from spillway.jobs.regex_functions import REGEX_FUNCTIONS, regex_expr
 from spillway.jobs.time_functions import TIME_FUNCTIONS, time_expr
 from spillway.jobs.kinds import kind_of_node
-from spillway.jobs.lower_pandas import like_regex
 
 _CASTS: dict[str, Any] = {
     "int64": pl.Int64, "int32": pl.Int32, "float64": pl.Float64, "float32": pl.Float32, "bool": pl.Boolean,
@@ -104,6 +104,18 @@ def _false_if_null(expr: pl.Expr) -> pl.Expr:
     return expr.fill_null(_FALSE)
 
 
+def _like(s: pl.Expr, pattern: str) -> pl.Expr:
+    """``s LIKE pattern`` as its cheapest form (jobs/like_patterns.py); null for a null ``s``."""
+    kind, text = like_form(pattern)
+    if kind == "regex":
+        return s.str.contains(text)
+    if kind == "equals":
+        return s == text
+    if kind == "contains":
+        return s.str.contains(text, literal=True)
+    return s.str.starts_with(text) if kind == "startswith" else s.str.ends_with(text)
+
+
 def _date_diff(unit: str, start: pl.Expr, end: pl.Expr) -> pl.Expr:
     """The number of ``unit`` boundaries from ``start`` to ``end`` (DuckDB's date_diff)."""
     if unit in ("year", "quarter", "month"):
@@ -162,7 +174,7 @@ _LITERAL_CALLS: dict[str, Callable[..., pl.Expr]] = {
     "round": lambda x, digits=0: x.round(digits),
     "cast": lambda x, name: x.cast(_cast_type(name)),
     "contains": lambda s, text: _false_if_null(s.str.contains(text, literal=True)),
-    "like": lambda s, pattern: _false_if_null(s.str.contains(like_regex(pattern))),
+    "like": lambda s, pattern: _false_if_null(_like(s, pattern)),
     "startswith": lambda s, text: _false_if_null(s.str.starts_with(text)),
     "endswith": lambda s, text: _false_if_null(s.str.ends_with(text)),
     "substr": lambda s, start, length=None: s.str.slice(start, length),
