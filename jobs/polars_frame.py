@@ -13,6 +13,7 @@ from typing import Any
 
 import polars as pl
 
+from spillway.jobs.ir import columns_of
 from spillway.jobs.join_condition_polars import LEFT_ROW, RIGHT_ROW, join_with_condition
 from spillway.jobs.logical import LogicalPlan
 from spillway.jobs.named_sources import NamedSources
@@ -75,6 +76,7 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
         self._step_input: pl.LazyFrame | None = None
         self._step_field = ""
         self._step_dtypes: pl.Schema | None = None
+        self._right_filters: list[tuple[Step, str]] = []  # for the join being built: see _right_side_filters
         # A frame still one cast away from its scan (and filters): id → (the frame, the scan, the read casts).
         self._stored: dict[int, tuple[pl.LazyFrame, pl.LazyFrame, dict[str, pl.DataType]]] = {}
 
@@ -112,11 +114,44 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
 
     def apply_steps(self, frame: pl.LazyFrame, steps: list[Step], at: str) -> pl.LazyFrame:
         ordered = False  # whether a sort's order must survive the steps after it
+        pushed: set[int] = set()  # filters applied to a join's right side already
         for index, step in enumerate(steps):
+            if index in pushed:
+                continue
             field = f"{at}[{index}]"
+            if isinstance(step, JoinStep) and (into_right := self._right_side_filters(steps, index, at)):
+                pushed.update(later for later, _ in into_right)
+                self._right_filters = [(steps[later], name) for later, name in into_right]
             frame = self.apply_step(frame, step, field, ordered=ordered)
             ordered = isinstance(step, (SortStep, TopKStep)) or (ordered and isinstance(step, (FilterStep, SelectStep, AssignStep, RenameStep, LimitStep, DropDuplicatesStep)))
         return frame
+
+    def _right_side_filters(self, steps: list[Step], index: int, at: str) -> list[tuple[int, str]]:
+        """The filters right after the inner join at ``index`` that read only its right side's own columns, by index and field.
+
+        On the CPU plan they filter the right side before the join, where they reach its scan
+        (:meth:`_filter_before_casts`): Polars pushes such a filter through the join but not
+        through the read casts above the scan, so every row of the right side was decoded and
+        cast first (TPC-H q03's ``l_shipdate`` and ``o_orderdate``). For an inner join it is the
+        same predicate over the same values, so the same rows.
+        """
+        join = steps[index]
+        assert isinstance(join, JoinStep)
+        if not self.filters_before_casts or join.how != "inner" or join.where is not None or not join.left_keys:
+            return []
+        field = f"{at}[{index}]"
+        _, right_at = self.spec.resolve(join.right, f"{field}.right")
+        # Columns by the same name on both sides are suffixed or shared keys: only the right's others are its own.
+        own = set(self.plan.schemas.get(right_at, {})) - set(self.plan.inputs.get(field, {}))
+        found: list[tuple[int, str]] = []
+        for later in range(index + 1, len(steps)):
+            step = steps[later]
+            if not isinstance(step, FilterStep):
+                break
+            name = f"{at}[{later}]"
+            if columns_of(self.plan.expression(f"{name}.expr", step.expr).node) <= own:
+                found.append((later, name))
+        return found
 
     def expr(self, field: str, text: str, schema: dict[str, str], columns: dict[str, pl.Expr] | None = None,
              stored_dates: frozenset[str] = frozenset()) -> pl.Expr:
@@ -221,6 +256,10 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
 
     def join(self, frame: pl.LazyFrame, step: JoinStep, field: str) -> pl.LazyFrame:
         right = self.frame_of(step.right, f"{field}.right")
+        into_right, self._right_filters = self._right_filters, []
+        for filter_step, name in into_right:  # the filters after this join that read only the right side (apply_steps)
+            self._step_input, self._step_field, self._step_dtypes = right, name, None
+            right = self.apply_step(right, filter_step, name)
         if step.where is not None and step.how not in ("inner", "cross"):
             inner = step.model_copy(update={"how": "inner"})
             columns = list(self.plan.joined[field])

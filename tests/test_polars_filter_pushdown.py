@@ -81,3 +81,36 @@ def test_a_stored_date_is_compared_as_a_date(lines: Path) -> None:
     predicate = build_lazyframe(plan, filters_before_casts=True).explain().split("Parquet SCAN")[1]
     assert 'col("shipped") >= 1994-01-01' in predicate and 'col("shipped") <= 1994-06-30' in predicate, predicate
     assert 'col("shipped").strict_cast' not in predicate, predicate
+
+
+def _joined(tmp_path: Path, lines: Path, *filters: str, how: str = "inner") -> JobSpec:
+    orders = tmp_path / "orders.parquet"
+    pq.write_table(pa.table({"qty": pa.array([1, 24, 3, 7], pa.int64()), "price": pa.array([1.0, 2.0, 3.0, 4.0]),
+                             "placed": pa.array([date(1994, 1, 1), date(1995, 6, 1), None, date(1993, 1, 1)], pa.date32())}), orders)
+    steps = [{"op": "join", "how": how, "right": "orders", "on": ["qty"]}, *({"op": "filter", "expr": text} for text in filters)]
+    return JobSpec.model_validate({"name": "t", "sources": {"lines": {"format": "parquet", "path": str(lines)},
+                                                            "orders": {"format": "parquet", "path": str(orders)}},
+                                   "source": "lines", "steps": steps, "sink": {"path": "/tmp/unused"}})
+
+
+@pytest.mark.parametrize(("filters", "pushed"), [
+    (("placed < date('1995-01-01')",), True),  # only the right side's own column: into its scan
+    (("placed < date('1995-01-01')", "price_right > 1"), True),  # the second reads a suffixed column: stays after the join
+    (("shipped > date('1994-01-01')",), False),  # the left's
+])
+def test_a_filter_after_an_inner_join_on_the_right_sides_own_columns_reaches_its_scan(
+        tmp_path: Path, lines: Path, filters: tuple[str, ...], pushed: bool) -> None:
+    plan = plan_spec(_joined(tmp_path, lines, *filters))
+    cpu, kept = build_lazyframe(plan, filters_before_casts=True), build_lazyframe(plan)
+    right_scan = cpu.explain().split("orders.parquet")[1].split("END")[0]
+    assert ("SELECTION" in right_scan) is pushed, cpu.explain()
+    assert_frame_equal(cpu.collect(), kept.collect(), check_row_order=False)
+
+
+def test_a_filter_after_a_left_join_stays_after_it(tmp_path: Path, lines: Path) -> None:
+    # On a left join the right side's nulls of unmatched rows are filtered too: moving it would keep those rows.
+    plan = plan_spec(_joined(tmp_path, lines, "isnull(placed)", how="left"))
+    cpu, kept = build_lazyframe(plan, filters_before_casts=True), build_lazyframe(plan)
+    assert "SELECTION" not in cpu.explain().split("orders.parquet")[1].split("END")[0]
+    assert_frame_equal(cpu.collect(), kept.collect(), check_row_order=False)
+    assert cpu.collect().height > 0
