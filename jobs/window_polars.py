@@ -112,7 +112,11 @@ def _aggregate(column: WindowColumn, value: pl.Expr) -> pl.Expr:
             return total
         if func == "mean":
             return total / count
-        return (value.cum_min() if func == "min" else value.cum_max()).forward_fill()  # a null row keeps the extreme so far
+        # A null row keeps the extreme so far: the values are carried over nulls first. (The fill after the
+        # extreme, the same on the CPU, ran on cudf-polars 26.10 over the whole frame, not the partition: a wrong
+        # running minimum on the H200. This form it refuses inside `over`, so such a job runs on dask-cudf.)
+        filled = value.forward_fill()
+        return filled.cum_min() if func == "min" else filled.cum_max()
     return _rolling(func, value, (column.preceding or 0) + 1)
 
 
