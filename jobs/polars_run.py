@@ -43,8 +43,8 @@ class PolarsRunResult:
     #: service's own clock, how long the task took to reach the worker and its result to come back.
     began_at: float | None = None
     returned_at: float | None = None
-    #: Every stage as it ended, ``(name, done, total, unit)``, and the seconds the query ran: the
-    #: job's final progress. It comes with the result, not as a last progress event: such an event
+    #: Every stage as it ended, ``(name, done, total, unit)``: the job's final progress, with
+    #: ``seconds`` as its elapsed time. It comes with the result, not as a last progress event: such an event
     #: goes out on the worker's batched stream just before the task's end and holds the end back
     #: by the stream's interval (2 ms), and then again on the scheduler's stream to the service.
     stages: list[tuple[str, int, int, str | None]] | None = None
@@ -108,10 +108,10 @@ def run_polars_job(
         read = {} if finished else meter.sample()
         return [(p.name, p.total if finished else min(to_mib(read.get(p.name, 0)), p.total), p.total, p.unit) for p in plans]
 
-    def publish(finished: bool) -> None:
+    def publish() -> None:
         message = {
-            "job_id": job_id, "stages": stages_now(finished), "workers": {worker.address: 1 if finished else 0},
-            "elapsed_s": round(time.perf_counter() - started, 3), "ended": finished, "engine": "polars",
+            "job_id": job_id, "stages": stages_now(False), "workers": {worker.address: 0},
+            "elapsed_s": round(time.perf_counter() - started, 3), "ended": False, "engine": "polars",
         }
         if shape is not None:
             message["note"] = gpu_trace_progress.TRACE_NOTE
@@ -119,7 +119,7 @@ def run_polars_job(
 
     def heartbeat() -> None:
         while not done.wait(0.5):
-            publish(False)
+            publish()
 
     beat = threading.Thread(target=heartbeat, name=f"spillway-heartbeat-{job_id}", daemon=True)
     beat.start()
