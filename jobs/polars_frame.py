@@ -255,8 +255,8 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
         return frame.select([*aggs, pl.len().alias(rows)]).filter(pl.col(rows) > 0).drop(rows)
 
     def join(self, frame: pl.LazyFrame, step: JoinStep, field: str) -> pl.LazyFrame:
+        into_right, self._right_filters = self._right_filters, []  # taken first: a derived right side may have joins of its own
         right = self.frame_of(step.right, f"{field}.right")
-        into_right, self._right_filters = self._right_filters, []
         for filter_step, name in into_right:  # the filters after this join that read only the right side (apply_steps)
             self._step_input, self._step_field, self._step_dtypes = right, name, None
             right = self.apply_step(right, filter_step, name)

@@ -114,3 +114,24 @@ def test_a_filter_after_a_left_join_stays_after_it(tmp_path: Path, lines: Path) 
     assert "SELECTION" not in cpu.explain().split("orders.parquet")[1].split("END")[0]
     assert_frame_equal(cpu.collect(), kept.collect(), check_row_order=False)
     assert cpu.collect().height > 0
+
+
+def test_a_derived_right_side_with_a_join_of_its_own_keeps_the_outer_filter_to_itself(tmp_path: Path, lines: Path) -> None:
+    """The outer join's filters go to its own right side, not to a join inside that side's derivation."""
+    orders, regions = tmp_path / "orders.parquet", tmp_path / "regions.parquet"
+    pq.write_table(pa.table({"qty": pa.array([1, 24, 3], pa.int64()), "region": pa.array([1, 2, 1], pa.int64()),
+                             "placed": pa.array([date(1994, 1, 1), date(1995, 6, 1), date(1993, 1, 1)], pa.date32())}), orders)
+    pq.write_table(pa.table({"region": pa.array([1, 2], pa.int64()), "opened": pa.array([date(1990, 1, 1), date(1999, 1, 1)], pa.date32())}), regions)
+    spec = JobSpec.model_validate({
+        "name": "t",
+        "sources": {"lines": {"format": "parquet", "path": str(lines)}, "regions": {"format": "parquet", "path": str(regions)},
+                    "orders": {"format": "parquet", "path": str(orders)},
+                    "placed_orders": {"from": "orders", "steps": [{"op": "join", "right": "regions", "on": ["region"]}]}},
+        "source": "lines",
+        "steps": [{"op": "join", "right": "placed_orders", "on": ["qty"]}, {"op": "filter", "expr": "placed > date('1993-06-01')"},
+                  {"op": "filter", "expr": "opened < date('1995-01-01')"}],
+        "sink": {"path": "/tmp/unused"}})
+    plan = plan_spec(spec)
+    cpu, kept = build_lazyframe(plan, filters_before_casts=True), build_lazyframe(plan)
+    assert_frame_equal(cpu.collect(), kept.collect(), check_row_order=False)
+    assert cpu.collect()["qty"].to_list() == [1]
