@@ -76,7 +76,6 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
         self._step_input: pl.LazyFrame | None = None
         self._step_field = ""
         self._step_dtypes: pl.Schema | None = None
-        self._right_filters: list[tuple[Step, str]] = []  # for the join being built: see _right_side_filters
         # A frame still one cast away from its scan (and filters): id → (the frame, the scan, the read casts).
         self._stored: dict[int, tuple[pl.LazyFrame, pl.LazyFrame, dict[str, pl.DataType]]] = {}
 
@@ -119,15 +118,14 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
             if index in pushed:
                 continue
             field = f"{at}[{index}]"
-            if isinstance(step, JoinStep) and (into_right := self._right_side_filters(steps, index, at)):
-                pushed.update(later for later, _ in into_right)
-                self._right_filters = [(steps[later], name) for later, name in into_right]
-            frame = self.apply_step(frame, step, field, ordered=ordered)
+            into_right = self._right_side_filters(step, steps, index, at) if isinstance(step, JoinStep) else []
+            pushed.update(later for later, _ in into_right)
+            frame = self.apply_step(frame, step, field, ordered=ordered, right_filters=[(steps[later], name) for later, name in into_right])
             ordered = isinstance(step, (SortStep, TopKStep)) or (ordered and isinstance(step, (FilterStep, SelectStep, AssignStep, RenameStep, LimitStep, DropDuplicatesStep)))
         return frame
 
-    def _right_side_filters(self, steps: list[Step], index: int, at: str) -> list[tuple[int, str]]:
-        """The filters right after the inner join at ``index`` that read only its right side's own columns, by index and field.
+    def _right_side_filters(self, join: JoinStep, steps: list[Step], index: int, at: str) -> list[tuple[int, str]]:
+        """The filters right after ``join`` (``steps[index]``) that read only its right side's own columns, by index and field.
 
         On the CPU plan they filter the right side before the join, where they reach its scan
         (:meth:`_filter_before_casts`): Polars pushes such a filter through the join but not
@@ -135,8 +133,6 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
         cast first (TPC-H q03's ``l_shipdate`` and ``o_orderdate``). For an inner join it is the
         same predicate over the same values, so the same rows.
         """
-        join = steps[index]
-        assert isinstance(join, JoinStep)
         if not self.filters_before_casts or join.how != "inner" or join.where is not None or not join.left_keys:
             return []
         field = f"{at}[{index}]"
@@ -164,8 +160,9 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
             self._step_dtypes = self._step_input.collect_schema()  # type: ignore[union-attr]
         return to_polars(expression.node, expression.text, field, schema, self._step_dtypes if current else None, columns, stored_dates)
 
-    def apply_step(self, frame: pl.LazyFrame, step: Step, field: str, *, ordered: bool = False) -> pl.LazyFrame:
-        """One step, found at ``field``, over a LazyFrame."""
+    def apply_step(self, frame: pl.LazyFrame, step: Step, field: str, *, ordered: bool = False,
+                   right_filters: list[tuple[Step, str]] | None = None) -> pl.LazyFrame:
+        """One step, found at ``field``, over a LazyFrame; a join's ``right_filters`` (with their fields) filter its right side first."""
         # Its column types tell integer arithmetic, which is checked for overflow; read once, when an expression needs them.
         self._step_input, self._step_field, self._step_dtypes = frame, field, None
         schema = self.plan.inputs.get(field, {})
@@ -192,7 +189,7 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
             ranked = frame.sort(keys, descending=[key.descending for key in step.order], nulls_last=True)
             return with_counters(ranked).filter(in_order(position(), list(step.by)) < step.k).drop(COUNTERS)
         if isinstance(step, JoinStep):
-            return self.join(frame, step, field)
+            return self.join(frame, step, field, right_filters or [])
         if isinstance(step, UnionStep):
             columns = self.plan.columns_after(field)
             others = [self.frame_of(ref, f"{field}.sources[{i}]").select(columns) for i, ref in enumerate(step.sources)]
@@ -254,11 +251,9 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
         rows = f"{_HIDDEN}rows"
         return frame.select([*aggs, pl.len().alias(rows)]).filter(pl.col(rows) > 0).drop(rows)
 
-    def join(self, frame: pl.LazyFrame, step: JoinStep, field: str) -> pl.LazyFrame:
-        into_right, self._right_filters = self._right_filters, []  # taken first: a derived right side may have joins of its own
+    def join(self, frame: pl.LazyFrame, step: JoinStep, field: str, right_filters: list[tuple[Step, str]]) -> pl.LazyFrame:
         right = self.frame_of(step.right, f"{field}.right")
-        for filter_step, name in into_right:  # the filters after this join that read only the right side (apply_steps)
-            self._step_input, self._step_field, self._step_dtypes = right, name, None
+        for filter_step, name in right_filters:  # the filters after this join that read only the right side (apply_steps)
             right = self.apply_step(right, filter_step, name)
         if step.where is not None and step.how not in ("inner", "cross"):
             inner = step.model_copy(update={"how": "inner"})
