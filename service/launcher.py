@@ -54,11 +54,16 @@ class ServiceProcess:
         return self.process.returncode
 
 
+_BIND_ATTEMPTS = 5
+
+
 def launch_service(workdir: Path, env: dict[str, str] | None = None, *, timeout: float = 180.0) -> ServiceProcess:
     """Start ``spillway serve`` on a free port with ``SPILLWAY_*`` overrides in ``env``.
 
     The store defaults to ``workdir/spillway.db`` and the log goes to
-    ``workdir/service-<port>.log``.
+    ``workdir/service-<port>.log``. A port taken by someone else between choosing
+    it and binding it (tests and benchmarks start services side by side) costs a
+    fresh port and another start, up to five times.
 
     Raises
     ------
@@ -67,6 +72,21 @@ def launch_service(workdir: Path, env: dict[str, str] | None = None, *, timeout:
         message carries the end of its log.
     """
     workdir.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + timeout
+    for attempt in range(1, _BIND_ATTEMPTS + 1):
+        service = _start(workdir, env)
+        try:
+            return _wait_healthy(service, deadline, timeout)
+        except _PortTaken:
+            if attempt == _BIND_ATTEMPTS:
+                raise RuntimeError(f"no free port after {attempt} attempts:\n{service.log()[-3000:]}") from None
+
+
+class _PortTaken(Exception):
+    """The service could not bind its port: another process took it first."""
+
+
+def _start(workdir: Path, env: dict[str, str] | None) -> ServiceProcess:
     port = free_port()
     full_env = {
         **os.environ,
@@ -79,14 +99,23 @@ def launch_service(workdir: Path, env: dict[str, str] | None = None, *, timeout:
         process = subprocess.Popen(
             [sys.executable, "-m", "spillway", "serve"], cwd=REPO_ROOT, env=full_env, stdout=log_file, stderr=subprocess.STDOUT
         )
-    service = ServiceProcess(f"http://127.0.0.1:{port}", process, log_path, full_env)
-    deadline = time.monotonic() + timeout
+    return ServiceProcess(f"http://127.0.0.1:{port}", process, log_path, full_env)
+
+
+def _wait_healthy(service: ServiceProcess, deadline: float, timeout: float) -> ServiceProcess:
+    process = service.process
     with service.client() as client:
         while True:
             if process.poll() is not None:
-                raise RuntimeError(f"the service exited with code {process.returncode}:\n{service.log()[-3000:]}")
+                log = service.log()
+                if "address already in use" in log.lower():
+                    raise _PortTaken
+                raise RuntimeError(f"the service exited with code {process.returncode}:\n{log[-3000:]}")
             try:
-                if client.health().status == "ok":
+                health = client.health()
+                # Another service on this port (it won the race for it) answers too: wait
+                # until ours is the one answering, or fails to bind.
+                if health.status == "ok" and health.details.get("pid") == process.pid:
                     return service
             except Exception:  # noqa: BLE001 - not listening yet
                 pass

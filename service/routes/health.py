@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 
 from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -29,7 +30,8 @@ async def healthz(services: ServicesDep, response: Response) -> Health:
         status="ok" if workers else "no-workers",
         backend=services.cluster.backend,
         workers=workers,
-        details={"running_jobs": services.manager.running_count},
+        # The pid tells a launcher that this answer came from the process it started.
+        details={"running_jobs": services.manager.running_count, "pid": os.getpid()},
     )
 
 
