@@ -14,7 +14,8 @@ from spillway.jobs.polars_rows import COUNTERS, in_order, in_reverse_order, posi
 from spillway.jobs.spec import PEER_WINDOW_FUNCS, VALUE_WINDOW_FUNCS, WindowColumn, WindowStep
 
 _PEER = "__spillway_peer"
-_HALF = "__spillway_half"  # helper columns of frames with `following` rows: _HALF_<output>_<sum or count>_<side>
+_HALF = "__spillway_half"
+_ANY_PARTITION = 2**31 - 1  # rows: more than cuDF's columns hold  # helper columns of frames with `following` rows: _HALF_<output>_<sum or count>_<side>
 
 
 def _ntile(buckets: int) -> pl.Expr:
@@ -92,8 +93,22 @@ def _around(column: WindowColumn, value: pl.Expr, keys: list[str], name: str) ->
     return total / (count_before + count_after - present), helpers
 
 
-def _aggregate(column: WindowColumn, value: pl.Expr) -> pl.Expr:
-    """The aggregate of ``column`` over its frame, within one partition."""
+def _running_extreme(func: str, value: pl.Expr, *, decimal: bool) -> pl.Expr:
+    """A running ``min`` or ``max`` within one partition; a null row keeps the extreme so far.
+
+    It is a rolling frame as long as any partition can be, which cudf-polars runs inside ``over``. The
+    forms with a fill over nulls it either refuses there (the fill, then the extreme) or ran wrong (the
+    extreme, then the fill: over the whole frame, not the partition, a wrong minimum on the H200). Polars
+    has no rolling decimal form, so a decimal fills first, on the CPU (cudf-polars refuses it: dask-cudf).
+    Where a NaN is in the frame the rolling form gives NaN, as a ``rolling`` frame does."""
+    if decimal:
+        filled = value.forward_fill()
+        return filled.cum_min() if func == "min" else filled.cum_max()
+    return _rolling(func, value, _ANY_PARTITION)
+
+
+def _aggregate(column: WindowColumn, value: pl.Expr, *, decimal: bool = False) -> pl.Expr:
+    """The aggregate of ``column`` over its frame, within one partition (``decimal``: ``value`` is one)."""
     func, frame = column.func, column.frame or "partition"
     if func in VALUE_WINDOW_FUNCS:
         return _frame_value(column, value)
@@ -112,12 +127,13 @@ def _aggregate(column: WindowColumn, value: pl.Expr) -> pl.Expr:
             return total
         if func == "mean":
             return total / count
-        # A null row keeps the extreme so far: the values are carried over nulls first. (The fill after the
-        # extreme, the same on the CPU, ran on cudf-polars 26.10 over the whole frame, not the partition: a wrong
-        # running minimum on the H200. This form it refuses inside `over`, so such a job runs on dask-cudf.)
-        filled = value.forward_fill()
-        return filled.cum_min() if func == "min" else filled.cum_max()
+        return _running_extreme(func, value, decimal=decimal)
     return _rolling(func, value, (column.preceding or 0) + 1)
+
+
+def _is_decimal(frame: pl.LazyFrame, value: pl.Expr) -> bool:
+    """Whether ``value``, evaluated on ``frame``, is a decimal (its schema only: no data is read)."""
+    return isinstance(frame.select(value).collect_schema().dtypes()[0], pl.Decimal)
 
 
 def window_columns(frame: pl.LazyFrame, step: WindowStep, inputs: dict[str, pl.Expr]) -> pl.LazyFrame:
@@ -157,7 +173,8 @@ def window_columns(frame: pl.LazyFrame, step: WindowStep, inputs: dict[str, pl.E
             result, halves = _around(column, inputs[name], keys, name)
             helpers.update(halves)
         else:
-            result = in_order(_aggregate(column, inputs[name]), keys)
+            decimal = column.frame == "running" and column.func in ("min", "max") and _is_decimal(frame, inputs[name])
+            result = in_order(_aggregate(column, inputs[name], decimal=decimal), keys)
         outputs.append(result.alias(name))
     if helpers:  # before the outputs that read them
         frame = frame.with_columns(half.alias(helper) for helper, half in helpers.items())

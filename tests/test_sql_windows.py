@@ -61,6 +61,8 @@ MORE_WINDOWS = {
     "running_count": "COUNT(v) OVER (PARTITION BY g ORDER BY x NULLS FIRST)",
     "running_min_date": "MIN(d) OVER (ORDER BY x, id)",
     "running_max_of_ties": "MAX(v) OVER (ORDER BY x DESC NULLS LAST)",
+    "partitioned_running_min": "MIN(v) OVER (PARTITION BY g ORDER BY x, id)",
+    "partitioned_running_max_date": "MAX(d) OVER (PARTITION BY g ORDER BY id)",
     "running_avg_of_ties": "AVG(v) OVER (PARTITION BY g ORDER BY x)",
     "rows_running_sum": "SUM(v) OVER (PARTITION BY g ORDER BY x, id ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)",
     "range_running_sum": "SUM(v) OVER (PARTITION BY g ORDER BY x RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)",
@@ -326,11 +328,12 @@ def test_windows_over_exact_decimals_give_duckdbs_answer(tmp_path: Path) -> None
     pq.write_table(table, path)
     sql = ("SELECT id, sum(d) OVER (ORDER BY id) AS s, avg(d) OVER (PARTITION BY g ORDER BY id) AS a, "
            "max(d) OVER (ORDER BY id ROWS 1 PRECEDING) AS m, sum(d) OVER (PARTITION BY g ORDER BY id ROWS 2 PRECEDING) AS rs, "
-           "min(d) OVER (ORDER BY d DESC NULLS LAST) AS mn FROM t")
+           "min(d) OVER (ORDER BY d DESC NULLS LAST) AS mn, max(d) OVER (PARTITION BY g ORDER BY id) AS pm FROM t")
     spec = JobSpec.model_validate({"sources": {"t": {"format": "parquet", "path": str(path), "decimals": "exact"}, "q": {"sql": sql}},
                                    "source": "q", "sink": {"path": "/tmp/unused-sql-windows"}})
     got = build_lazyframe(plan_spec(spec)).collect()
     assert got.schema["s"] == pl.Decimal(38, 2) and got.schema["a"] == pl.Float64
+    assert got.schema["mn"] == got.schema["pm"] == pl.Decimal(10, 2)  # running extremes never leave the decimals
     connection = duckdb.connect()
     connection.register("t", table)
     assert_same(got.to_pandas(), connection.sql(sql).df(), ordered=False)

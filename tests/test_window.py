@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pydantic import ValidationError
@@ -366,20 +367,58 @@ def test_frames_with_following_rows_on_cudf_polars_match_the_reference(edge_data
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("keys", [["k"], []], ids=["one key", "no key"])
-def test_running_extremes_on_cudf_polars_are_right_or_refused(edge_data: Path, keys: list[str]) -> None:
+def test_running_extremes_on_cudf_polars_match_the_reference(edge_data: Path, keys: list[str]) -> None:
     """A running min or max over a partition: cudf-polars 26.10 ran the first lowering (the extreme, then a fill
-    over nulls) with the fill over the whole frame, a wrong minimum on the H200 (-5.27 for -2.03). The lowering
-    it has now is refused inside ``over`` there (the job then runs on dask-cudf); whatever cudf-polars runs must
-    give the reference's answer."""
+    over nulls) with the fill over the whole frame, a wrong minimum on the H200 (-5.27 for -2.03), and refused
+    the second (the fill, then the extreme) inside ``over``. The rolling form it has now runs there, with the
+    reference's answers."""
     pytest.importorskip("cudf_polars")
     from tests.cudf_polars_run import on_cudf_polars
 
     order = [{"column": "t", "descending": True}, {"column": "o"}]
     columns = {"running_min": {"func": "min", "column": "v", "frame": "running"}, "running_max": {"func": "max", "column": "i", "frame": "running"}}
     got = on_cudf_polars(build_lazyframe(plan_spec(job(edge_data, [window(keys, order, columns)]))), f"running_extremes_{'-'.join(keys)}")
-    print(f"running extremes, keys {keys}: {'refused by cudf-polars' if got is None else 'ran on cudf-polars'}")
-    if got is not None:
-        expected = _expected(edge_frame(), keys, order, columns)
-        assert_same_rows(got.to_pandas(), expected[list(got.columns)], ordered=False)
-    else:
-        assert keys, "without partitions a running extreme is a plain scan, which cudf-polars runs"
+    assert got is not None, "cudf-polars refused the running extremes"
+    expected = _expected(edge_frame(), keys, order, columns)
+    assert_same_rows(got.to_pandas(), expected[list(got.columns)], ordered=False)
+
+
+def _nan_job(tmp_path: Path) -> JobSpec:
+    """Window frames over a float column holding NaN and a null."""
+    table = pa.table({"k": [1, 1, 1, 1, 2, 2], "o": [1, 2, 3, 4, 1, 2], "v": pa.array([3.0, float("nan"), 1.0, None, float("nan"), 2.0])})
+    path = tmp_path / "nan.parquet"
+    pq.write_table(table, path)
+    columns = {"running_min": {"func": "min", "column": "v", "frame": "running"},
+               "rolling_max": {"func": "max", "column": "v", "frame": "rolling", "preceding": 1},
+               "running_sum": {"func": "sum", "column": "v", "frame": "running"},
+               "partition_min": {"func": "min", "column": "v"}}
+    return job(path, [window(["k"], [{"column": "o"}], columns)])
+
+
+def test_nan_is_a_value_on_polars_and_null_on_dask_as_docs_spec_says(tmp_path: Path) -> None:
+    """docs/spec.md, "Null tests and fills": the one documented difference between the engines' answers on floats."""
+    on_dask, on_polars = (frame.sort_values(["k", "o"]).reset_index(drop=True) for frame in run_both(_nan_job(tmp_path)))
+    nan = float("nan")
+    # Polars: NaN is a value; the running frames that reach it are NaN, the whole partition's min skips it.
+    assert on_polars["running_min"].tolist() == pytest.approx([3.0, nan, nan, nan, nan, nan], nan_ok=True)
+    assert on_polars["rolling_max"].tolist() == pytest.approx([3.0, nan, nan, 1.0, nan, nan], nan_ok=True)
+    assert on_polars["running_sum"].isna().tolist() == [False, True, True, True, True, True]
+    assert on_polars["partition_min"].tolist() == [1.0, 1.0, 1.0, 1.0, 2.0, 2.0]
+    # Dask on pandas: a NaN is read as null and skipped.
+    assert on_dask["running_min"].tolist() == pytest.approx([3.0, 3.0, 1.0, 1.0, nan, 2.0], nan_ok=True)
+    assert on_dask["running_sum"].tolist() == pytest.approx([3.0, 3.0, 4.0, 4.0, nan, 2.0], nan_ok=True)
+
+
+@pytest.mark.gpu
+def test_nan_in_window_frames_on_cudf_polars_as_on_polars(tmp_path: Path) -> None:
+    """The Polars engine's NaN rules (docs/spec.md, "Null tests and fills") hold on cudf-polars too."""
+    pytest.importorskip("cudf_polars")
+    from tests.cudf_polars_run import on_cudf_polars
+
+    query = build_lazyframe(plan_spec(_nan_job(tmp_path)))
+    got = on_cudf_polars(query, "nan_windows")
+    assert got is not None, "cudf-polars refused the window step"
+    expected = query.collect().to_pandas().sort_values(["k", "o"]).reset_index(drop=True)
+    got_rows = got.to_pandas().sort_values(["k", "o"]).reset_index(drop=True)
+    print(got_rows.to_string())
+    pd.testing.assert_frame_equal(got_rows, expected, check_dtype=False)
