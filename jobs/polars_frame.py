@@ -9,6 +9,7 @@ Polars computes a shared part once.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
@@ -64,6 +65,17 @@ def pair_moment(func: str, x: pl.Expr, y: pl.Expr) -> pl.Expr:
     return pl.when((sxx > 0) & (syy > 0)).then(sxy / (sxx * syy).sqrt())
 
 
+@dataclass(frozen=True)
+class _Uncast:
+    """A frame that is its read casts over ``stored`` (a scan, filtered or joined, in the files' own types)."""
+
+    frame: pl.LazyFrame
+    stored: pl.LazyFrame
+    casts: dict[str, pl.DataType]
+    #: Whether filters have dropped rows of the scan (a join with it is then likely to drop rows of the other side).
+    filtered: bool
+
+
 class PolarsFrames(NamedSources[pl.LazyFrame]):
     """Builds the LazyFrame of a checked job, each named source once."""
 
@@ -76,18 +88,22 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
         self._step_input: pl.LazyFrame | None = None
         self._step_field = ""
         self._step_dtypes: pl.Schema | None = None
-        # A frame still one cast away from its scan (and filters): id → (the frame, the scan, the read casts).
-        self._stored: dict[int, tuple[pl.LazyFrame, pl.LazyFrame, dict[str, pl.DataType]]] = {}
+        # The frames still one cast away from their scans (and filters and joins), by id.
+        self._stored: dict[int, _Uncast] = {}
 
     def read(self, source: SourceSpec, field: str) -> pl.LazyFrame:
         stored, casts = scan_source_as_stored(source, field=field)
         return self._cast(stored, casts)
 
-    def _cast(self, stored: pl.LazyFrame, casts: dict[str, pl.DataType]) -> pl.LazyFrame:
+    def _cast(self, stored: pl.LazyFrame, casts: dict[str, pl.DataType], *, filtered: bool = False) -> pl.LazyFrame:
         frame = with_read_types(stored, casts)
-        if casts and self.filters_before_casts:
-            self._stored[id(frame)] = (frame, stored, casts)
+        if self.filters_before_casts:
+            self._stored[id(frame)] = _Uncast(frame, stored, casts, filtered)
         return frame
+
+    def _uncast(self, frame: pl.LazyFrame) -> _Uncast | None:
+        found = self._stored.get(id(frame))
+        return found if found is not None and found.frame is frame else None
 
     def _filter_before_casts(self, frame: pl.LazyFrame, step: FilterStep, field: str, schema: dict[str, str]) -> pl.LazyFrame | None:
         """``frame`` (a scan's read casts over the scan, with filters) filtered by ``step`` before its casts, or None.
@@ -97,14 +113,14 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
         columns, each referenced column cast inside the predicate exactly as the read casts it: the
         same predicate over the same values, the same rows (TPC-H q06 at SF 1: 2× faster).
         """
-        found = self._stored.get(id(frame))
-        if found is None or found[0] is not frame:
+        found = self._uncast(frame)
+        if found is None:
             return None
-        _, stored, casts = found
+        stored, casts = found.stored, found.casts
         columns = {name: pl.col(name).cast(dtype) for name, dtype in casts.items()}
         stored_types = stored.collect_schema()
         dates = frozenset(name for name, dtype in casts.items() if stored_types.get(name) == pl.Date and isinstance(dtype, pl.Datetime))
-        return self._cast(stored.filter(self.expr(f"{field}.expr", step.expr, schema, columns, dates)), casts)
+        return self._cast(stored.filter(self.expr(f"{field}.expr", step.expr, schema, columns, dates)), casts, filtered=True)
 
     def query(self, name: str, field: str) -> pl.LazyFrame:
         # The SQL validation regenerated from the checked tree, over the frames of the sources it reads.
@@ -260,6 +276,10 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
             columns = list(self.plan.joined[field])
             return join_with_condition(frame, right, step, lambda left, other: self.pairs(left, other, inner, field, [*columns, LEFT_ROW, RIGHT_ROW]),
                                        self.plan.columns_after(field))
+        if self.filters_before_casts:
+            before = self._join_before_casts(frame, right, step, field)
+            if before is not None:
+                return before
         return self.pairs(frame, right, step, field, self.plan.columns_after(field))
 
     def pairs(self, frame: pl.LazyFrame, right: pl.LazyFrame, step: JoinStep, field: str, columns: list[str]) -> pl.LazyFrame:
@@ -282,6 +302,39 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
         if step.where is not None:
             joined = joined.filter(self.expr(f"{field}.where", step.where, self.plan.joined.get(field, {})))
         return joined.select(columns)
+
+    def _join_before_casts(self, frame: pl.LazyFrame, right: pl.LazyFrame, step: JoinStep, field: str) -> pl.LazyFrame | None:
+        """``frame`` joined with ``right`` before the read casts of the side a filtered side meets, or None.
+
+        Polars casts every row a scan gives before the join drops those without a partner
+        (TPC-H q17: all of lineitem's quantities and prices, for the lines of 200 parts). Where one
+        side is a filtered scan, the other side's columns are cast after the join instead, on the
+        rows it keeps; its keys are cast before, as they are compared in the language's types.
+        Casts and joins commute (a cast is row by row, a join moves rows), so it is the same
+        answer. Only an inner, left, semi or anti join on keys, without ``where``.
+        """
+        if step.how not in ("inner", "left", "semi", "anti") or step.where is not None or not step.left_keys:
+            return None
+        left, other = self._uncast(frame), self._uncast(right)
+        defer_left = left is not None and left.casts and other is not None and other.filtered and step.how in ("inner", "semi", "anti")
+        defer_right = other is not None and other.casts and left is not None and left.filtered and step.how in ("inner", "left")
+        if not (defer_left or defer_right):
+            return None
+        deferred: dict[str, pl.DataType] = {}
+        if defer_left:
+            assert left is not None
+            frame = with_read_types(left.stored, {k: t for k, t in left.casts.items() if k in step.left_keys})
+            deferred.update({k: t for k, t in left.casts.items() if k not in step.left_keys})
+        if defer_right:
+            assert other is not None
+            right = with_read_types(other.stored, {k: t for k, t in other.casts.items() if k in step.right_keys})
+            left_columns = set(self.plan.inputs.get(field, {}))  # a right column by a left one's name comes out suffixed
+            deferred.update({(k + step.right_suffix if k in left_columns else k): t
+                             for k, t in other.casts.items() if k not in step.right_keys})
+        columns = self.plan.columns_after(field)
+        joined = self.pairs(frame, right, step, field, columns)
+        # Not counted as filtered: joined to a scan, it may give that scan more rows to cast, not fewer.
+        return self._cast(joined, {name: dtype for name, dtype in deferred.items() if name in columns})
 
 
 def build_lazyframe(plan: LogicalPlan, *, filters_before_casts: bool = False) -> pl.LazyFrame:

@@ -135,3 +135,49 @@ def test_a_derived_right_side_with_a_join_of_its_own_keeps_the_outer_filter_to_i
     cpu, kept = build_lazyframe(plan, filters_before_casts=True), build_lazyframe(plan)
     assert_frame_equal(cpu.collect(), kept.collect(), check_row_order=False)
     assert cpu.collect()["qty"].to_list() == [1]
+
+
+def _two_sides(tmp_path: Path, lines: Path, steps: list[dict[str, object]], *, filtered_orders: bool) -> JobSpec:
+    """``lines`` (a decimal price, a date, qty) with ``steps``, where ``orders`` has a date by the left's name ``shipped``."""
+    orders = tmp_path / "orders.parquet"
+    pq.write_table(pa.table({"qty": pa.array([1, 24, 3, 7, 24], pa.int64()),
+                             "total": pa.array([Decimal("1.10"), Decimal("2.20"), None, Decimal("4.40"), Decimal("5.50")], pa.decimal128(15, 2)),
+                             "shipped": pa.array([date(1994, 1, 1), date(1995, 6, 1), None, date(1993, 1, 1), date(1994, 12, 31)], pa.date32())}), orders)
+    sources: dict[str, object] = {"lines": {"format": "parquet", "path": str(lines)}, "orders": {"format": "parquet", "path": str(orders)}}
+    if filtered_orders:
+        sources["all_orders"], sources["orders"] = sources["orders"], {"from": "all_orders", "steps": [{"op": "filter", "expr": "qty > 2"}]}
+    return JobSpec.model_validate({"name": "t", "sources": sources, "source": "lines", "steps": steps, "sink": {"path": "/tmp/unused"}})
+
+
+JOINS_BEFORE_CASTS = {
+    # The left side filtered: the right's casts (its decimal, its date suffixed by the left's name) after the join.
+    "right after, inner": (False, [{"op": "filter", "expr": "qty < 100"}, {"op": "join", "right": "orders", "on": ["qty"]}], ["total"]),
+    "right after, left": (False, [{"op": "filter", "expr": "qty < 100"}, {"op": "join", "how": "left", "right": "orders", "on": ["qty"]}],
+                          ["total", "shipped_right"]),
+    # The right side filtered: the left's casts after the join.
+    "left after, inner": (True, [{"op": "join", "right": "orders", "on": ["qty"]}], ["price"]),
+    "left after, semi": (True, [{"op": "join", "how": "semi", "right": "orders", "on": ["qty"]}], ["price"]),
+    # A key that is cast is cast before (compared as the language's datetimes), the rest after.
+    "cast key": (True, [{"op": "join", "right": "orders", "left_on": ["shipped"], "right_on": ["shipped"]}], ["price"]),
+    # Neither side filtered, or a left join's left side: the casts stay before (no rows are known to go).
+    "none filtered": (False, [{"op": "join", "right": "orders", "on": ["qty"]}], []),
+    "left join's left": (True, [{"op": "join", "how": "left", "right": "orders", "on": ["qty"]}], []),
+}
+
+
+@pytest.mark.parametrize("name", JOINS_BEFORE_CASTS)
+def test_a_join_with_a_filtered_side_runs_before_the_other_sides_read_casts(tmp_path: Path, lines: Path, name: str) -> None:
+    filtered_orders, steps, after = JOINS_BEFORE_CASTS[name]
+    plan = plan_spec(_two_sides(tmp_path, lines, steps, filtered_orders=filtered_orders))
+    cpu, kept = build_lazyframe(plan, filters_before_casts=True), build_lazyframe(plan)
+    assert cpu.collect_schema() == kept.collect_schema()
+    assert_frame_equal(cpu.collect(), kept.collect(), check_row_order=False)
+    assert cpu.collect().height > 0
+    # Polars prints a plan from its last operation down: a cast above the join is printed before it.
+    shown = cpu.explain(optimized=False)
+    join_at = shown.index("JOIN")
+    for column in after:
+        assert shown.find(f'col("{column}").strict_cast') < join_at, shown
+    for column in {"price", "total"} - set(after):
+        cast_at = shown.find(f'col("{column}").strict_cast')
+        assert cast_at == -1 or cast_at > join_at, shown
