@@ -43,15 +43,22 @@ def _frame_value(column: WindowColumn, value: pl.Expr) -> pl.Expr:
     return value.first()
 
 
-def _rolling(func: str, value: pl.Expr, size: int, *, center: bool = False) -> pl.Expr:
-    """``func`` over the ``size`` rows up to each row (``center``: centred on it), within one partition."""
+def _rolling(func: str, value: pl.Expr, size: int, *, center: bool = False, dtype: pl.DataType | None = None) -> pl.Expr:
+    """``func`` over the ``size`` rows up to each row (``center``: centred on it), within one partition (``dtype``: the
+    value's type, where known)."""
     if func == "count":
         return value.is_not_null().cast(pl.Int64).rolling_sum(size, min_samples=1, center=center)
     rolled: pl.Expr = getattr(value, f"rolling_{func}")(size, min_samples=1, center=center)  # min_samples: non-null values
+    if func in ("min", "max") and dtype is not None and dtype.is_float():
+        # A frame holding a NaN gives NaN, as Polars' rolling extremes do. cudf-polars 26.10 skips NaN there, and a
+        # frame of NaN alone gave the extreme's identity (inf) on the H200: a wrong answer, so it is said outright.
+        holds_nan = value.is_nan().cast(pl.Int64).rolling_sum(size, min_samples=1, center=center) > 0
+        return pl.when(holds_nan).then(pl.lit(float("nan"), dtype=dtype)).otherwise(rolled)
     return rolled
 
 
-def _around(column: WindowColumn, value: pl.Expr, keys: list[str], name: str) -> tuple[pl.Expr, dict[str, pl.Expr]]:
+def _around(column: WindowColumn, value: pl.Expr, keys: list[str], name: str,
+            dtype: pl.DataType | None = None) -> tuple[pl.Expr, dict[str, pl.Expr]]:
     """An aggregate over a rolling frame with ``following`` rows, for each row; and the helper columns it reads, by name.
 
     From this row on, the frame is a rolling one over the rows in reverse order; with as many rows on each side,
@@ -59,19 +66,23 @@ def _around(column: WindowColumn, value: pl.Expr, keys: list[str], name: str) ->
     once), each half a window of its own: cudf-polars runs no ``reverse`` inside ``over``."""
     func, back, ahead = column.func, column.preceding or 0, column.following or 0
     if back == 0:
-        return in_reverse_order(_rolling(func, value, ahead + 1), keys), {}
+        return in_reverse_order(_rolling(func, value, ahead + 1, dtype=dtype), keys), {}
     if back == ahead:
-        return in_order(_rolling(func, value, 2 * back + 1, center=True), keys), {}
+        return in_order(_rolling(func, value, 2 * back + 1, center=True, dtype=dtype), keys), {}
 
     def before(part: str) -> pl.Expr:
-        return in_order(_rolling(part, value, back + 1), keys)
+        return in_order(_rolling(part, value, back + 1, dtype=dtype), keys)
 
     def after(part: str) -> pl.Expr:
-        return in_reverse_order(_rolling(part, value, ahead + 1), keys)
+        return in_reverse_order(_rolling(part, value, ahead + 1, dtype=dtype), keys)
 
     present = value.is_not_null().cast(pl.Int64)
     if func in ("min", "max"):
-        return (pl.min_horizontal if func == "min" else pl.max_horizontal)(before(func), after(func)), {}
+        halves = before(func), after(func)
+        extreme = (pl.min_horizontal if func == "min" else pl.max_horizontal)(*halves)
+        if dtype is not None and dtype.is_float():  # a half that holds a NaN is NaN (_rolling), which `*_horizontal` skips
+            return pl.when(halves[0].is_nan() | halves[1].is_nan()).then(pl.lit(float("nan"), dtype=dtype)).otherwise(extreme), {}
+        return extreme, {}
     if func == "count":
         return before("count") + after("count") - present, {}
     # The halves of a sum are read twice, so they are helper columns (Polars computes a window again where an
@@ -93,7 +104,7 @@ def _around(column: WindowColumn, value: pl.Expr, keys: list[str], name: str) ->
     return total / (count_before + count_after - present), helpers
 
 
-def _running_extreme(func: str, value: pl.Expr, *, decimal: bool) -> pl.Expr:
+def _running_extreme(func: str, value: pl.Expr, dtype: pl.DataType | None) -> pl.Expr:
     """A running ``min`` or ``max`` within one partition; a null row keeps the extreme so far.
 
     It is a rolling frame as long as any partition can be, which cudf-polars runs inside ``over``. The
@@ -101,14 +112,14 @@ def _running_extreme(func: str, value: pl.Expr, *, decimal: bool) -> pl.Expr:
     extreme, then the fill: over the whole frame, not the partition, a wrong minimum on the H200). Polars
     has no rolling decimal form, so a decimal fills first, on the CPU (cudf-polars refuses it: dask-cudf).
     Where a NaN is in the frame the rolling form gives NaN, as a ``rolling`` frame does."""
-    if decimal:
+    if isinstance(dtype, pl.Decimal):
         filled = value.forward_fill()
         return filled.cum_min() if func == "min" else filled.cum_max()
-    return _rolling(func, value, _ANY_PARTITION)
+    return _rolling(func, value, _ANY_PARTITION, dtype=dtype)
 
 
-def _aggregate(column: WindowColumn, value: pl.Expr, *, decimal: bool = False) -> pl.Expr:
-    """The aggregate of ``column`` over its frame, within one partition (``decimal``: ``value`` is one)."""
+def _aggregate(column: WindowColumn, value: pl.Expr, dtype: pl.DataType | None = None) -> pl.Expr:
+    """The aggregate of ``column`` over its frame, within one partition (``dtype``: the value's type, where known)."""
     func, frame = column.func, column.frame or "partition"
     if func in VALUE_WINDOW_FUNCS:
         return _frame_value(column, value)
@@ -127,13 +138,16 @@ def _aggregate(column: WindowColumn, value: pl.Expr, *, decimal: bool = False) -
             return total
         if func == "mean":
             return total / count
-        return _running_extreme(func, value, decimal=decimal)
-    return _rolling(func, value, (column.preceding or 0) + 1)
+        return _running_extreme(func, value, dtype)
+    return _rolling(func, value, (column.preceding or 0) + 1, dtype=dtype)
 
 
-def _is_decimal(frame: pl.LazyFrame, value: pl.Expr) -> bool:
-    """Whether ``value``, evaluated on ``frame``, is a decimal (its schema only: no data is read)."""
-    return isinstance(frame.select(value).collect_schema().dtypes()[0], pl.Decimal)
+def _extreme_type(frame: pl.LazyFrame, column: WindowColumn, value: pl.Expr) -> pl.DataType | None:
+    """The type of a running or rolling ``min`` or ``max``'s ``value`` on ``frame`` (its schema only: no data is
+    read), which decides its form (decimals, floats); None for the other columns."""
+    if column.func not in ("min", "max") or column.frame not in ("running", "rolling"):
+        return None
+    return frame.select(value).collect_schema().dtypes()[0]
 
 
 def window_columns(frame: pl.LazyFrame, step: WindowStep, inputs: dict[str, pl.Expr]) -> pl.LazyFrame:
@@ -170,11 +184,10 @@ def window_columns(frame: pl.LazyFrame, step: WindowStep, inputs: dict[str, pl.E
         elif column.func == "last_value" and column.frame in ("running", "rolling") and not column.following:
             result = inputs[name]  # the frame ends at this row: its value (cudf-polars takes no bare column inside `over`)
         elif column.following and column.func not in VALUE_WINDOW_FUNCS:
-            result, halves = _around(column, inputs[name], keys, name)
+            result, halves = _around(column, inputs[name], keys, name, _extreme_type(frame, column, inputs[name]))
             helpers.update(halves)
         else:
-            decimal = column.frame == "running" and column.func in ("min", "max") and _is_decimal(frame, inputs[name])
-            result = in_order(_aggregate(column, inputs[name], decimal=decimal), keys)
+            result = in_order(_aggregate(column, inputs[name], _extreme_type(frame, column, inputs[name])), keys)
         outputs.append(result.alias(name))
     if helpers:  # before the outputs that read them
         frame = frame.with_columns(half.alias(helper) for helper, half in helpers.items())

@@ -9,9 +9,11 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from polars.testing import assert_series_equal
 from pydantic import ValidationError
 
 from spillway.jobs.errors import SpecError, TypeMismatch, UnknownColumn
@@ -391,7 +393,8 @@ def _nan_job(tmp_path: Path) -> JobSpec:
     columns = {"running_min": {"func": "min", "column": "v", "frame": "running"},
                "rolling_max": {"func": "max", "column": "v", "frame": "rolling", "preceding": 1},
                "running_sum": {"func": "sum", "column": "v", "frame": "running"},
-               "partition_min": {"func": "min", "column": "v"}}
+               "partition_min": {"func": "min", "column": "v"},
+               "around_min": {"func": "min", "column": "v", "frame": "rolling", "preceding": 1, "following": 2}}
     return job(path, [window(["k"], [{"column": "o"}], columns)])
 
 
@@ -404,21 +407,42 @@ def test_nan_is_a_value_on_polars_and_null_on_dask_as_docs_spec_says(tmp_path: P
     assert on_polars["rolling_max"].tolist() == pytest.approx([3.0, nan, nan, 1.0, nan, nan], nan_ok=True)
     assert on_polars["running_sum"].isna().tolist() == [False, True, True, True, True, True]
     assert on_polars["partition_min"].tolist() == [1.0, 1.0, 1.0, 1.0, 2.0, 2.0]
+    assert on_polars["around_min"].tolist() == pytest.approx([nan, nan, nan, 1.0, nan, nan], nan_ok=True)  # 1 preceding, 2 following
     # Dask on pandas: a NaN is read as null and skipped.
     assert on_dask["running_min"].tolist() == pytest.approx([3.0, 3.0, 1.0, 1.0, nan, 2.0], nan_ok=True)
     assert on_dask["running_sum"].tolist() == pytest.approx([3.0, 3.0, 4.0, 4.0, nan, 2.0], nan_ok=True)
 
 
+def _differing_columns(got: pl.DataFrame, expected: pl.DataFrame, keys: list[str]) -> list[str]:
+    """The columns where ``got`` and ``expected`` differ, rows in ``keys`` order: nulls and NaN apart, NaN equal to NaN."""
+    got, expected = got.sort(keys), expected.sort(keys)
+
+    def same(name: str) -> bool:
+        try:
+            assert_series_equal(got[name], expected[name], check_dtypes=False)
+        except AssertionError:
+            return False
+        return True
+
+    return [name for name in expected.columns if not same(name)]
+
+
 @pytest.mark.gpu
-def test_nan_in_window_frames_on_cudf_polars_as_on_polars(tmp_path: Path) -> None:
-    """The Polars engine's NaN rules (docs/spec.md, "Null tests and fills") hold on cudf-polars too."""
+@pytest.mark.parametrize("steps", ["window", "groupby"])
+def test_nan_on_cudf_polars_as_on_polars(tmp_path: Path, steps: str) -> None:
+    """The Polars engine's NaN rules (docs/spec.md, "Null tests and fills") hold on cudf-polars too: window frames,
+    and a group's aggregates."""
     pytest.importorskip("cudf_polars")
     from tests.cudf_polars_run import on_cudf_polars
 
-    query = build_lazyframe(plan_spec(_nan_job(tmp_path)))
-    got = on_cudf_polars(query, "nan_windows")
-    assert got is not None, "cudf-polars refused the window step"
-    expected = query.collect().to_pandas().sort_values(["k", "o"]).reset_index(drop=True)
-    got_rows = got.to_pandas().sort_values(["k", "o"]).reset_index(drop=True)
-    print(got_rows.to_string())
-    pd.testing.assert_frame_equal(got_rows, expected, check_dtype=False)
+    spec = _nan_job(tmp_path)
+    if steps == "groupby":
+        aggs = {name: {"func": name, "column": "v"} for name in ("min", "max", "sum", "mean", "count")}
+        spec = spec.model_copy(update={"steps": JobSpec.model_validate(
+            {"source": spec.source.model_dump(), "steps": [{"op": "groupby", "by": ["k"], "aggs": aggs}], "sink": {"path": "/tmp/unused"}}).steps})
+    query = build_lazyframe(plan_spec(spec))
+    got = on_cudf_polars(query, f"nan_{steps}")
+    assert got is not None, "cudf-polars refused it"
+    expected = query.collect()
+    differ = _differing_columns(got, expected, ["k", "o"] if steps == "window" else ["k"])
+    assert not differ, f"cudf-polars differs in {differ}:\n{got}\nPolars:\n{expected}"
