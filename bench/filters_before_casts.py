@@ -1,10 +1,12 @@
-"""The CPU Polars engine's filters before the read casts (jobs.polars_frame), on and off, side by side.
+"""The CPU Polars engine's filters and joins before the read casts (jobs.polars_frame), on and off, side by side.
 
     .venv/bin/python bench/filters_before_casts.py --data /tmp/tpch/sf1      # tpchgen-cli parquet, one directory per table
 
-Each of the 22 TPC-H example specs is built both ways from one plan and collected with Polars'
-streaming engine in this process, alternating, best of ``--rounds``; the answers are compared
-(sorted, 1e-9 relative). Set POLARS_MAX_THREADS to the cores the engine should have.
+Each of the 22 TPC-H example specs is built three ways from one plan: the read casts first; the
+filters first; the filters first and the joins with a filtered side before the other side's casts
+(the CPU engine's plan). Each is collected with Polars' streaming engine in this process, in
+turn, best of ``--rounds``; the answers are compared (sorted, 1e-9 relative). Set
+POLARS_MAX_THREADS to the cores the engine should have.
 """
 
 from __future__ import annotations
@@ -13,13 +15,14 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from unittest import mock
 
 from polars.testing import assert_frame_equal
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.tpch_examples import QUERIES, load_spec  # noqa: E402
-from spillway.jobs.polars_frame import build_lazyframe  # noqa: E402
+from spillway.jobs.polars_frame import PolarsFrames, build_lazyframe  # noqa: E402
 from spillway.jobs.spec import JobSpec  # noqa: E402
 from spillway.jobs.validate import plan_spec  # noqa: E402
 
@@ -31,23 +34,27 @@ def main() -> None:
     args = parser.parse_args()
     scratch = args.data.parent / "filters_before_casts"
     scratch.mkdir(exist_ok=True)
-    totals = {False: 0.0, True: 0.0}
+    variants = ("casts first", "filters first", "filters and joins first")
+    totals = dict.fromkeys(variants, 0.0)
     for query in QUERIES:
         plan = plan_spec(JobSpec.model_validate(load_spec(query, args.data, scratch / query)))
-        frames = {flag: build_lazyframe(plan, filters_before_casts=flag) for flag in (False, True)}
-        best = {False: float("inf"), True: float("inf")}
+        with mock.patch.object(PolarsFrames, "_join_before_casts", lambda *_: None):
+            frames = {variants[0]: build_lazyframe(plan), variants[1]: build_lazyframe(plan, filters_before_casts=True)}
+        frames[variants[2]] = build_lazyframe(plan, filters_before_casts=True)
+        best = dict.fromkeys(variants, float("inf"))
         answers = {}
         for _ in range(args.rounds):
-            for flag, frame in frames.items():
+            for variant, frame in frames.items():
                 started = time.perf_counter()
-                answers[flag] = frame.collect(engine="streaming")
-                best[flag] = min(best[flag], time.perf_counter() - started)
-        columns = answers[False].columns
-        assert_frame_equal(answers[False].sort(columns), answers[True].sort(columns), check_exact=False, rel_tol=1e-9)
-        for flag in totals:
-            totals[flag] += best[flag]
-        print(f"{query}: casts first {best[False]:.3f} s, filters first {best[True]:.3f} s, same answer", flush=True)
-    print(f"sum of 22: casts first {totals[False]:.2f} s, filters first {totals[True]:.2f} s")
+                answers[variant] = frame.collect(engine="streaming")
+                best[variant] = min(best[variant], time.perf_counter() - started)
+        columns = answers[variants[0]].columns
+        for variant in variants[1:]:
+            assert_frame_equal(answers[variants[0]].sort(columns), answers[variant].sort(columns), check_exact=False, rel_tol=1e-9)
+        for variant in variants:
+            totals[variant] += best[variant]
+        print(f"{query}: " + ", ".join(f"{variant} {best[variant]:.3f} s" for variant in variants) + ", same answers", flush=True)
+    print("sum of 22: " + ", ".join(f"{variant} {totals[variant]:.2f} s" for variant in variants))
 
 
 if __name__ == "__main__":
