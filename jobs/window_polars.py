@@ -14,8 +14,8 @@ from spillway.jobs.polars_rows import COUNTERS, in_order, in_reverse_order, posi
 from spillway.jobs.spec import PEER_WINDOW_FUNCS, VALUE_WINDOW_FUNCS, WindowColumn, WindowStep
 
 _PEER = "__spillway_peer"
-_HALF = "__spillway_half"
-_ANY_PARTITION = 2**31 - 1  # rows: more than cuDF's columns hold  # helper columns of frames with `following` rows: _HALF_<output>_<sum or count>_<side>
+_HALF = "__spillway_half"  # helper columns of frames with `following` rows: _HALF_<output>_<sum or count>_<side>
+_ANY_PARTITION = 2**31 - 1  # rows: as many as a cuDF column can hold
 
 
 def _ntile(buckets: int) -> pl.Expr:

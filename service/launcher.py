@@ -73,13 +73,13 @@ def launch_service(workdir: Path, env: dict[str, str] | None = None, *, timeout:
     """
     workdir.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + timeout
-    for attempt in range(1, _BIND_ATTEMPTS + 1):
+    for _ in range(_BIND_ATTEMPTS):
         service = _start(workdir, env)
         try:
             return _wait_healthy(service, deadline, timeout)
         except _PortTaken:
-            if attempt == _BIND_ATTEMPTS:
-                raise RuntimeError(f"no free port after {attempt} attempts:\n{service.log()[-3000:]}") from None
+            continue
+    raise RuntimeError(f"no free port after {_BIND_ATTEMPTS} attempts:\n{service.log()[-3000:]}")
 
 
 class _PortTaken(Exception):
