@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
+from polars.exceptions import PanicException
 
 from spillway.jobs import gpu_trace_progress
 from spillway.jobs.gpu_placement import GpuPlacement
@@ -23,6 +24,10 @@ from spillway.jobs.polars_io import OutputTarget, write_output
 from spillway.jobs.read_progress import ReadMeter, SourceRead, to_mib
 from spillway.jobs.status import PROGRESS_TOPIC
 
+
+
+class PolarsPanicked(RuntimeError):
+    """Polars panicked while running a job's query (a bug or a limit of Polars, reported as the job's failure)."""
 
 
 @dataclass(frozen=True)
@@ -131,6 +136,10 @@ def run_polars_job(
                                    threads=pl.thread_pool_size(), engine=device, unsupported=f"{type(exc).__name__}: {str(exc)[:500]}",
                                    began_at=began_at, returned_at=time.time())
         raise
+    except PanicException as exc:
+        # A panic in Polars' Rust code is a BaseException, which a Dask task does not report: its future never
+        # resolved and the job waited until its timeout (a date past Datetime's range read as one did that).
+        raise PolarsPanicked(f"Polars stopped on an internal error: {str(exc)[:500]}") from None
     finally:
         done.set()
         beat.join()

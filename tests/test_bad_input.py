@@ -6,6 +6,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from spillway.jobs.status import JobStatus
@@ -119,6 +121,20 @@ def test_runtime_failure_is_a_failed_job_with_a_reason(service: ServiceProcess, 
         assert job.result is None
         with pytest.raises(Exception, match="409"):
             client.cancel(job.id)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_polars_panic_is_a_failed_job_not_a_wait(service: ServiceProcess, tmp_path: Path) -> None:
+    """A date past the range of the datetimes it is read as makes Polars panic (a BaseException, which a Dask
+    task did not report: the job stayed RUNNING until its timeout). It is now the job's failure, with Polars' words."""
+    days = pa.array([18262, 2**31 - 1], pa.int32()).cast(pa.date32())  # 2020-01-01 and a day ~5.9 million years on
+    pq.write_table(pa.table({"id": [1, 2], "day": days}), tmp_path / "days.parquet")
+    spec = {"name": "far_dates", "engine": "polars", "source": {"format": "parquet", "path": str(tmp_path / "days.parquet")},
+            "sink": {"path": str(tmp_path / "out")}}
+    with service.client() as client:
+        job = wait_terminal(client, client.submit(spec).id, timeout=60)
+    assert job.state == JobStatus.FAILED and job.error is not None
+    assert job.error.code == "job_failed" and "internal error" in job.error.message and "range" in job.error.message, job.error
     assert not (tmp_path / "out").exists()
 
 
