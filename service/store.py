@@ -12,7 +12,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import sqlite3
 import threading
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
@@ -150,6 +152,22 @@ class _SpecCache:
 _specs = _SpecCache()
 
 
+def _use_wal(cursor: Any, wait_s: float = 30.0) -> None:
+    """Put the SQLite database in WAL mode (it stays so: later connections find it there).
+
+    The switch needs the database to itself, and SQLite answers "database is locked" at once, without
+    its busy handler, while another connection holds a write lock: replicas starting together on a new
+    file (one of them migrating) met that. So it waits for the lock, as the busy timeout would."""
+    deadline = time.monotonic() + wait_s
+    while cursor.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 def make_engine(url: str) -> Engine:
     """An engine for ``url``; SQLite gets WAL and a busy timeout for concurrent readers."""
     if url.startswith("sqlite"):
@@ -161,8 +179,8 @@ def make_engine(url: str) -> Engine:
         @event.listens_for(engine, "connect")
         def _pragmas(dbapi_connection: Any, _: Any) -> None:
             cursor = dbapi_connection.cursor()
-            cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA busy_timeout=30000")
+            _use_wal(cursor)
             cursor.close()
 
         return engine
