@@ -511,9 +511,9 @@ class JobManager:
                 continue
             try:
                 await self._run(job)
-            except asyncio.CancelledError:
+            except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
                 raise
-            except Exception:  # a bug here must not kill the runner
+            except BaseException:  # noqa: BLE001 - a bug here, or a stray BaseException, must not end the runner
                 log.exception("job %s: unexpected error in the runner", job.id)
             finally:
                 await self._notify(1)  # a slot is free, and an owner may be under its limit again
@@ -563,7 +563,10 @@ class JobManager:
         except SpillwayError as exc:
             active.writer.abort()
             await self._fail(job_id, exc.code, exc.message, active.progress, field=exc.field)
-        except Exception as exc:
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # noqa: BLE001 - a task's panic in Rust (pyo3's PanicException) is a BaseException
+            # Not caught, it ended this runner: the job stayed RUNNING and the runner's slot was lost.
             active.writer.abort()
             active.log.add_exception(exc)
             log.info("job %s failed: %s: %s", job_id, type(exc).__name__, exc)

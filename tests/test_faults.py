@@ -134,3 +134,46 @@ def test_sink_disk_full_fails_clearly_and_commits_nothing(tmp_path: Path, big_da
     finally:
         service.stop()
         subprocess.run(["umount", str(full)], check=False)
+
+
+def _panic_on_writes(engine: str) -> None:
+    """On a worker: from now on the job's write raises what a panic in a Rust extension raises
+    (pyo3's ``PanicException``, a ``BaseException``, not an ``Exception``)."""
+    from polars.exceptions import PanicException
+
+    def panic(*args: object, **kwargs: object) -> None:
+        raise PanicException("a panic injected into the write")
+
+    if engine == "polars":
+        import spillway.jobs.polars_run
+
+        spillway.jobs.polars_run.write_output = panic  # type: ignore[assignment]
+    else:
+        from dask.dataframe.io.parquet.arrow import ArrowDatasetEngine
+
+        ArrowDatasetEngine.write_partition = classmethod(panic)  # type: ignore[assignment]
+
+
+def test_a_task_raising_a_base_exception_fails_its_job_and_the_next_job_runs(
+    tmp_path: Path, sample_data: dict[str, Path], engine: str
+) -> None:
+    """A panic in a task's Rust code (Polars', on either engine) reaches the service as a ``BaseException``.
+    It fails the job with its message; before, it escaped the job's runner, which ended: the job stayed
+    RUNNING and, with one runner, no job ran again."""
+    service = start_service(tmp_path / "svc", extra_env={"SPILLWAY_MAX_CONCURRENT_JOBS": "1"})
+
+    def spec(name: str) -> dict[str, object]:
+        return {"name": name, "engine": engine, "source": {"format": "parquet", "path": str(sample_data["sales"])},
+                "steps": [{"op": "limit", "n": 10}], "sink": {"path": str(tmp_path / name)}}
+
+    try:
+        with service.client() as api, Client(api.cluster().scheduler_address, timeout=30) as dask_client:
+            dask_client.run(_panic_on_writes, engine)
+            job = wait_terminal(api, api.submit(spec("panics")).id, timeout=60)
+            assert job.state == JobStatus.FAILED and job.error is not None, job
+            assert "a panic injected into the write" in job.error.message, job.error
+            assert not (tmp_path / "panics").exists()
+            dask_client.restart()  # the workers without the injection
+            assert wait_terminal(api, api.submit(spec("after")).id, timeout=60).state == JobStatus.SUCCEEDED
+    finally:
+        service.stop()
