@@ -1,0 +1,89 @@
+"""NaN on the Polars engine (docs/spec.md, "Null tests and fills"): a value, not a null, in sorts, comparisons,
+join keys, distinct rows and group keys; and the same answers on cudf-polars as on Polars' CPU engine."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from polars.testing import assert_frame_equal
+
+from spillway.jobs.polars_frame import build_lazyframe
+from spillway.jobs.spec import JobSpec
+from spillway.jobs.validate import plan_spec
+
+NAN, INF = float("nan"), float("inf")
+
+#: Steps over ``left`` (id, g, v: NaN twice, a null, an infinity), with ``right`` keyed on v (NaN, 1.0, null).
+CASES: dict[str, list[dict[str, Any]]] = {
+    "sort": [{"op": "sort", "by": ["v", "id"]}],
+    "sort_descending": [{"op": "sort", "by": ["v", "id"], "descending": True}],
+    "join": [{"op": "join", "right": "RIGHT", "on": ["v"]}],
+    "left_join": [{"op": "join", "right": "RIGHT", "on": ["v"], "how": "left"}],
+    "semi_join": [{"op": "join", "right": "RIGHT", "on": ["v"], "how": "semi"}],
+    "anti_join": [{"op": "join", "right": "RIGHT", "on": ["v"], "how": "anti"}],
+    "drop_duplicates": [{"op": "drop_duplicates", "subset": ["v"]}, {"op": "select", "columns": ["v"]}],
+    "groupby_key": [{"op": "groupby", "by": ["v"], "aggs": {"n": {"func": "count", "column": "id"}}}],
+    "expressions": [{"op": "assign", "column": name, "expr": expr} for name, expr in {
+        "filled": "fillna(v, 0)", "missing": "isnull(v)", "above_one": "v > 1", "itself": "v == v", "first": "coalesce(v, 7.0)"}.items()],
+    "filter": [{"op": "filter", "expr": "v >= 1"}],
+    "top_k": [{"op": "top_k", "by": ["g"], "order": [{"column": "v", "descending": True}, {"column": "id"}], "k": 2}],
+}
+ORDERED = ("sort", "sort_descending")
+
+
+def _query(tmp_path: Path, case: str) -> pl.LazyFrame:
+    left, right = tmp_path / "left.parquet", tmp_path / "right.parquet"
+    pq.write_table(pa.table({"id": [1, 2, 3, 4, 5, 6], "g": [1, 1, 1, 2, 2, 2],
+                             "v": pa.array([2.0, NAN, None, 1.0, NAN, INF])}), left)
+    pq.write_table(pa.table({"v": pa.array([NAN, 1.0, None]), "tag": ["nan", "one", "null"]}), right)
+    steps = [{**step, "right": {"format": "parquet", "path": str(right)}} if step.get("right") == "RIGHT" else step for step in CASES[case]]
+    spec = JobSpec.model_validate({"source": {"format": "parquet", "path": str(left)}, "steps": steps, "sink": {"path": "/tmp/unused"}})
+    return build_lazyframe(plan_spec(spec))
+
+
+def _rows(frame: pl.DataFrame) -> list[tuple[Any, ...]]:
+    """Rows as tuples with NaN as the text 'nan', so that they compare and sort."""
+    return [tuple("nan" if isinstance(x, float) and math.isnan(x) else x for x in row) for row in frame.iter_rows()]
+
+
+def test_nan_is_a_value_that_sorts_last_and_equals_itself_on_polars(tmp_path: Path) -> None:
+    """What docs/spec.md says, on Polars' CPU engine: NaN above every number (+inf included) and equal to
+    itself, as PostgreSQL and DuckDB order and compare it; nulls still last and matching nothing."""
+    def run(case: str) -> list[tuple[Any, ...]]:
+        return _rows(_query(tmp_path, case).collect())
+
+    assert [row[0] for row in run("sort")] == [4, 1, 6, 2, 5, 3]  # 1.0, 2.0, inf, NaN, NaN, null
+    assert [row[0] for row in run("sort_descending")] == [5, 2, 6, 1, 4, 3]  # NaN first, the null still last
+    assert sorted((row[0], row[3]) for row in run("join")) == [(2, "nan"), (4, "one"), (5, "nan")]  # NaN matches NaN, null nothing
+    assert sorted(row[0] for row in run("semi_join")) == [2, 4, 5]
+    assert sorted(row[0] for row in run("anti_join")) == [1, 3, 6]
+    assert sorted(run("drop_duplicates"), key=repr) == sorted([(2.0,), (1.0,), ("nan",), (INF,), (None,)], key=repr)
+    assert dict(run("groupby_key"))["nan"] == 2
+    by_id = {row[0]: row[3:] for row in run("expressions")}
+    assert by_id[2] == ("nan", False, True, True, "nan"), "NaN is not null, is above 1 and equals itself"
+    assert by_id[3] == (0.0, True, False, False, 7.0), "a null is"
+    assert sorted(row[0] for row in run("filter")) == [1, 2, 4, 5, 6]
+    assert sorted((row[1], row[0]) for row in run("top_k")) == [(1, 1), (1, 2), (2, 5), (2, 6)]  # NaN first in each group, then 2.0 / inf
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_nan_on_cudf_polars_as_on_polars(tmp_path: Path, case: str) -> None:
+    """cudf-polars gives Polars' CPU answer where NaN meets sorts, comparisons, joins, distinct rows and group keys."""
+    pytest.importorskip("cudf_polars")
+    from tests.cudf_polars_run import on_cudf_polars
+
+    query = _query(tmp_path, case)
+    got = on_cudf_polars(query, f"nan_{case}")
+    assert got is not None, "cudf-polars refused it"
+    expected = query.collect()
+    if case in ORDERED:
+        assert_frame_equal(got, expected, check_dtypes=False)
+    else:
+        assert sorted(_rows(got), key=repr) == sorted(_rows(expected), key=repr), f"cudf-polars:\n{got}\nPolars:\n{expected}"
