@@ -72,8 +72,16 @@ def test_nan_is_a_value_that_sorts_last_and_equals_itself_on_polars(tmp_path: Pa
     assert sorted((row[1], row[0]) for row in run("top_k")) == [(1, 1), (1, 2), (2, 5), (2, 6)]  # NaN first in each group, then 2.0 / inf
 
 
+#: Where cudf-polars 26.10 differs (found on the H200, 2026-12-04): its comparisons follow IEEE, so ``v > 1``,
+#: ``v >= 1`` and ``v == v`` are false on NaN where Polars' CPU engine says true. A silent wrong answer on the
+#: GPU, not yet lowered around: strict, so that a fix (ours or cudf-polars') shows.
+IEEE_ON_GPU = {"expressions", "filter"}
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.xfail(
+    strict=True, reason="cudf-polars 26.10 compares NaN as IEEE does (NaN > 1 and NaN == NaN false)")) if c in IEEE_ON_GPU else c
+    for c in sorted(CASES)])
 def test_nan_on_cudf_polars_as_on_polars(tmp_path: Path, case: str) -> None:
     """cudf-polars gives Polars' CPU answer where NaN meets sorts, comparisons, joins, distinct rows and group keys."""
     pytest.importorskip("cudf_polars")
