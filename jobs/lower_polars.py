@@ -22,6 +22,7 @@ from spillway.jobs.date_bounds import MIRRORED, date_bound
 from spillway.jobs.decimal_cast import decimal_type
 from spillway.jobs.errors import ExpressionError
 from spillway.jobs.like_patterns import like_form
+from spillway.jobs.nan_order import IEEE_COMPARE, total_order_compare
 from spillway.jobs.number_text import DECIMAL_TEXT, INTEGER_RANGES, INTEGER_TEXT
 from spillway.jobs.pandas_numbers import DIVISION_BY_ZERO
 from spillway.jobs.polars_partitions import slice_expr
@@ -79,10 +80,10 @@ _BINARY: dict[str, Callable[[pl.Expr, pl.Expr], pl.Expr]] = {
     "+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "/": lambda a, b: a / b,
     "//": _truncated_divide, "%": _truncated_remainder, "**": lambda a, b: a.pow(b),
 }
-_COMPARE: dict[str, Callable[[pl.Expr, pl.Expr], pl.Expr]] = {
-    "==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<": lambda a, b: a < b,
-    "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b,
-}
+_COMPARE = IEEE_COMPARE
+#: Functions whose result is a float where an argument is one (so a NaN can come through or out of them).
+_NUMBER_OF_ITS_ARGUMENTS = frozenset({"abs", "floor", "ceil", "sign", "round", "sqrt", "exp", "ln", "greatest", "least",
+                                      "coalesce", "fillna", "safe_divide", "divide"})
 _FALSE = pl.lit(False)
 _TRUNCATE = {"year": "1y", "quarter": "1q", "month": "1mo", "week": "1w", "day": "1d", "hour": "1h", "minute": "1m", "second": "1s"}
 _TOTALS = {"week": "total_days", "day": "total_days", "hour": "total_hours", "minute": "total_minutes", "second": "total_seconds"}
@@ -263,7 +264,7 @@ class PolarsLowering:
             on_dates = self.on_stored_date(node.left, node.op, node.right)
             if on_dates is not None:
                 return _false_if_null(on_dates)
-            return _false_if_null(_COMPARE[node.op](self.lower(node.left), self.lower(node.right)))
+            return _false_if_null(self.compare(node.op, node.left, node.right))
         if isinstance(node, ir.InList):
             operand = self.lower(node.operand)
             found = _false_if_null(operand.is_in([option.value for option in node.options]))
@@ -293,6 +294,37 @@ class PolarsLowering:
             return _checked_power(self.lower(left), self.lower(right))
         return _BINARY[node.op](self.lower(left), self.lower(right))
 
+    def compare(self, op: str, left: ir.Node, right: ir.Node) -> pl.Expr:
+        """``left op right`` under NaN's total order, whichever engine runs it (jobs.nan_order)."""
+        return total_order_compare(op, self.lower(left), self.lower(right),
+                                   a_may_be_nan=self.may_be_nan(left), b_may_be_nan=self.may_be_nan(right))
+
+    def may_be_nan(self, node: ir.Node) -> bool:
+        """Whether ``node`` can yield a NaN: a float column, a NaN literal, or arithmetic, casts and calls over them.
+
+        From the frame's column types; a column of unknown type counts as one that cannot (Polars'
+        CPU engine orders NaN as the language does anyway, and only cudf-polars needs the terms).
+        """
+        if isinstance(node, ir.Col):
+            dtype = self.dtypes.get(node.name)
+            return dtype is not None and dtype.is_float()
+        if isinstance(node, ir.Lit):
+            return isinstance(node.value, float) and node.value != node.value
+        if isinstance(node, ir.Binary) and node.op == "/":
+            return True  # 0 / 0 is NaN, of integers too
+        if isinstance(node, (ir.Unary, ir.Binary)):
+            return any(self.may_be_nan(child) for child in ir.children(node))
+        if isinstance(node, ir.IfElse):
+            return self.may_be_nan(node.then) or self.may_be_nan(node.other)
+        if isinstance(node, ir.Call) and node.name in ("cast", "try_cast"):  # text 'NaN' casts to a NaN float
+            target = node.args[1].value if isinstance(node.args[1], ir.Lit) else None
+            return target in ("float64", "float32") and (self.may_be_nan(node.args[0]) or self.kind(node.args[0]) == "string")
+        if isinstance(node, ir.Call) and node.name == "case":  # its conditions are booleans: only its values count
+            return any(self.may_be_nan(value) for value in (*node.args[1:-1:2], node.args[-1]))
+        if isinstance(node, ir.Call) and node.name in _NUMBER_OF_ITS_ARGUMENTS:
+            return any(self.may_be_nan(arg) for arg in node.args)
+        return False  # comparisons, predicates, text and date functions: never a float
+
     def on_stored_date(self, left: ir.Node, op: str, right: ir.Node) -> pl.Expr | None:
         """``left op right`` over a stored date's own column, where one side is such a column and the other a
         datetime literal (jobs.date_bounds); else None."""
@@ -310,6 +342,8 @@ class PolarsLowering:
             low, high = self.on_stored_date(args[0], ">=", args[1]), self.on_stored_date(args[0], "<=", args[2])
             if low is not None and high is not None:
                 return _false_if_null(low & high)
+        if name == "between" and self.may_be_nan(args[2]):  # below any other bound, a NaN operand is out under both orders
+            return _false_if_null(self.compare(">=", args[0], args[1]) & self.compare("<=", args[0], args[2]))
         if name == "coalesce":
             return pl.coalesce([self.lower(arg) for arg in args])
         if name == "case":
@@ -334,6 +368,13 @@ class PolarsLowering:
             values = [arg.value for arg in args[1:] if isinstance(arg, ir.Lit)]  # the parser checked they are literals
             return _LITERAL_CALLS[name](self.lower(args[0]), *values)
         return _CALLS[name](*(self.lower(arg) for arg in args))
+
+
+def has_comparison(node: ir.Node) -> bool:
+    """Whether ``node`` compares (a comparison or ``between``): those that may meet a NaN need the column types."""
+    if isinstance(node, ir.Compare) or (isinstance(node, ir.Call) and node.name == "between"):
+        return True
+    return any(has_comparison(child) for child in ir.children(node))
 
 
 def has_integer_arithmetic(node: ir.Node) -> bool:

@@ -33,7 +33,9 @@ CASES: dict[str, list[dict[str, Any]]] = {
         "filled": "fillna(v, 0)", "missing": "isnull(v)", "above_one": "v > 1", "itself": "v == v", "first": "coalesce(v, 7.0)"}.items()],
     "filter": [{"op": "filter", "expr": "v >= 1"}],
     "top_k": [{"op": "top_k", "by": ["g"], "order": [{"column": "v", "descending": True}, {"column": "id"}], "k": 2}],
+    "sql": [],  # the comparisons of "expressions" and "filter" in a SQL source (Polars' SQL lowering, not ours)
 }
+SQL = "SELECT id, v > 1 AS above_one, v = v AS itself, v <= 'NaN'::double AS at_most_nan FROM left_rows WHERE v >= 1 OR v IS NULL"
 ORDERED = ("sort", "sort_descending")
 
 
@@ -43,7 +45,9 @@ def _query(tmp_path: Path, case: str) -> pl.LazyFrame:
                              "v": pa.array([2.0, NAN, None, 1.0, NAN, INF])}), left)
     pq.write_table(pa.table({"v": pa.array([NAN, 1.0, None]), "tag": ["nan", "one", "null"]}), right)
     steps = [{**step, "right": {"format": "parquet", "path": str(right)}} if step.get("right") == "RIGHT" else step for step in CASES[case]]
-    spec = JobSpec.model_validate({"source": {"format": "parquet", "path": str(left)}, "steps": steps, "sink": {"path": "/tmp/unused"}})
+    source: Any = {"format": "parquet", "path": str(left)}
+    sources = {"left_rows": source, "q": {"sql": SQL}} if case == "sql" else {}
+    spec = JobSpec.model_validate({"sources": sources, "source": "q" if sources else source, "steps": steps, "sink": {"path": "/tmp/unused"}})
     return build_lazyframe(plan_spec(spec))
 
 
@@ -70,12 +74,13 @@ def test_nan_is_a_value_that_sorts_last_and_equals_itself_on_polars(tmp_path: Pa
     assert by_id[3] == (0.0, True, False, False, 7.0), "a null is"
     assert sorted(row[0] for row in run("filter")) == [1, 2, 4, 5, 6]
     assert sorted((row[1], row[0]) for row in run("top_k")) == [(1, 1), (1, 2), (2, 5), (2, 6)]  # NaN first in each group, then 2.0 / inf
+    assert sorted(run("sql"), key=repr) == sorted([(1, True, True, True), (2, True, True, True), (3, None, None, None),
+                                                   (4, False, True, True), (5, True, True, True), (6, True, True, True)], key=repr)
 
 
-#: Where cudf-polars 26.10 differs (found on the H200, 2026-12-04): its comparisons follow IEEE, so ``v > 1``,
-#: ``v >= 1`` and ``v == v`` are false on NaN where Polars' CPU engine says true. A silent wrong answer on the
-#: GPU, not yet lowered around: strict, so that a fix (ours or cudf-polars') shows.
-IEEE_ON_GPU = {"expressions", "filter"}
+#: Cases cudf-polars answers differently from Polars' CPU engine. Its comparisons follow IEEE (``NaN > 1``,
+#: ``NaN == NaN`` false; found on the H200, 2026-12-04): the lowering spells them out (jobs.nan_order), so none.
+IEEE_ON_GPU: set[str] = set()
 
 
 @pytest.mark.gpu
@@ -95,3 +100,41 @@ def test_nan_on_cudf_polars_as_on_polars(tmp_path: Path, case: str) -> None:
         assert_frame_equal(got, expected, check_dtypes=False)
     else:
         assert sorted(_rows(got), key=repr) == sorted(_rows(expected), key=repr), f"cudf-polars:\n{got}\nPolars:\n{expected}"
+
+
+VALUES = [1.0, 2.0, INF, -INF, NAN, None]
+
+
+@pytest.mark.parametrize("op", ["==", "!=", "<", "<=", ">", ">="])
+def test_nan_aware_comparisons_give_the_total_order_where_comparisons_follow_ieee(monkeypatch: pytest.MonkeyPatch, op: str) -> None:
+    """jobs.nan_order's terms, run where ``==``… follow IEEE (as on cudf-polars: emulated here), give Polars' CPU
+    answers, the language's, for every pair of 1, 2, ±inf, NaN and null; and they change nothing on the CPU."""
+    from spillway.jobs import nan_order
+
+    pairs = pl.DataFrame({"a": [a for a in VALUES for _ in VALUES], "b": VALUES * len(VALUES)}, schema={"a": pl.Float64, "b": pl.Float64})
+    a, b = pl.col("a"), pl.col("b")
+    language = pairs.select(nan_order.IEEE_COMPARE[op](a, b)).to_series().to_list()  # Polars' CPU engine: the total order
+    on_cpu = pairs.select(nan_order.total_order_compare(op, a, b, a_may_be_nan=True, b_may_be_nan=True)).to_series().to_list()
+    assert on_cpu == language
+    cpu_compare = dict(nan_order.IEEE_COMPARE)
+    for name, compare in cpu_compare.items():  # IEEE: false wherever a NaN is (!= true), null wherever a null is
+        monkeypatch.setitem(nan_order.IEEE_COMPARE, name, lambda x, y, c=compare, n=name: pl.when(x.is_null() | y.is_null()).then(
+            None).when(x.is_nan() | y.is_nan()).then(pl.lit(n == "!=")).otherwise(c(x, y)))
+    assert pairs.select(nan_order.IEEE_COMPARE[">"](a, b)).to_series().to_list()[4 * len(VALUES)] is False  # NaN > 1: false
+    under_ieee = pairs.select(nan_order.total_order_compare(op, a, b, a_may_be_nan=True, b_may_be_nan=True)).to_series().to_list()
+    wrong = [(x, y, got, want) for x, y, got, want in zip(pairs["a"], pairs["b"], under_ieee, language) if got != want]
+    assert not wrong, f"a {op} b (a, b, got, Polars' answer): {wrong}"
+
+
+def test_only_comparisons_that_may_meet_a_nan_get_terms(tmp_path: Path) -> None:
+    """An integer column, or ``==``/``<`` against a number literal, keeps its plain form (and its parquet pushdown)."""
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"i": [1, 2], "v": [1.0, NAN]}), path)
+
+    def plan_of(expr: str) -> str:
+        spec = JobSpec.model_validate({"source": {"format": "parquet", "path": str(path)},
+                                       "steps": [{"op": "filter", "expr": expr}], "sink": {"path": "/tmp/unused"}})
+        return build_lazyframe(plan_spec(spec)).explain(optimizations=pl.QueryOptFlags.none())
+
+    assert "is_nan" not in plan_of("i > 1") and "is_nan" not in plan_of("v < 1.5") and "is_nan" not in plan_of("v == 2.0")
+    assert "is_nan" in plan_of("v > 1") and "is_nan" in plan_of("v == v") and "is_nan" in plan_of("i / i > 0")
