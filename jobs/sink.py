@@ -44,7 +44,7 @@ from spillway.jobs.commit import (
 from spillway.jobs.errors import SinkExists, SpecError, SpillwayError
 from spillway.jobs.manifest import column_difference, describe_files, frame_columns
 from spillway.jobs.polars_io import OutputTarget
-from spillway.jobs.safe_open import open_directory, staging_url
+from spillway.jobs.safe_open import open_directory, open_for_writing, staging_url
 from spillway.jobs.sandbox import PathNotAllowed, check_sink_parent, checked_so_far, local_root_of
 from spillway.jobs.spec import SinkSpec
 from spillway.jobs.status import ColumnSchema, ResultFile, ResultManifest
@@ -170,11 +170,23 @@ class SinkWriter:
 
         On the H200 (bench/results/gpu_tests_2026-12-02g.log) its CSV writer and its ``partition_on``
         parquet writer opened the files through :class:`jobs.safe_open.StagingFileSystem`. Its plain
-        parquet writer wrote through a link swapped in for the staging directory, so the commit's own check
-        (a staging directory that is now a link is not committed) is what stops such a job.
+        parquet writer wrote through a link swapped in for the staging directory: with data roots,
+        :meth:`_pinned_parquet_writes` writes those sinks instead.
         """
         on_gpu = type(frame._meta).__module__.split(".")[0] == "cudf"
         return on_gpu and self.sink.format == "parquet" and not self.sink.partition_on
+
+    def _pinned_parquet_writes(self, frame: dd.DataFrame, location: str, root: str) -> Delayed:
+        """One task per partition that opens its part file below ``root`` without following a link
+        (:func:`jobs.safe_open.open_for_writing`) and has the frame's own writer write that open file."""
+        options = {"compression": self.sink.codec, **_row_group_option(frame, self.sink.row_group_size)}
+        name = self._stem + ".parquet"
+        writes = [
+            dask.delayed(write_parquet_part, pure=False)(part, os.path.join(location, name.format(index)), root, options)
+            for index, part in enumerate(frame.to_delayed(optimize_graph=False))  # the keys the stages were labelled by
+        ]
+        collected = dask.delayed(writes)
+        return _CollectedWrites(collected.key, collected.dask)
 
     def write_graph(self, frame: dd.DataFrame) -> Any:
         """The lazy write of ``frame``: into the staging directory, or under the sink prefix of an object store.
@@ -186,7 +198,9 @@ class SinkWriter:
         self._planned_columns = frame_columns(frame._meta)
         options = storage_options(self.location) or None
         location, root = self._staging_in_root(target)
-        if root is not None and not self._cudf_writes_by_path(frame):
+        if root is not None and self._cudf_writes_by_path(frame):
+            return self._pinned_parquet_writes(frame, location, root)
+        if root is not None:
             target, options = staging_url(location), {"root": root}
         # str.format methods as name functions: workers need no Spillway code.
         if self.sink.format == "csv":
@@ -452,10 +466,21 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
     return manifest.model_dump()
 
 
-def _through_fd(fd: int, path: str) -> str:
-    """A path to the directory open as ``fd`` that no rename or link swapped in can redirect (Linux's /proc); else ``path``."""
+def write_parquet_part(part: Any, path: str, root: str, options: dict[str, Any]) -> None:
+    """``part`` (a pandas or cuDF frame) as the parquet file ``path`` below ``root``, opened without following a link.
+
+    The writer gets the open file's /proc path, so it writes the file that was opened however the
+    folders above it are renamed or swapped meanwhile (cuDF writes that path itself, from the device);
+    without /proc, the open file object.
+    """
+    with open_for_writing(path, root) as handle:
+        part.to_parquet(_through_fd(handle.fileno(), handle, directory=False), index=False, **options)
+
+
+def _through_fd(fd: int, path: Any, *, directory: bool = True) -> Any:
+    """A path to the directory (or file) open as ``fd`` that no rename or link swapped in can redirect (Linux's /proc); else ``path``."""
     pinned = f"/proc/self/fd/{fd}"
-    return pinned if os.path.isdir(pinned) else path
+    return pinned if (os.path.isdir(pinned) if directory else os.path.exists(pinned)) else path
 
 
 def _hidden(relative: str) -> bool:

@@ -307,18 +307,23 @@ def test_a_polars_worker_does_not_write_through_a_staging_directory_swapped_for_
 
 @pytest.mark.parametrize(("fmt", "partition_on", "backend"), [
     ("parquet", [], "pandas"), ("parquet", ["a"], "pandas"), ("csv", [], "pandas"),
-    # dask-cudf's plain parquet writer writes by path whatever the file system (the H200, 2026-12-02):
-    # test_a_staging_directory_swapped_for_a_link_is_not_committed covers it, at the commit.
+    # dask-cudf's plain parquet writer writes by path whatever the file system (the H200, 2026-12-02): its
+    # sinks get tasks of their own (SinkWriter._pinned_parquet_writes); "pandas-pinned" runs those on pandas.
+    ("parquet", [], "pandas-pinned"), pytest.param("parquet", [], "cudf", marks=pytest.mark.gpu),
     pytest.param("parquet", ["a"], "cudf", marks=pytest.mark.gpu), pytest.param("csv", [], "cudf", marks=pytest.mark.gpu),
 ])
 def test_a_dask_worker_does_not_write_through_a_staging_directory_swapped_for_a_link(
-    tmp_path: Path, fmt: str, partition_on: list[str], backend: str,
+    tmp_path: Path, fmt: str, partition_on: list[str], backend: str, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Issue 16 item 2's last gap: the Dask engine's workers wrote into staging by path (the commit refused the link, after);
-    dask-cudf's CSV and partitioned parquet writers go through the same file system."""
+    dask-cudf's CSV and partitioned parquet writers go through the same file system, its plain parquet sinks through
+    tasks that open each file below the root."""
     import dask
     import dask.dataframe as dd
 
+    if backend == "pandas-pinned":
+        monkeypatch.setattr(SinkWriter, "_cudf_writes_by_path", lambda self, frame: True)
+        backend = "pandas"
     root, secret = _source_and_secret(tmp_path)
     sink = SinkSpec(path=str(root / "out"), format=fmt, partition_on=partition_on)
     writer = SinkWriter(sink, "job1", allowed_roots=[str(root)])
@@ -335,3 +340,23 @@ def test_a_dask_worker_does_not_write_through_a_staging_directory_swapped_for_a_
     with dask.config.set(scheduler="sync"):
         dask.compute(writer.write_graph(frame))
     assert writer.commit().total_rows == 3
+
+
+def test_pinned_parquet_writes_keep_the_sinks_codec_and_row_groups(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The per-partition parquet tasks (dask-cudf's plain parquet sinks under data roots) write what the sink asks for."""
+    import dask
+    import dask.dataframe as dd
+    import pyarrow.parquet as pq
+
+    monkeypatch.setattr(SinkWriter, "_cudf_writes_by_path", lambda self, frame: True)
+    root, _ = _source_and_secret(tmp_path)
+    sink = SinkSpec(path=str(root / "out"), compression="zstd", row_group_size=2)
+    writer = SinkWriter(sink, "job1", allowed_roots=[str(root)])
+    frame = dd.from_pandas(pd.DataFrame({"a": range(10), "b": list("abcdefghij")}), npartitions=2)
+    with dask.config.set(scheduler="sync"):
+        dask.compute(writer.write_graph(frame))
+    manifest = writer.commit()
+    assert manifest.total_rows == 10 and [f.path for f in manifest.files] == ["part.000000.parquet", "part.000001.parquet"]
+    metadata = pq.ParquetFile(root / "out" / "part.000000.parquet").metadata
+    assert metadata.num_row_groups == 3 and metadata.row_group(0).column(0).compression == "ZSTD"
+    assert pd.read_parquet(root / "out").sort_values("a")["b"].tolist() == list("abcdefghij")
