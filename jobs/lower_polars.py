@@ -22,7 +22,7 @@ from spillway.jobs.date_bounds import MIRRORED, date_bound
 from spillway.jobs.decimal_cast import decimal_type
 from spillway.jobs.errors import ExpressionError
 from spillway.jobs.like_patterns import like_form
-from spillway.jobs.nan_order import IEEE_COMPARE, total_order_compare
+from spillway.jobs.nan_order import IEEE_COMPARE, greatest_with_nan, total_order_compare
 from spillway.jobs.number_text import DECIMAL_TEXT, INTEGER_RANGES, INTEGER_TEXT
 from spillway.jobs.pandas_numbers import DIVISION_BY_ZERO
 from spillway.jobs.polars_partitions import slice_expr
@@ -344,6 +344,8 @@ class PolarsLowering:
                 return _false_if_null(low & high)
         if name == "between" and self.may_be_nan(args[2]):  # below any other bound, a NaN operand is out under both orders
             return _false_if_null(self.compare(">=", args[0], args[1]) & self.compare("<=", args[0], args[2]))
+        if name == "greatest" and any(map(self.may_be_nan, args)):
+            return greatest_with_nan([self.lower(arg) for arg in args], [self.may_be_nan(arg) for arg in args])
         if name == "coalesce":
             return pl.coalesce([self.lower(arg) for arg in args])
         if name == "case":
@@ -370,11 +372,12 @@ class PolarsLowering:
         return _CALLS[name](*(self.lower(arg) for arg in args))
 
 
-def has_comparison(node: ir.Node) -> bool:
-    """Whether ``node`` compares (a comparison or ``between``): those that may meet a NaN need the column types."""
-    if isinstance(node, ir.Compare) or (isinstance(node, ir.Call) and node.name == "between"):
+def orders_values(node: ir.Node) -> bool:
+    """Whether ``node`` orders values (a comparison, ``between``, ``greatest``): where one may be NaN, the lowering
+    needs the column types (jobs.nan_order)."""
+    if isinstance(node, ir.Compare) or (isinstance(node, ir.Call) and node.name in ("between", "greatest")):
         return True
-    return any(has_comparison(child) for child in ir.children(node))
+    return any(orders_values(child) for child in ir.children(node))
 
 
 def has_integer_arithmetic(node: ir.Node) -> bool:

@@ -37,6 +37,17 @@ def total_order_compare(op: str, a: pl.Expr, b: pl.Expr, *, a_may_be_nan: bool, 
     return plain | (a.is_nan() & (b.is_not_null() if op == ">=" else ~b.is_nan()))
 
 
+def greatest_with_nan(values: list[pl.Expr], may_be_nan: list[bool]) -> pl.Expr:
+    """``greatest(values…)`` with NaN above every number, as PostgreSQL and DuckDB have it: NaN where any value is.
+
+    Polars' ``max_horizontal`` skips a NaN beside a number (``greatest(NaN, 1.5)`` would be 1.5).
+    ``least`` needs nothing: a NaN, the largest, is never the smallest unless every value is NaN,
+    and then Polars gives NaN too. Nulls are skipped either way.
+    """
+    any_nan = pl.any_horizontal([value.is_nan().fill_null(False) for value, nan in zip(values, may_be_nan) if nan])
+    return pl.when(any_nan).then(pl.lit(float("nan"))).otherwise(pl.max_horizontal(*values))
+
+
 #: The six comparisons as Polars spells them (IEEE on cudf-polars, the total order on Polars' CPU engine).
 IEEE_COMPARE: dict[str, Callable[[pl.Expr, pl.Expr], pl.Expr]] = {
     "==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<": lambda a, b: a < b,

@@ -32,6 +32,7 @@ CASES: dict[str, list[dict[str, Any]]] = {
     "expressions": [{"op": "assign", "column": name, "expr": expr} for name, expr in {
         "filled": "fillna(v, 0)", "missing": "isnull(v)", "above_one": "v > 1", "itself": "v == v", "first": "coalesce(v, 7.0)"}.items()],
     "filter": [{"op": "filter", "expr": "v >= 1"}],
+    "greatest": [{"op": "assign", "column": "top", "expr": "greatest(v, 1.5)"}, {"op": "assign", "column": "bottom", "expr": "least(v, 1.5)"}],
     "top_k": [{"op": "top_k", "by": ["g"], "order": [{"column": "v", "descending": True}, {"column": "id"}], "k": 2}],
     "sql": [],  # the comparisons of "expressions" and "filter" in a SQL source (Polars' SQL lowering, not ours)
 }
@@ -73,6 +74,8 @@ def test_nan_is_a_value_that_sorts_last_and_equals_itself_on_polars(tmp_path: Pa
     assert by_id[2] == ("nan", False, True, True, "nan"), "NaN is not null, is above 1 and equals itself"
     assert by_id[3] == (0.0, True, False, False, 7.0), "a null is"
     assert sorted(row[0] for row in run("filter")) == [1, 2, 4, 5, 6]
+    extremes = {row[0]: row[3:] for row in run("greatest")}  # NaN the largest, as PostgreSQL and DuckDB; nulls skipped
+    assert extremes == {1: (2.0, 1.5), 2: ("nan", 1.5), 3: (1.5, 1.5), 4: (1.5, 1.0), 5: ("nan", 1.5), 6: (INF, 1.5)}
     assert sorted((row[1], row[0]) for row in run("top_k")) == [(1, 1), (1, 2), (2, 5), (2, 6)]  # NaN first in each group, then 2.0 / inf
     assert sorted(run("sql"), key=repr) == sorted([(1, True, True, True), (2, True, True, True), (3, None, None, None),
                                                    (4, False, True, True), (5, True, True, True), (6, True, True, True)], key=repr)
