@@ -372,12 +372,29 @@ class PolarsLowering:
         return _CALLS[name](*(self.lower(arg) for arg in args))
 
 
-def orders_values(node: ir.Node) -> bool:
-    """Whether ``node`` orders values (a comparison, ``between``, ``greatest``): where one may be NaN, the lowering
-    needs the column types (jobs.nan_order)."""
-    if isinstance(node, ir.Compare) or (isinstance(node, ir.Call) and node.name in ("between", "greatest")):
+def orders_numbers(node: ir.Node, kinds: Mapping[str, str]) -> bool:
+    """Whether ``node`` orders values of which one may be a float (a comparison, ``between`` or ``greatest`` over a
+    column that is not text, a datetime or a bool, a ``/`` or a cast to a float): where one may be NaN, the
+    lowering needs the column types (jobs.nan_order). Dates and text, most of TPC-H's comparisons, do not."""
+    if isinstance(node, ir.Compare):
+        operands: tuple[ir.Node, ...] = (node.left, node.right)
+    elif isinstance(node, ir.Call) and node.name in ("between", "greatest"):
+        operands = node.args
+    else:
+        operands = ()
+    if any(_maybe_float(operand, kinds) for operand in operands):
         return True
-    return any(orders_values(child) for child in ir.children(node))
+    return any(orders_numbers(child, kinds) for child in ir.children(node))
+
+
+def _maybe_float(node: ir.Node, kinds: Mapping[str, str]) -> bool:
+    if isinstance(node, ir.Col):
+        return kinds.get(node.name) not in ("string", "datetime", "bool")
+    if isinstance(node, ir.Binary) and node.op == "/":
+        return True
+    if isinstance(node, ir.Call) and node.name in ("cast", "try_cast"):
+        return isinstance(node.args[1], ir.Lit) and node.args[1].value in ("float64", "float32")
+    return any(_maybe_float(child, kinds) for child in ir.children(node))
 
 
 def has_integer_arithmetic(node: ir.Node) -> bool:

@@ -18,7 +18,7 @@ from spillway.jobs.ir import columns_of
 from spillway.jobs.join_condition_polars import LEFT_ROW, RIGHT_ROW, join_with_condition
 from spillway.jobs.logical import LogicalPlan
 from spillway.jobs.named_sources import NamedSources
-from spillway.jobs.lower_polars import has_integer_arithmetic, orders_values, to_polars
+from spillway.jobs.lower_polars import has_integer_arithmetic, orders_numbers, to_polars
 from spillway.jobs.polars_io import scan_source_as_stored, with_read_types
 from spillway.jobs.polars_rows import COUNTERS, in_order, position, with_counters
 from spillway.jobs.spec import (
@@ -172,7 +172,7 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
         expression = self.plan.expression(field, text)
         # The types of the step's input (integer overflow checks, NaN-aware comparisons), unless another source's
         # steps were built since (a join's right side).
-        needs_types = has_integer_arithmetic(expression.node) or orders_values(expression.node)
+        needs_types = has_integer_arithmetic(expression.node) or orders_numbers(expression.node, schema)
         current = self._step_input is not None and field.startswith(f"{self._step_field}.") and needs_types
         if current and self._step_dtypes is None:
             self._step_dtypes = self._step_input.collect_schema()  # type: ignore[union-attr]
