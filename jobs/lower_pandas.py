@@ -179,6 +179,7 @@ def checked_integers(symbol: str, message: str, field: str | None) -> Callable[.
     op = operator.neg if symbol == "neg" else _CHECKED[symbol]
 
     def run(*operands: Any) -> Any:
+        operands = tuple(map(_as_int64, operands))
         result = op(*operands)
         if not _integers(result) or any(getattr(getattr(o, "dtype", None), "kind", "i") not in "if" for o in operands):
             return result  # floats, scalars (Python's ints do not wrap), bools and unsigned ints
@@ -191,6 +192,21 @@ def checked_integers(symbol: str, message: str, field: str | None) -> Callable[.
         return _raise_if(result, overflowed, message, field)
 
     return run
+
+
+def _as_int64(value: Any) -> Any:
+    """A narrower integer column (pandas' date parts are int32) as int64, the language's integers: arithmetic on
+    it then overflows only outside int64 (``year(ts) * 10000000`` was refused as an int32 overflow)."""
+    dtype = getattr(value, "dtype", None)
+    if not (isinstance(dtype, np.dtype) and dtype.kind in "iu" and dtype.itemsize < 8):
+        return value
+    if hasattr(value, "map_partitions"):  # per partition: one with a null date holds its parts as floats
+        return value.map_partitions(_int64_partition, meta=value._meta.astype("int64"))
+    return value.astype("int64")
+
+
+def _int64_partition(part: Any) -> Any:
+    return part.astype("int64") if part.dtype.kind in "iu" and part.dtype.itemsize < 8 else part
 
 
 _BINARY: dict[str, Callable[[Any, Any], Any]] = {

@@ -14,6 +14,7 @@ from datetime import timedelta
 from functools import partial
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import polars as pl
 
@@ -81,6 +82,8 @@ _BINARY: dict[str, Callable[[pl.Expr, pl.Expr], pl.Expr]] = {
     "//": _truncated_divide, "%": _truncated_remainder, "**": lambda a, b: a.pow(b),
 }
 _COMPARE = IEEE_COMPARE
+#: Functions that give integers (int64): their arithmetic is checked for overflow as a column's is.
+_INTEGER_CALLS = frozenset({"length", "year", "month", "day", "day_of_week", "day_of_year", "quarter", "week", "strpos"})
 #: Functions whose result is a float where an argument is one (so a NaN can come through or out of them).
 _NUMBER_OF_ITS_ARGUMENTS = frozenset({"abs", "floor", "ceil", "sign", "round", "sqrt", "exp", "ln", "greatest", "least",
                                       "coalesce", "fillna", "safe_divide", "divide"})
@@ -156,15 +159,16 @@ _CALLS: dict[str, Callable[..., pl.Expr]] = {
     "least": lambda *xs: pl.min_horizontal(*xs),
     "lower": lambda s: s.str.to_lowercase(),
     "upper": lambda s: s.str.to_uppercase(),
-    "length": lambda s: s.str.len_chars(),
-    "year": lambda d: d.dt.year(),
-    "month": lambda d: d.dt.month(),
-    "day": lambda d: d.dt.day(),
+    # Polars gives these as UInt32, Int8, Int16 or Int32, in which arithmetic wraps (month(d) * 100 was -80): int64, as the language's integers.
+    "length": lambda s: s.str.len_chars().cast(pl.Int64),
+    "year": lambda d: d.dt.year().cast(pl.Int64),
+    "month": lambda d: d.dt.month().cast(pl.Int64),
+    "day": lambda d: d.dt.day().cast(pl.Int64),
     "between": lambda x, low, high: _false_if_null(x.is_between(low, high, closed="both")),
-    "day_of_week": lambda d: d.dt.weekday(),  # ISO: Monday 1 … Sunday 7
-    "day_of_year": lambda d: d.dt.ordinal_day(),
-    "quarter": lambda d: d.dt.quarter(),
-    "week": lambda d: d.dt.week(),
+    "day_of_week": lambda d: d.dt.weekday().cast(pl.Int64),  # ISO: Monday 1 … Sunday 7
+    "day_of_year": lambda d: d.dt.ordinal_day().cast(pl.Int64),
+    "quarter": lambda d: d.dt.quarter().cast(pl.Int64),
+    "week": lambda d: d.dt.week().cast(pl.Int64),
     "trim": lambda s: s.str.strip_chars(),
     "ltrim": lambda s: s.str.strip_chars_start(),
     "rtrim": lambda s: s.str.strip_chars_end(),
@@ -189,6 +193,10 @@ _LITERAL_CALLS: dict[str, Callable[..., pl.Expr]] = {
     **{name: partial(regex_expr, name) for name in REGEX_FUNCTIONS},
     **{name: partial(time_expr, name) for name in TIME_FUNCTIONS},
 }
+
+
+def _is_float(value: Any) -> bool:
+    return isinstance(value, (float, np.floating))
 
 
 def _literal(value: Any) -> pl.Expr:
@@ -230,7 +238,7 @@ class PolarsLowering:
             return node.op in ("+", "-", "*", "//", "%") and self.integer(node.left) and self.integer(node.right)
         if isinstance(node, ir.Call) and node.name in ("cast", "try_cast") and isinstance(node.args[1], ir.Lit):
             return node.args[1].value in ("int64", "int32")
-        return False
+        return isinstance(node, ir.Call) and node.name in _INTEGER_CALLS
 
     def error(self, node: ir.Node, message: str) -> ExpressionError:
         return ExpressionError(f"'{self.text[node.start:node.end]}' at col {node.start}: {message}", field=self.field)
@@ -300,20 +308,20 @@ class PolarsLowering:
                                    a_may_be_nan=self.may_be_nan(left), b_may_be_nan=self.may_be_nan(right))
 
     def may_be_nan(self, node: ir.Node) -> bool:
-        """Whether ``node`` can yield a NaN: a float column, a NaN literal, or arithmetic, casts and calls over them.
-
-        From the frame's column types; a column of unknown type counts as one that cannot (Polars'
+        """Whether ``node`` can yield a NaN: a float column or a NaN literal, float arithmetic (an overflow to an
+        infinity and then ``inf - inf`` or ``0 * inf`` is NaN; ``0 / 0`` of integers too), and casts, choices and calls
+        that pass one on. From the frame's column types; a column of unknown type counts as one that cannot (Polars'
         CPU engine orders NaN as the language does anyway, and only cudf-polars needs the terms).
         """
         if isinstance(node, ir.Col):
             dtype = self.dtypes.get(node.name)
             return dtype is not None and dtype.is_float()
         if isinstance(node, ir.Lit):
-            return isinstance(node.value, float) and node.value != node.value
-        if isinstance(node, ir.Binary) and node.op == "/":
-            return True  # 0 / 0 is NaN, of integers too
-        if isinstance(node, (ir.Unary, ir.Binary)):
-            return any(self.may_be_nan(child) for child in ir.children(node))
+            return _is_float(node.value) and node.value != node.value
+        if isinstance(node, ir.Binary):
+            return node.op == "/" or self.floating(node)
+        if isinstance(node, ir.Unary):
+            return self.may_be_nan(node.operand)
         if isinstance(node, ir.IfElse):
             return self.may_be_nan(node.then) or self.may_be_nan(node.other)
         if isinstance(node, ir.Call) and node.name in ("cast", "try_cast"):  # text 'NaN' casts to a NaN float
@@ -321,9 +329,24 @@ class PolarsLowering:
             return target in ("float64", "float32") and (self.may_be_nan(node.args[0]) or self.kind(node.args[0]) == "string")
         if isinstance(node, ir.Call) and node.name == "case":  # its conditions are booleans: only its values count
             return any(self.may_be_nan(value) for value in (*node.args[1:-1:2], node.args[-1]))
+        if isinstance(node, ir.Call) and node.name in ("safe_divide", "divide"):
+            return True  # inf / inf
         if isinstance(node, ir.Call) and node.name in _NUMBER_OF_ITS_ARGUMENTS:
             return any(self.may_be_nan(arg) for arg in node.args)
         return False  # comparisons, predicates, text and date functions: never a float
+
+    def floating(self, node: ir.Node) -> bool:
+        """Whether ``node`` may yield floats (not only integers or decimals): what float arithmetic starts from."""
+        if isinstance(node, ir.Col):
+            dtype = self.dtypes.get(node.name)
+            return dtype is not None and dtype.is_float()
+        if isinstance(node, ir.Lit):
+            return _is_float(node.value)
+        if isinstance(node, ir.Binary):
+            return node.op == "/" or self.floating(node.left) or self.floating(node.right)
+        if isinstance(node, ir.Call) and node.name in ("sqrt", "exp", "ln", "safe_divide", "divide"):
+            return True
+        return self.may_be_nan(node)
 
     def on_stored_date(self, left: ir.Node, op: str, right: ir.Node) -> pl.Expr | None:
         """``left op right`` over a stored date's own column, where one side is such a column and the other a
@@ -344,6 +367,10 @@ class PolarsLowering:
                 return _false_if_null(low & high)
         if name == "between" and self.may_be_nan(args[2]):  # below any other bound, a NaN operand is out under both orders
             return _false_if_null(self.compare(">=", args[0], args[1]) & self.compare("<=", args[0], args[2]))
+        if name in ("sqrt", "ln") and self.may_be_nan(args[0]):  # NaN in, NaN out: the guard's comparison must say so on IEEE engines
+            x = self.lower(args[0])
+            inside = total_order_compare(">=" if name == "sqrt" else ">", x, pl.lit(0.0), a_may_be_nan=True, b_may_be_nan=False)
+            return pl.when(inside).then(x.cast(pl.Float64).sqrt() if name == "sqrt" else x.cast(pl.Float64).log())
         if name == "greatest" and any(map(self.may_be_nan, args)):
             return greatest_with_nan([self.lower(arg) for arg in args], [self.may_be_nan(arg) for arg in args])
         if name == "coalesce":
@@ -390,6 +417,8 @@ def orders_numbers(node: ir.Node, kinds: Mapping[str, str]) -> bool:
 def _maybe_float(node: ir.Node, kinds: Mapping[str, str]) -> bool:
     if isinstance(node, ir.Col):
         return kinds.get(node.name) not in ("string", "datetime", "bool")
+    if isinstance(node, ir.Lit):
+        return _is_float(node.value)
     if isinstance(node, ir.Binary) and node.op == "/":
         return True
     if isinstance(node, ir.Call) and node.name in ("cast", "try_cast"):

@@ -28,13 +28,15 @@ def total_order_compare(op: str, a: pl.Expr, b: pl.Expr, *, a_may_be_nan: bool, 
         return plain | (a.is_nan() & b.is_nan()) if both else plain
     if op == "!=":
         return plain & ~(a.is_nan() & b.is_nan()) if both else plain
-    if op in ("<", "<="):  # b NaN: every number a is below it; a NaN is below only under "<=" (equal)
+    # b NaN: every number a is below it, a NaN only under "<=" (equal); ">", ">=" mirror it. ``is_nan`` only on a
+    # side that may be NaN: Polars refuses it on decimals and bools, which are never NaN.
+    if op in ("<", "<="):
         if not b_may_be_nan:
             return plain
-        return plain | (b.is_nan() & (a.is_not_null() if op == "<=" else ~a.is_nan()))
-    if not a_may_be_nan:  # ">", ">=": the mirror
+        return plain | (b.is_nan() & (~a.is_nan() if op == "<" and a_may_be_nan else a.is_not_null()))
+    if not a_may_be_nan:
         return plain
-    return plain | (a.is_nan() & (b.is_not_null() if op == ">=" else ~b.is_nan()))
+    return plain | (a.is_nan() & (~b.is_nan() if op == ">" and b_may_be_nan else b.is_not_null()))
 
 
 def greatest_with_nan(values: list[pl.Expr], may_be_nan: list[bool]) -> pl.Expr:

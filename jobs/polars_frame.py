@@ -166,10 +166,15 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
         return found
 
     def expr(self, field: str, text: str, schema: dict[str, str], columns: dict[str, pl.Expr] | None = None,
-             stored_dates: frozenset[str] = frozenset()) -> pl.Expr:
+             stored_dates: frozenset[str] = frozenset(), over: pl.LazyFrame | None = None) -> pl.Expr:
         """The lowered expression at ``field``; ``columns``: what a column reference stands for, where not the column
-        (``stored_dates``: those that cast a stored date, see jobs.date_bounds)."""
+        (``stored_dates``: those that cast a stored date, see jobs.date_bounds); ``over``: the frame it is evaluated
+        on where that is not the step's input (a join's joined rows)."""
         expression = self.plan.expression(field, text)
+        if over is not None:
+            wanted = has_integer_arithmetic(expression.node) or orders_numbers(expression.node, schema)
+            dtypes = over.collect_schema() if wanted else None
+            return to_polars(expression.node, expression.text, field, schema, dtypes, columns, stored_dates)
         # The types of the step's input (integer overflow checks, NaN-aware comparisons), unless another source's
         # steps were built since (a join's right side).
         needs_types = has_integer_arithmetic(expression.node) or orders_numbers(expression.node, schema)
@@ -302,7 +307,7 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
                 coalesce=shared,
             )
         if step.where is not None:
-            joined = joined.filter(self.expr(f"{field}.where", step.where, self.plan.joined.get(field, {})))
+            joined = joined.filter(self.expr(f"{field}.where", step.where, self.plan.joined.get(field, {}), over=joined))
         return joined.select(columns)
 
     def _join_before_casts(self, frame: pl.LazyFrame, right: pl.LazyFrame, step: JoinStep, field: str) -> pl.LazyFrame | None:

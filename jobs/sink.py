@@ -253,8 +253,8 @@ class SinkWriter:
         """After a crash: this job's commit if it landed (its manifest), else None; nothing uncommitted is left.
 
         A service killed after the commit and before recording it leaves a sink whose manifest
-        lists files this job wrote (each file carries the job id): the commit landed. A commit
-        that wrote no file at all cannot be told apart from another's and counts as not landed.
+        names this job (and lists the files it wrote, each with the job id): the commit landed,
+        also one that wrote no file (an empty partitioned output).
         A local overwrite caught between its two renames (where renameat2 is missing) is rolled
         back first, so the sink keeps its previous version. Then, either way, :meth:`abort`.
         """
@@ -263,8 +263,8 @@ class SinkWriter:
         fs, root = filesystem(self.location)
         manifest = load_manifest(fs, root)
         self.abort()
-        if manifest is not None and any(f.job_id == self.job_id for f in manifest.files):
-            return manifest
+        if manifest is not None and (manifest.job_id == self.job_id or any(f.job_id == self.job_id for f in manifest.files)):
+            return manifest  # the files' ids: manifests from before the manifest named its job
         return None
 
     def _settle_swap(self) -> None:
@@ -447,6 +447,7 @@ class SinkWriter:
             partition_on=list(self.sink.partition_on),
             mode=self.sink.mode,
             version=previous.version + 1 if previous is not None else 1,
+            job_id=self.job_id,
         )
 
 

@@ -183,3 +183,8 @@ class ResultManifest(BaseModel):
     partition_on: list[str] = Field(default_factory=list)
     mode: str = Field(default="error", description="The write mode of the commit that produced this version.")
     version: int = Field(default=1, ge=1, description="1 for the first commit to the sink, then one more per overwrite or append.")
+    job_id: str | None = Field(
+        default=None,
+        description="The job whose commit made this version (None in manifests written before 2026-12-04): how a restarted "
+                    "service recognises its own commit, also one that wrote no file.",
+    )

@@ -243,3 +243,24 @@ def test_a_filter_that_can_fail_sees_only_its_steps_rows(tmp_path: Path, steps: 
     on_dask, on_polars = run_both(spec)
     assert_same_rows(on_dask, on_polars, ordered=False)
     assert sorted(on_dask["x"]) == left, on_dask
+
+
+def test_date_parts_and_lengths_are_int64_on_both_engines(sample_data: dict[str, Path], sales_frame: pd.DataFrame) -> None:
+    """Polars gives ``month`` as Int8, ``day_of_year`` as Int16, ``length`` as UInt32, in which arithmetic wrapped:
+    ``month(ts) * 100`` was -80 for December, ``length('') - 5`` 4294967291; pandas' date parts are int32, so the Dask
+    engine refused ``year(ts) * 10000000`` as an overflow. Both compute them as int64 now."""
+    exprs = {"m": "month(ts) * 100", "doy": "day_of_year(ts) * 1000", "q": "quarter(ts) * 100", "dow": "day_of_week(ts) * 100",
+             "y": "year(ts) * 1000000", "y7": "year(ts) * 10000000", "short": "length(region) - 100", "w": "week(ts) * 1000",
+             "d": "day(ts) * 10"}
+    spec = JobSpec.model_validate({"source": {"format": "parquet", "path": str(sample_data["sales"])},
+                                   "steps": [*({"op": "assign", "column": k, "expr": v} for k, v in exprs.items()),
+                                             {"op": "select", "columns": ["order_id", *exprs]}],
+                                   "sink": {"path": "/tmp/unused"}})
+    on_dask, on_polars = run_both(spec)
+    assert_same_rows(on_dask, on_polars, ordered=False)
+    ts = sales_frame.set_index("order_id")["ts"]
+    got = on_polars.set_index("order_id").loc[ts.index]
+    assert (got["m"] == ts.dt.month * 100).all() and (got["doy"] == ts.dt.dayofyear * 1000).all()
+    assert (got["short"] == sales_frame.set_index("order_id")["region"].str.len() - 100).all()
+    assert got["m"].max() == 1200 and (got["y7"] == ts.dt.year.astype("int64") * 10000000).all()
+    assert all(str(t) == "int64" for t in got.dtypes)

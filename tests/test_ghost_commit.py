@@ -198,3 +198,18 @@ def test_a_stop_during_the_commit_lets_it_land_and_records_it() -> None:
     assert writer.landed and not writer.aborted
     assert store.finished == [("job1", JobStatus.SUCCEEDED)], "the commit landed, so the job must be recorded as SUCCEEDED"
     assert committed
+
+
+def test_recover_recognises_a_commit_that_wrote_no_file(tmp_path: Path) -> None:
+    """An empty partitioned output commits a manifest with no files: the manifest names its job, so a restart
+    finds the commit its own (before, it counted as not landed and the job as interrupted); another job's is not."""
+    sink = SinkSpec(path=str(tmp_path / "out"), partition_on=["k"])
+    writer = SinkWriter(sink, "job_empty")
+    with dask.config.set(scheduler="sync"):
+        frame = _frame(rows=10)
+        dask.compute(writer.write_graph(frame[frame.v < 0]))
+    manifest = writer.commit()
+    assert manifest.files == [] and manifest.job_id == "job_empty"
+    assert read_manifest(tmp_path / "out")["job_id"] == "job_empty"
+    assert SinkWriter(sink, "job_empty").recover() == manifest
+    assert SinkWriter(sink, "another_job").recover() is None
