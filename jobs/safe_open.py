@@ -21,6 +21,7 @@ from __future__ import annotations
 import errno
 import os
 import socket
+import stat
 from typing import Any, BinaryIO
 
 from fsspec import register_implementation
@@ -132,13 +133,23 @@ def open_for_writing(path: str, root: str, *, field: str = "sink.path") -> Binar
     folder, name = os.path.split(path)
     directory = open_directory(folder, root, field=field, opening=path, create=True)
     try:
-        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=directory)
+        # Not O_TRUNC: a hard link planted in its place would have the file it shares emptied before the check below.
+        # O_NONBLOCK: a FIFO planted there fails the open (no reader) instead of blocking it.
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o644, dir_fd=directory)
     except OSError as exc:
         if exc.errno in _LINK_ERRORS:
             raise PathNotAllowed(f"'{path}' is a link; links are not followed here", field=field) from None
+        if exc.errno == errno.ENXIO:
+            raise PathNotAllowed(f"'{path}' is a FIFO, not a file; it is not written", field=field) from None
         raise
     finally:
         os.close(directory)
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:  # a FIFO, or a hard link to a file elsewhere
+        os.close(fd)
+        raise PathNotAllowed(f"'{path}' is not a file of its own (a hard link or a special file); it is not written", field=field)
+    os.ftruncate(fd, 0)
+    os.set_blocking(fd, True)
     return os.fdopen(fd, "wb")
 
 

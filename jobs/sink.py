@@ -183,7 +183,7 @@ class SinkWriter:
         name = self._stem + ".parquet"
         writes = [
             dask.delayed(write_parquet_part, pure=False)(part, os.path.join(location, name.format(index)), root, options)
-            for index, part in enumerate(frame.to_delayed(optimize_graph=False))  # the keys the stages were labelled by
+            for index, part in enumerate(frame.to_delayed())  # optimised (fused), as dask's to_csv does; planning records the stages
         ]
         collected = dask.delayed(writes)
         return _CollectedWrites(collected.key, collected.dask)
@@ -263,8 +263,19 @@ class SinkWriter:
         fs, root = filesystem(self.location)
         manifest = load_manifest(fs, root)
         self.abort()
-        if manifest is not None and (manifest.job_id == self.job_id or any(f.job_id == self.job_id for f in manifest.files)):
-            return manifest  # the files' ids: manifests from before the manifest named its job
+        if manifest is None:
+            return None
+        if manifest.job_id is None:  # written before manifests named their job
+            return manifest if any(f.job_id == self.job_id for f in manifest.files) else None
+        if manifest.job_id == self.job_id:
+            return manifest
+        # A later job's commit (an append after this one's) that still lists this job's files: this commit landed, and
+        # its result is its own files only, so that deleting this job's output is refused as superseded, not done.
+        own = [f for f in manifest.files if f.job_id == self.job_id]
+        if not own:
+            return None
+        return manifest.model_copy(update={"files": own, "total_rows": sum(f.rows for f in own),
+                                           "total_bytes": sum(f.size_bytes for f in own), "job_id": self.job_id})
         return None
 
     def _settle_swap(self) -> None:

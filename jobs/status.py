@@ -169,10 +169,12 @@ class ResultManifest(BaseModel):
     """What a committed sink holds: ``_manifest.json`` in the sink, and a job's result.
 
     It lists every file of the sink's current contents, so after an append it covers
-    the earlier jobs' files too; ``version`` counts the sink's commits.
+    the earlier jobs' files too; ``version`` counts the sink's commits. Fields a later
+    version adds are ignored when one is read (``job_id`` came after the first releases, whose
+    strict reading refuses manifests that carry it: upgrade replicas together).
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="ignore")
 
     location: str = Field(description="The committed sink directory or URL.")
     format: str = "parquet"

@@ -213,3 +213,23 @@ def test_recover_recognises_a_commit_that_wrote_no_file(tmp_path: Path) -> None:
     assert read_manifest(tmp_path / "out")["job_id"] == "job_empty"
     assert SinkWriter(sink, "job_empty").recover() == manifest
     assert SinkWriter(sink, "another_job").recover() is None
+
+
+def test_recover_does_not_claim_a_later_jobs_append(tmp_path: Path) -> None:
+    """Job A appended and its service died before recording it; job B appended after. A's commit landed (its files are
+    in the sink), but its result is its own files, not B's manifest: deleting A's output is then refused as superseded."""
+    from spillway.jobs.sink_delete import OutputSuperseded, delete_output
+
+    sink = SinkSpec(path=str(tmp_path / "out"), mode="append")
+    first = SinkWriter(sink, "jobA")
+    _write(first, rows=5)
+    first.commit()
+    second = SinkWriter(sink, "jobB")
+    _write(second, rows=8, offset=100)
+    later = second.commit()
+    recovered = SinkWriter(sink, "jobA").recover()
+    assert recovered is not None and recovered.job_id == "jobA" and recovered.total_rows == 5
+    assert {f.job_id for f in recovered.files} == {"jobA"}
+    with pytest.raises(OutputSuperseded):
+        delete_output(recovered, "jobA", [str(tmp_path)])
+    assert read_manifest(tmp_path / "out")["total_rows"] == later.total_rows == 13

@@ -360,3 +360,26 @@ def test_pinned_parquet_writes_keep_the_sinks_codec_and_row_groups(tmp_path: Pat
     metadata = pq.ParquetFile(root / "out" / "part.000000.parquet").metadata
     assert metadata.num_row_groups == 3 and metadata.row_group(0).column(0).compression == "ZSTD"
     assert pd.read_parquet(root / "out").sort_values("a")["b"].tolist() == list("abcdefghij")
+
+
+@pytest.mark.parametrize("planted", ["hard link", "fifo"])
+def test_a_part_file_planted_in_staging_is_not_written_through(tmp_path: Path, planted: str) -> None:
+    """A hard link to a file outside the root, or a FIFO, planted where a worker will write a part file: the write is
+    refused (a hard link was followed: O_TRUNC emptied the file it shares), the outside file is intact, nothing hangs."""
+    from spillway.jobs.safe_open import open_for_writing
+
+    root, secret = _source_and_secret(tmp_path)
+    staging = root / "out" / ".staging"
+    staging.mkdir(parents=True)
+    outside = secret / "src" / "in.parquet"
+    before = outside.read_bytes()
+    if planted == "hard link":
+        os.link(outside, staging / "part.000000.parquet")
+    else:
+        os.mkfifo(staging / "part.000000.parquet")
+    with pytest.raises(PathNotAllowed, match="not a file of its own|FIFO"):
+        open_for_writing(str(staging / "part.000000.parquet"), str(root))
+    assert outside.read_bytes() == before
+    with open_for_writing(str(staging / "part.000001.parquet"), str(root)) as handle:  # a file of its own is written
+        handle.write(b"rows")
+    assert (staging / "part.000001.parquet").read_bytes() == b"rows"
