@@ -14,7 +14,7 @@ from typing import Any
 import dask.dataframe as dd
 
 from spillway.jobs import ir
-from spillway.jobs.lower_polars import has_integer_arithmetic
+from spillway.jobs.lower_polars import INTEGER_CALLS, has_integer_arithmetic
 
 #: Calls that fail the job on some values: a zero divisor, a text that is no date, no number.
 _FAILING_CALLS = frozenset({"divide", "strptime", "cast"})
@@ -27,18 +27,21 @@ def may_fail(node: ir.Node, frame: dd.DataFrame) -> bool:
     if any(isinstance(n, ir.Call) and n.name in _FAILING_CALLS for n in nodes):
         return True
     integers = frozenset(name for name, dtype in frame.dtypes.items() if getattr(dtype, "kind", "?") in "iu")
-    if not has_integer_arithmetic(node) or not ir.columns_of(node) & integers:
+    integer_calls = any(isinstance(n, ir.Call) and n.name in INTEGER_CALLS for n in nodes)  # year(ts), length(s)
+    if not has_integer_arithmetic(node) or not (ir.columns_of(node) & integers or integer_calls):
         return False
     checked = [n for n in nodes if (isinstance(n, ir.Binary) and n.op in ("+", "-", "*", "**")) or (isinstance(n, ir.Unary) and n.op == "-")]
     return any(_integer(n, integers) for n in checked)
 
 
 def _integer(node: ir.Node, integers: frozenset[str]) -> bool:
-    """Whether ``node`` gives integers, from the frame's integer columns and integer literals."""
+    """Whether ``node`` gives integers, from the frame's integer columns, integer literals and integer functions."""
     if isinstance(node, ir.Col):
         return node.name in integers
     if isinstance(node, ir.Lit):
         return isinstance(node.value, int) and not isinstance(node.value, bool)
+    if isinstance(node, ir.Call):
+        return node.name in INTEGER_CALLS
     if isinstance(node, ir.Unary):
         return _integer(node.operand, integers)
     if isinstance(node, ir.Binary):

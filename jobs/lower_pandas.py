@@ -24,7 +24,7 @@ from spillway.jobs import ir
 from spillway.jobs.decimal_cast import is_decimal_cast
 from spillway.jobs.errors import ExpressionError, IntegerOverflow
 from spillway.jobs.like_patterns import like_form, like_matches
-from spillway.jobs.pandas_functions import FUNCTIONS, cast_values
+from spillway.jobs.pandas_functions import FUNCTIONS, cast_values, int64_values
 from spillway.jobs.pandas_numbers import NUMBER_FUNCTIONS
 from spillway.jobs.polars_partitions import slice_by_rows, through_polars
 from spillway.jobs.regex_functions import REGEX_FUNCTIONS, regex_expr
@@ -195,18 +195,23 @@ def checked_integers(symbol: str, message: str, field: str | None) -> Callable[.
 
 
 def _as_int64(value: Any) -> Any:
-    """A narrower integer column (pandas' date parts are int32) as int64, the language's integers: arithmetic on
-    it then overflows only outside int64 (``year(ts) * 10000000`` was refused as an int32 overflow)."""
-    dtype = getattr(value, "dtype", None)
-    if not (isinstance(dtype, np.dtype) and dtype.kind in "iu" and dtype.itemsize < 8):
+    """A narrower integer column (pandas' date parts are int32; a cast to int32) as int64, the language's integers:
+    arithmetic on it then overflows only outside int64 (``year(ts) * 10000000`` was refused as an int32 overflow)."""
+    if not _narrow_integers(getattr(value, "dtype", None)):
         return value
     if hasattr(value, "map_partitions"):  # per partition: one with a null date holds its parts as floats
-        return value.map_partitions(_int64_partition, meta=value._meta.astype("int64"))
-    return value.astype("int64")
+        return value.map_partitions(_int64_partition, meta=_int64_partition(value._meta))
+    return _int64_partition(value)
+
+
+def _narrow_integers(dtype: Any) -> bool:
+    return getattr(dtype, "kind", "") in ("i", "u") and getattr(dtype, "itemsize", 8) < 8
 
 
 def _int64_partition(part: Any) -> Any:
-    return part.astype("int64") if part.dtype.kind in "iu" and part.dtype.itemsize < 8 else part
+    if not _narrow_integers(part.dtype):
+        return part
+    return part.astype("int64" if isinstance(part.dtype, np.dtype) else "Int64")  # a nullable int stays nullable
 
 
 _BINARY: dict[str, Callable[[Any, Any], Any]] = {
@@ -302,10 +307,10 @@ IMPLS: dict[str, Callable[..., Any]] = {
     "startswith": _elementwise(lambda s, t: _cond(s.str.startswith(t)), str.startswith),
     "endswith": _elementwise(lambda s, t: _cond(s.str.endswith(t)), str.endswith),
     "substr": _elementwise(_substr),
-    "length": _elementwise(lambda s: s.str.len(), len),
-    "year": _elementwise(lambda s: s.dt.year, operator.attrgetter("year")),
-    "month": _elementwise(lambda s: s.dt.month, operator.attrgetter("month")),
-    "day": _elementwise(lambda s: s.dt.day, operator.attrgetter("day")),
+    "length": _elementwise(lambda s: int64_values(s.str.len()), len),
+    "year": _elementwise(lambda s: int64_values(s.dt.year), operator.attrgetter("year")),
+    "month": _elementwise(lambda s: int64_values(s.dt.month), operator.attrgetter("month")),
+    "day": _elementwise(lambda s: int64_values(s.dt.day), operator.attrgetter("day")),
     **FUNCTIONS,
     **NUMBER_FUNCTIONS,
     # The same Polars expressions as the Polars engine's, run on each partition (jobs/polars_partitions.py).

@@ -83,7 +83,7 @@ _BINARY: dict[str, Callable[[pl.Expr, pl.Expr], pl.Expr]] = {
 }
 _COMPARE = IEEE_COMPARE
 #: Functions that give integers (int64): their arithmetic is checked for overflow as a column's is.
-_INTEGER_CALLS = frozenset({"length", "year", "month", "day", "day_of_week", "day_of_year", "quarter", "week", "strpos"})
+INTEGER_CALLS = frozenset({"length", "year", "month", "day", "day_of_week", "day_of_year", "quarter", "week", "strpos"})
 #: Functions whose result is a float where an argument is one (so a NaN can come through or out of them).
 _NUMBER_OF_ITS_ARGUMENTS = frozenset({"abs", "floor", "ceil", "sign", "round", "sqrt", "exp", "ln", "greatest", "least",
                                       "coalesce", "fillna", "safe_divide", "divide"})
@@ -238,7 +238,7 @@ class PolarsLowering:
             return node.op in ("+", "-", "*", "//", "%") and self.integer(node.left) and self.integer(node.right)
         if isinstance(node, ir.Call) and node.name in ("cast", "try_cast") and isinstance(node.args[1], ir.Lit):
             return node.args[1].value in ("int64", "int32")
-        return isinstance(node, ir.Call) and node.name in _INTEGER_CALLS
+        return isinstance(node, ir.Call) and node.name in INTEGER_CALLS
 
     def error(self, node: ir.Node, message: str) -> ExpressionError:
         return ExpressionError(f"'{self.text[node.start:node.end]}' at col {node.start}: {message}", field=self.field)

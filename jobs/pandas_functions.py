@@ -79,6 +79,17 @@ def on_host(fn: Callable[..., Any]) -> Callable[..., Any]:
     return impl
 
 
+def int64_values(values: Any) -> Any:
+    """Whole numbers (a date's parts, a text's length) as the language's integers, int64 with their nulls kept.
+
+    pandas gives date parts as int32, and as float64 where a date is null (so per partition, not as the
+    meta says); Polars as Int8 to Int32. On pandas they become the nullable Int64, on cuDF int64 (its
+    columns hold nulls themselves).
+    """
+    meta = getattr(values, "_meta", values)
+    return values.astype("Int64" if isinstance(meta, pd.Series) else "int64")
+
+
 def _part(value: Any, name: str) -> Any:
     """A datetime part by its pandas name (``day_of_week``), or cuDF's older one (``dayofweek``)."""
     found = getattr(value.dt, name, None)
@@ -163,6 +174,8 @@ def cast_values(value: Any, name: str) -> Any:
     if name in ("int64", "int32") and isinstance(dtype, np.dtype) and dtype.kind == "f":
         # numpy ints hold no null: pandas' nullable ints do, so a null stays null (cuDF's ints are nullable already)
         return np.trunc(value).astype(name.capitalize())
+    if name in ("int64", "int32") and isinstance(dtype, pd.api.extensions.ExtensionDtype) and dtype.kind in "iu":
+        return value.astype(name.capitalize())  # a nullable int (a date's part with nulls) stays nullable
     return value.astype(_DTYPES[name])
 
 
@@ -199,10 +212,10 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "date_trunc": _lift(on_host(_trunc), 1),
     "date_diff": on_host(_diff_values),
     "strftime": _lift(lambda d, fmt: d.dt.strftime(fmt)),
-    "day_of_week": _lift(lambda d: _part(d, "day_of_week") + 1),  # ISO: Monday 1 … Sunday 7
-    "day_of_year": _lift(lambda d: _part(d, "day_of_year")),
-    "quarter": _lift(lambda d: d.dt.quarter),
-    "week": _lift(lambda d: d.dt.isocalendar().week.astype("float64")),  # ISO week; float, as the other parts with nulls
+    "day_of_week": _lift(lambda d: int64_values(_part(d, "day_of_week") + 1)),  # ISO: Monday 1 … Sunday 7
+    "day_of_year": _lift(lambda d: int64_values(_part(d, "day_of_year"))),
+    "quarter": _lift(lambda d: int64_values(d.dt.quarter)),
+    "week": _lift(lambda d: int64_values(d.dt.isocalendar().week)),  # ISO week
     "split_part": _lift(on_host(_split_part)),
     "strpos": _lift(lambda s, text: s.str.find(text) + 1),  # 1-based; 0: not found
     "replace": _lift(lambda s, old, new: s.str.replace(old, new, regex=False)),
