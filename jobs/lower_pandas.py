@@ -24,7 +24,7 @@ from spillway.jobs import ir
 from spillway.jobs.decimal_cast import is_decimal_cast
 from spillway.jobs.errors import ExpressionError, IntegerOverflow
 from spillway.jobs.like_patterns import like_form, like_matches
-from spillway.jobs.pandas_functions import FUNCTIONS, cast_values, int64_values
+from spillway.jobs.pandas_functions import FUNCTIONS, cast_values
 from spillway.jobs.pandas_numbers import NUMBER_FUNCTIONS
 from spillway.jobs.polars_partitions import slice_by_rows, through_polars
 from spillway.jobs.regex_functions import REGEX_FUNCTIONS, regex_expr
@@ -307,10 +307,10 @@ IMPLS: dict[str, Callable[..., Any]] = {
     "startswith": _elementwise(lambda s, t: _cond(s.str.startswith(t)), str.startswith),
     "endswith": _elementwise(lambda s, t: _cond(s.str.endswith(t)), str.endswith),
     "substr": _elementwise(_substr),
-    "length": _elementwise(lambda s: int64_values(s.str.len()), len),
-    "year": _elementwise(lambda s: int64_values(s.dt.year), operator.attrgetter("year")),
-    "month": _elementwise(lambda s: int64_values(s.dt.month), operator.attrgetter("month")),
-    "day": _elementwise(lambda s: int64_values(s.dt.day), operator.attrgetter("day")),
+    "length": _elementwise(lambda s: s.str.len(), len),
+    "year": _elementwise(lambda s: s.dt.year, operator.attrgetter("year")),
+    "month": _elementwise(lambda s: s.dt.month, operator.attrgetter("month")),
+    "day": _elementwise(lambda s: s.dt.day, operator.attrgetter("day")),
     **FUNCTIONS,
     **NUMBER_FUNCTIONS,
     # The same Polars expressions as the Polars engine's, run on each partition (jobs/polars_partitions.py).

@@ -10,6 +10,7 @@ two-valued; ``//`` and ``%`` truncate toward zero, as SQL's (Polars floors). Eve
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from datetime import timedelta
 from functools import partial
 from typing import Any
@@ -101,7 +102,16 @@ def _fails_where(condition: pl.Expr, sentinel: str) -> pl.Expr:
     Polars' error quotes the failing text; cudf-polars' names only the cast's types, so each
     sentinel casts to a type of its own (:data:`SENTINEL_TYPES`).
     """
+    reached = _REACHED.get()
+    if reached is not None:  # inside an ``and``: only the rows its parts to the left keep
+        condition = condition & reached
     return pl.when(condition).then(pl.lit(sentinel)).cast(SENTINEL_TYPES[sentinel], strict=True).cast(pl.Int64).fill_null(0)
+
+
+#: The rows a check (:func:`_fails_where`) may fail on while an ``and``'s part is lowered: those the parts to its left
+#: keep (docs/spec.md: "in a filter those the and-ed parts to its left keep"), as the Dask engine reads them. Polars
+#: evaluates every part over every row; that a plain column's guard held came from its pushdown into the scan.
+_REACHED: ContextVar[pl.Expr | None] = ContextVar("spillway_reached_rows", default=None)
 
 
 def _false_if_null(expr: pl.Expr) -> pl.Expr:
@@ -278,8 +288,9 @@ class PolarsLowering:
             found = _false_if_null(operand.is_in([option.value for option in node.options]))
             return _false_if_null(~found & operand.is_not_null()) if node.negated else found
         if isinstance(node, ir.Logical):
-            parts = [self.condition(part) for part in node.parts]
-            return pl.all_horizontal(parts) if node.op == "and" else pl.any_horizontal(parts)
+            if node.op == "or":
+                return pl.any_horizontal([self.condition(part) for part in node.parts])
+            return pl.all_horizontal(self.guarded_parts(node.parts))
         if isinstance(node, ir.IfElse):
             if isinstance(node.cond, ir.Lit):  # a literal condition picks its branch now, as the Dask engine does
                 return self.lower(node.then) if node.cond.value else self.lower(node.other)
@@ -287,6 +298,19 @@ class PolarsLowering:
         if isinstance(node, ir.Call):
             return self.call(node)
         raise TypeError(f"unknown IR node {type(node).__name__}")  # pragma: no cover - the IR is closed
+
+    def guarded_parts(self, parts: tuple[ir.Node, ...] | list[ir.Node]) -> list[pl.Expr]:
+        """The parts of an ``and``, each lowered with its checks limited to the rows the parts before it keep."""
+        outer = _REACHED.get()
+        lowered: list[pl.Expr] = []
+        for part in parts:
+            kept = [outer, *lowered] if outer is not None else lowered
+            token = _REACHED.set(pl.all_horizontal(kept) if kept else None)
+            try:
+                lowered.append(self.condition(part))
+            finally:
+                _REACHED.reset(token)
+        return lowered
 
     def binary(self, node: ir.Binary) -> pl.Expr:
         left, right = node.left, node.right

@@ -79,17 +79,6 @@ def on_host(fn: Callable[..., Any]) -> Callable[..., Any]:
     return impl
 
 
-def int64_values(values: Any) -> Any:
-    """Whole numbers (a date's parts, a text's length) as the language's integers, int64 with their nulls kept.
-
-    pandas gives date parts as int32, and as float64 where a date is null (so per partition, not as the
-    meta says); Polars as Int8 to Int32. On pandas they become the nullable Int64, on cuDF int64 (its
-    columns hold nulls themselves).
-    """
-    meta = getattr(values, "_meta", values)
-    return values.astype("Int64" if isinstance(meta, pd.Series) else "int64")
-
-
 def _part(value: Any, name: str) -> Any:
     """A datetime part by its pandas name (``day_of_week``), or cuDF's older one (``dayofweek``)."""
     found = getattr(value.dt, name, None)
@@ -212,10 +201,10 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "date_trunc": _lift(on_host(_trunc), 1),
     "date_diff": on_host(_diff_values),
     "strftime": _lift(lambda d, fmt: d.dt.strftime(fmt)),
-    "day_of_week": _lift(lambda d: int64_values(_part(d, "day_of_week") + 1)),  # ISO: Monday 1 … Sunday 7
-    "day_of_year": _lift(lambda d: int64_values(_part(d, "day_of_year"))),
-    "quarter": _lift(lambda d: int64_values(d.dt.quarter)),
-    "week": _lift(lambda d: int64_values(d.dt.isocalendar().week)),  # ISO week
+    "day_of_week": _lift(lambda d: _part(d, "day_of_week") + 1),  # ISO: Monday 1 … Sunday 7
+    "day_of_year": _lift(lambda d: _part(d, "day_of_year")),
+    "quarter": _lift(lambda d: d.dt.quarter),
+    "week": _lift(lambda d: d.dt.isocalendar().week.astype("float64")),  # ISO week; float, as the other parts with nulls
     "split_part": _lift(on_host(_split_part)),
     "strpos": _lift(lambda s, text: s.str.find(text) + 1),  # 1-based; 0: not found
     "replace": _lift(lambda s, old, new: s.str.replace(old, new, regex=False)),

@@ -248,7 +248,7 @@ def test_a_filter_that_can_fail_sees_only_its_steps_rows(tmp_path: Path, steps: 
 def test_date_parts_and_lengths_are_int64_on_both_engines(sample_data: dict[str, Path], sales_frame: pd.DataFrame) -> None:
     """Polars gives ``month`` as Int8, ``day_of_year`` as Int16, ``length`` as UInt32, in which arithmetic wrapped:
     ``month(ts) * 100`` was -80 for December, ``length('') - 5`` 4294967291; pandas' date parts are int32, so the Dask
-    engine refused ``year(ts) * 10000000`` as an overflow. Both compute them as int64 now."""
+    engine refused ``year(ts) * 10000000`` as an overflow. Both compute their arithmetic in int64 now."""
     exprs = {"m": "month(ts) * 100", "doy": "day_of_year(ts) * 1000", "q": "quarter(ts) * 100", "dow": "day_of_week(ts) * 100",
              "y": "year(ts) * 1000000", "y7": "year(ts) * 10000000", "short": "length(region) - 100", "w": "week(ts) * 1000",
              "d": "day(ts) * 10"}
@@ -266,10 +266,10 @@ def test_date_parts_and_lengths_are_int64_on_both_engines(sample_data: dict[str,
     assert all(str(t) == "int64" for t in got.dtypes)
 
 
-def test_date_parts_with_null_dates_are_exact_int64_on_both_engines(tmp_path: Path) -> None:
-    """Where a date is null pandas gives its parts as float64: the Dask engine rounded ``year(ts) * 10**15 + day(ts)``,
-    wrote ``1200.0`` to CSV, and failed ``cast(month(ts), 'int64')``. Both engines now give exact nullable int64s, and
-    a filter after another one does not meet the overflow of rows that one removed."""
+def test_date_parts_with_null_dates_on_both_engines(tmp_path: Path) -> None:
+    """Polars gives exact int64 date parts with nulls; the Dask engine holds a partition's parts as float64 where a date
+    is null (pandas), so it agrees within float precision, computes ``year(ts) * 10**7`` in int64 (its int32 parts
+    were refused as an overflow), and a filter after another one does not meet the overflow of rows that one removed."""
     import datetime
 
     import pyarrow as pa
@@ -278,19 +278,37 @@ def test_date_parts_with_null_dates_are_exact_int64_on_both_engines(tmp_path: Pa
     path = tmp_path / "dates.parquet"
     pq.write_table(pa.table({"id": [1, 2, 3, 4], "n": [1, 200, 3, 4], "s": ["ab", None, "", "xyz"],
                              "ts": [datetime.datetime(2024, 12, 31), None, datetime.datetime(2021, 1, 3), datetime.datetime(2020, 2, 29)]}), path)
-    exprs = {"big": "year(ts) * 1000000000000000 + day(ts)", "m": "cast(month(ts), 'int64') * 100", "w": "week(ts)",
-             "l": "length(s) - 5", "q": "quarter(ts) * 2147483647"}
+    exprs = {"big": "year(ts) * 1000000000000000 + day(ts)", "m": "month(ts) * 100", "y7": "year(ts) * 10000000",
+             "l": "length(s) - 5", "q": "quarter(ts) * 2147483647", "mixed": "coalesce(month(ts), 1.5)"}
     spec = JobSpec.model_validate({"source": {"format": "parquet", "path": str(path)},
                                    "steps": [*({"op": "assign", "column": k, "expr": v} for k, v in exprs.items()),
                                              {"op": "select", "columns": ["id", *exprs]}], "sink": {"path": "/tmp/unused"}})
-    on_dask, _ = run_both(spec)
+    on_dask, polars_as_pandas = run_both(spec)
+    assert_same_rows(on_dask, polars_as_pandas, ordered=False)
     on_polars = sorted(build_lazyframe(plan_spec(spec), filters_before_casts=True).collect().rows())  # not via pandas' floats
-    assert sorted(tuple(None if pd.isna(v) else int(v) for v in row) for row in on_dask.itertuples(index=False)) == on_polars
-    assert on_polars[0] == (1, 2024000000000000031, 1200, 1, -3, 4 * 2147483647)
-    assert on_polars[1] == (2, None, None, None, None, None)
-    assert all(str(dtype) == "Int64" for dtype in on_dask.dtypes), on_dask.dtypes
+    assert on_polars[0] == (1, 2024000000000000031, 1200, 20240000000, -3, 4 * 2147483647, 12.0)
+    assert on_polars[1] == (2, None, None, None, None, None, 1.5)
     filtered = JobSpec.model_validate({"source": {"format": "parquet", "path": str(path)},
                                        "steps": [{"op": "filter", "expr": "n > 100"}, {"op": "filter", "expr": "year(ts) * 4611686018427387904 > 0"}],
                                        "sink": {"path": "/tmp/unused"}})
-    on_dask, on_polars = run_both(filtered)  # the only row left has no date: no overflow on either engine
-    assert len(on_dask) == len(on_polars) == 0
+    on_dask, on_polars_rows = run_both(filtered)  # the only row left has no date: no overflow on either engine
+    assert len(on_dask) == len(on_polars_rows) == 0
+
+
+@pytest.mark.parametrize("expr", ["n + 0 != 12 and divide(1, n + 0 - 12) < 0", "month(ts) != 12 and divide(1, month(ts) - 12) < 0",
+                                  "year(ts) <= 2019 and year(ts) * 4560000000000000 > 0"])
+def test_a_guard_put_first_keeps_the_checks_after_it_from_failing(tmp_path: Path, expr: str) -> None:
+    """docs/spec.md "Put the guard first": a check sees only the rows the ``and``-ed parts to its left keep. On Polars
+    that held only where the guard was pushed into the scan (a plain column's ``n != 12``): ``n + 0 != 12`` or
+    ``month(ts) != 12`` let ``divide`` meet the zero and fail the job."""
+    import datetime
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "guards.parquet"
+    pq.write_table(pa.table({"n": [1, 12, 3], "ts": [datetime.datetime(2020, 1, 1), datetime.datetime(2020, 12, 1), datetime.datetime(2021, 3, 1)]}), path)
+    spec = JobSpec.model_validate({"source": {"format": "parquet", "path": str(path)}, "steps": [{"op": "filter", "expr": expr}], "sink": {"path": "/tmp/unused"}})
+    on_dask, on_polars = run_both(spec)
+    assert_same_rows(on_dask, on_polars, ordered=False)
+    assert sorted(on_polars["n"].tolist()) == ([] if "year" in expr else [1, 3])
