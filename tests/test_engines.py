@@ -312,3 +312,19 @@ def test_a_guard_put_first_keeps_the_checks_after_it_from_failing(tmp_path: Path
     on_dask, on_polars = run_both(spec)
     assert_same_rows(on_dask, on_polars, ordered=False)
     assert sorted(on_polars["n"].tolist()) == ([] if "year" in expr else [1, 3])
+
+
+def test_a_cast_of_a_nullable_int_keeps_its_nulls_on_both_engines(tmp_path: Path) -> None:
+    """pandas reads an int column with nulls as its nullable Int64, whose astype('int32') refused the null
+    ("cannot convert NA to integer"): the Dask engine failed ``cast(n, 'int32')``; the null stays null now."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "ints.parquet"
+    pq.write_table(pa.table({"n": [1, None, 3]}), path)
+    spec = JobSpec.model_validate({"source": {"format": "parquet", "path": str(path)}, "sink": {"path": "/tmp/unused"},
+                                   "steps": [{"op": "assign", "column": "c", "expr": "cast(n, 'int32')"},
+                                             {"op": "assign", "column": "d", "expr": "cast(n * 2, 'int64')"}]})
+    on_dask, on_polars = run_both(spec)
+    assert_same_rows(on_dask, on_polars, ordered=False)
+    assert on_dask["c"].isna().tolist() == [False, True, False] and str(on_dask["c"].dtype) == "Int32"
