@@ -11,7 +11,6 @@ the ``__spillway_`` prefix and dropped before the step ends.
 from __future__ import annotations
 
 import contextlib
-import operator
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -271,14 +270,27 @@ def _filtering_join(frame: dd.DataFrame, right: dd.DataFrame, step: JoinStep) ->
 
 
 def _top_k(frame: dd.DataFrame, step: TopKStep) -> dd.DataFrame:
-    # A global sort, then each row's position within its group in that order: dask's
-    # groupby cumcount carries counts across partitions, so no groupby-apply is needed.
-    ordered = frame.sort_values([key.column for key in step.order], ascending=[not key.descending for key in step.order])
-    keep = ordered.groupby(list(step.by), dropna=False).cumcount() < step.k
-    # Partition i of keep is partition i of ordered, row for row, but dask cannot tell (a
-    # cumcount is not blockwise): left to itself it would align the two by a shuffle on
-    # the index, losing the order and mispairing rows where partitions repeat index labels.
-    return ordered.map_partitions(operator.getitem, keep, align_dataframes=False, meta=ordered._meta)
+    """The first ``k`` rows of each group in the step's order, then every kept row in that order.
+
+    Each group is brought into one partition (a shuffle on its keys) and cut there. A cumcount over
+    one global sort, paired partition by partition with the sorted rows, kept wrong rows: the
+    optimiser can plan the two as separate sorts that split the rows differently (files read out
+    of their key order gave ids 5, 6 for the first two of 1…8).
+    """
+    columns = [key.column for key in step.order]
+    ascending = [not key.descending for key in step.order]
+    keys = list(step.by)
+    grouped = frame.shuffle(on=keys) if keys else frame.repartition(npartitions=1)
+    firsts = grouped.map_partitions(_first_k, keys, columns, ascending, step.k, meta=frame._meta, align_dataframes=False)
+    return firsts.sort_values(columns, ascending=ascending)
+
+
+def _first_k(part: Any, keys: list[str], columns: list[str], ascending: list[bool], k: int) -> Any:
+    """The first ``k`` rows of each group of ``keys`` in one partition that holds whole groups, nulls last."""
+    ordered = part.sort_values(columns, ascending=ascending, na_position="last").reset_index(drop=True)
+    if not keys:
+        return ordered.head(k)
+    return ordered[ordered.groupby(keys, dropna=False, sort=False).cumcount() < k]
 
 
 def _union(frame: dd.DataFrame, others: list[dd.DataFrame], distinct: bool) -> dd.DataFrame:

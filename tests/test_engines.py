@@ -328,3 +328,21 @@ def test_a_cast_of_a_nullable_int_keeps_its_nulls_on_both_engines(tmp_path: Path
     on_dask, on_polars = run_both(spec)
     assert_same_rows(on_dask, on_polars, ordered=False)
     assert on_dask["c"].isna().tolist() == [False, True, False] and str(on_dask["c"].dtype) == "Int32"
+
+
+@pytest.mark.parametrize("descending", [False, True])
+def test_top_k_over_files_out_of_key_order_keeps_the_right_rows(tmp_path: Path, descending: bool) -> None:
+    """Two files, ids 5-8 then 1-4: the Dask engine's top_k kept 5, 6 for the first two in id order (a cumcount over
+    one sort, paired with the rows of another). Now each group is cut in one partition; the rows come out in order."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = tmp_path / "rev"
+    folder.mkdir()
+    for name, ids in (("a", [5, 6, 7, 8]), ("b", [1, 2, 3, 4])):  # more columns than the order needs: the sorts then differ
+        pq.write_table(pa.table({"id": ids, "g": [1] * 4, "x": [1.0] * 4, "y": ["u"] * 4}), folder / f"{name}.parquet")
+    spec = JobSpec.model_validate({"source": {"format": "parquet", "path": str(folder)}, "sink": {"path": "/tmp/unused"},
+                                   "steps": [{"op": "top_k", "by": ["g"], "order": [{"column": "id", "descending": descending}], "k": 2}]})
+    on_dask, on_polars = run_both(spec)
+    assert_same_rows(on_dask, on_polars, ordered=True)
+    assert on_dask["id"].tolist() == ([8, 7] if descending else [1, 2])
