@@ -170,6 +170,9 @@ def compute_window(part: Any, keys: list[str], order: list[tuple[str, bool]], ou
         elif output.func in ("lag", "lead"):
             shift = output.offset if output.func == "lag" else -output.offset
             shifted = grouped[output.input]
+            if isinstance(output.default, float) and frame[output.input].dtype.kind in "iu":
+                # A float default beside integers gives floats, Polars' supertype (pandas' nullable ints refused the fill).
+                shifted = frame[by].assign(**{_TEMP: frame[output.input].astype("float64")}).groupby(by, dropna=False, sort=False)[_TEMP]
             results[output.name] = shifted.shift(shift) if output.default is None else shifted.shift(shift, fill_value=output.default)
         else:
             results[output.name] = _aggregate(frame, by, position, output)

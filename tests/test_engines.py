@@ -346,3 +346,19 @@ def test_top_k_over_files_out_of_key_order_keeps_the_right_rows(tmp_path: Path, 
     on_dask, on_polars = run_both(spec)
     assert_same_rows(on_dask, on_polars, ordered=True)
     assert on_dask["id"].tolist() == ([8, 7] if descending else [1, 2])
+
+
+def test_lag_with_a_float_default_over_integers_gives_floats_on_both_engines(tmp_path: Path) -> None:
+    """A window ``lag`` of an int column with ``default: 1.5``: Polars gives floats (the supertype); the Dask engine
+    failed on pandas' nullable ints (KeyError: dtype('float64'))."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "lags.parquet"
+    pq.write_table(pa.table({"g": [1, 1, 2, 2], "n": pa.array([1, None, 3, 4]), "o": [1, 2, 3, 4]}), path)
+    spec = JobSpec.model_validate({"source": {"format": "parquet", "path": str(path)}, "sink": {"path": "/tmp/unused"},
+                                   "steps": [{"op": "window", "partition_by": ["g"], "order_by": [{"column": "o"}],
+                                              "columns": {"p": {"func": "lag", "column": "n", "default": 1.5}}}]})
+    on_dask, on_polars = run_both(spec)
+    assert_same_rows(on_dask, on_polars, ordered=False)
+    assert sorted(on_dask["p"].tolist()) == [1.0, 1.5, 1.5, 3.0]
