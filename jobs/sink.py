@@ -276,7 +276,6 @@ class SinkWriter:
             return None
         return manifest.model_copy(update={"files": own, "total_rows": sum(f.rows for f in own),
                                            "total_bytes": sum(f.size_bytes for f in own), "job_id": self.job_id})
-        return None
 
     def _settle_swap(self) -> None:
         # swap_directories without renameat2 renames the sink aside, then the staging directory in.
