@@ -82,7 +82,6 @@ _BINARY: dict[str, Callable[[pl.Expr, pl.Expr], pl.Expr]] = {
     "+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "/": lambda a, b: a / b,
     "//": _truncated_divide, "%": _truncated_remainder, "**": lambda a, b: a.pow(b),
 }
-_COMPARE = IEEE_COMPARE
 #: Functions that give integers (int64): their arithmetic is checked for overflow as a column's is.
 INTEGER_CALLS = frozenset({"length", "year", "month", "day", "day_of_week", "day_of_year", "quarter", "week", "strpos"})
 #: Functions whose result is a float where an argument is one (so a NaN can come through or out of them).
@@ -156,13 +155,11 @@ _CALLS: dict[str, Callable[..., pl.Expr]] = {
     "notnull": lambda x: x.is_not_null(),
     "fillna": lambda x, v: x.fill_null(v),
     "abs": lambda x: x.abs(),
-    # Integers stay integers through floor, ceil and sign; sqrt and ln are null outside their domain.
+    # Integers stay integers through floor, ceil and sign (sqrt and ln: PolarsLowering.call).
     "floor": lambda x: x.floor(),
     "ceil": lambda x: x.ceil(),
     "sign": lambda x: x.sign(),
-    "sqrt": lambda x: pl.when(x >= 0).then(x.cast(pl.Float64).sqrt()),
     "exp": lambda x: x.cast(pl.Float64).exp(),
-    "ln": lambda x: pl.when(x > 0).then(x.cast(pl.Float64).log()),
     "safe_divide": lambda x, y: pl.when(y != 0).then(x / y),  # / by zero: null, where / gives an infinity
     "divide": lambda x, y: x / y + _fails_where(y == 0, DIVISION_BY_ZERO),
     "greatest": lambda *xs: pl.max_horizontal(*xs),  # nulls skipped, as PostgreSQL and DuckDB do
@@ -380,7 +377,7 @@ class PolarsLowering:
                 value = constant.value.to_pydatetime() if isinstance(constant.value, pd.Timestamp) else None  # as _literal lowers it
                 bound = date_bound(mirrored, value)
                 if bound is not None:
-                    return _COMPARE[bound[0]](pl.col(column.name), pl.lit(bound[1]))
+                    return IEEE_COMPARE[bound[0]](pl.col(column.name), pl.lit(bound[1]))
         return None
 
     def call(self, node: ir.Call) -> pl.Expr:
@@ -391,10 +388,11 @@ class PolarsLowering:
                 return _false_if_null(low & high)
         if name == "between" and self.may_be_nan(args[2]):  # below any other bound, a NaN operand is out under both orders
             return _false_if_null(self.compare(">=", args[0], args[1]) & self.compare("<=", args[0], args[2]))
-        if name in ("sqrt", "ln") and self.may_be_nan(args[0]):  # NaN in, NaN out: the guard's comparison must say so on IEEE engines
+        if name in ("sqrt", "ln"):  # null outside the domain; NaN in, NaN out, also where comparisons follow IEEE
             x = self.lower(args[0])
-            inside = total_order_compare(">=" if name == "sqrt" else ">", x, pl.lit(0.0), a_may_be_nan=True, b_may_be_nan=False)
-            return pl.when(inside).then(x.cast(pl.Float64).sqrt() if name == "sqrt" else x.cast(pl.Float64).log())
+            inside = total_order_compare(">=" if name == "sqrt" else ">", x, pl.lit(0), a_may_be_nan=self.may_be_nan(args[0]), b_may_be_nan=False)
+            as_float = x.cast(pl.Float64)
+            return pl.when(inside).then(as_float.sqrt() if name == "sqrt" else as_float.log())
         if name == "greatest" and any(map(self.may_be_nan, args)):
             return greatest_with_nan([self.lower(arg) for arg in args], [self.may_be_nan(arg) for arg in args])
         if name == "coalesce":
@@ -424,12 +422,13 @@ class PolarsLowering:
 
 
 def orders_numbers(node: ir.Node, kinds: Mapping[str, str]) -> bool:
-    """Whether ``node`` orders values of which one may be a float (a comparison, ``between`` or ``greatest`` over a
-    column that is not text, a datetime or a bool, a ``/`` or a cast to a float): where one may be NaN, the
-    lowering needs the column types (jobs.nan_order). Dates and text, most of TPC-H's comparisons, do not."""
+    """Whether ``node`` orders values of which one may be a float (a comparison, ``between``, ``greatest``, or the domain
+    guard of ``sqrt`` or ``ln``, over a column that is not text, a datetime or a bool, a ``/`` or a cast to a float):
+    where one may be NaN, the lowering needs the column types (jobs.nan_order). Dates and text, most of TPC-H's
+    comparisons, do not."""
     if isinstance(node, ir.Compare):
         operands: tuple[ir.Node, ...] = (node.left, node.right)
-    elif isinstance(node, ir.Call) and node.name in ("between", "greatest"):
+    elif isinstance(node, ir.Call) and node.name in ("between", "greatest", "sqrt", "ln"):  # sqrt, ln: their domain guard
         operands = node.args
     else:
         operands = ()
