@@ -8,6 +8,7 @@ fixture; these are the engine-level checks that need no service.
 
 from __future__ import annotations
 
+import datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,8 @@ import dask
 import numpy as np
 import pandas as pd
 import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from polars.testing import assert_frame_equal
 
@@ -270,11 +273,6 @@ def test_date_parts_with_null_dates_on_both_engines(tmp_path: Path) -> None:
     """Polars gives exact int64 date parts with nulls; the Dask engine holds a partition's parts as float64 where a date
     is null (pandas), so it agrees within float precision, computes ``year(ts) * 10**7`` in int64 (its int32 parts
     were refused as an overflow), and a filter after another one does not meet the overflow of rows that one removed."""
-    import datetime
-
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     path = tmp_path / "dates.parquet"
     pq.write_table(pa.table({"id": [1, 2, 3, 4], "n": [1, 200, 3, 4], "s": ["ab", None, "", "xyz"],
                              "ts": [datetime.datetime(2024, 12, 31), None, datetime.datetime(2021, 1, 3), datetime.datetime(2020, 2, 29)]}), path)
@@ -301,11 +299,6 @@ def test_a_guard_put_first_keeps_the_checks_after_it_from_failing(tmp_path: Path
     """docs/spec.md "Put the guard first": a check sees only the rows the ``and``-ed parts to its left keep. On Polars
     that held only where the guard was pushed into the scan (a plain column's ``n != 12``): ``n + 0 != 12`` or
     ``month(ts) != 12`` let ``divide`` meet the zero and fail the job."""
-    import datetime
-
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     path = tmp_path / "guards.parquet"
     pq.write_table(pa.table({"n": [1, 12, 3], "ts": [datetime.datetime(2020, 1, 1), datetime.datetime(2020, 12, 1), datetime.datetime(2021, 3, 1)]}), path)
     spec = JobSpec.model_validate({"source": {"format": "parquet", "path": str(path)}, "steps": [{"op": "filter", "expr": expr}], "sink": {"path": "/tmp/unused"}})
@@ -317,9 +310,6 @@ def test_a_guard_put_first_keeps_the_checks_after_it_from_failing(tmp_path: Path
 def test_a_cast_of_a_nullable_int_keeps_its_nulls_on_both_engines(tmp_path: Path) -> None:
     """pandas reads an int column with nulls as its nullable Int64, whose astype('int32') refused the null
     ("cannot convert NA to integer"): the Dask engine failed ``cast(n, 'int32')``; the null stays null now."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     path = tmp_path / "ints.parquet"
     pq.write_table(pa.table({"n": [1, None, 3]}), path)
     spec = JobSpec.model_validate({"source": {"format": "parquet", "path": str(path)}, "sink": {"path": "/tmp/unused"},
@@ -334,9 +324,6 @@ def test_a_cast_of_a_nullable_int_keeps_its_nulls_on_both_engines(tmp_path: Path
 def test_top_k_over_files_out_of_key_order_keeps_the_right_rows(tmp_path: Path, descending: bool) -> None:
     """Two files, ids 5-8 then 1-4: the Dask engine's top_k kept 5, 6 for the first two in id order (a cumcount over
     one sort, paired with the rows of another). Now each group is cut in one partition; the rows come out in order."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     folder = tmp_path / "rev"
     folder.mkdir()
     for name, ids in (("a", [5, 6, 7, 8]), ("b", [1, 2, 3, 4])):  # more columns than the order needs: the sorts then differ
@@ -351,9 +338,6 @@ def test_top_k_over_files_out_of_key_order_keeps_the_right_rows(tmp_path: Path, 
 def test_lag_with_a_float_default_over_integers_gives_floats_on_both_engines(tmp_path: Path) -> None:
     """A window ``lag`` of an int column with ``default: 1.5``: Polars gives floats (the supertype); the Dask engine
     failed on pandas' nullable ints (KeyError: dtype('float64'))."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     path = tmp_path / "lags.parquet"
     pq.write_table(pa.table({"g": [1, 1, 2, 2], "n": pa.array([1, None, 3, 4]), "o": [1, 2, 3, 4]}), path)
     spec = JobSpec.model_validate({"source": {"format": "parquet", "path": str(path)}, "sink": {"path": "/tmp/unused"},

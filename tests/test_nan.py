@@ -107,6 +107,18 @@ def test_nan_on_cudf_polars_as_on_polars(tmp_path: Path, case: str) -> None:
         assert sorted(_rows(got), key=repr) == sorted(_rows(expected), key=repr), f"cudf-polars:\n{got}\nPolars:\n{expected}"
 
 
+def _ieee_compare(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Polars' comparisons as cudf-polars runs them: false wherever a NaN is (``!=`` true), null wherever a null is."""
+    from spillway.jobs import nan_order
+
+    def nanish(x: pl.Expr) -> pl.Expr:  # is_nan where the type has one (an emulation: never on decimals in the lowering)
+        return x.cast(pl.Float64, strict=False).is_nan().fill_null(False)
+
+    for name, compare in dict(nan_order.IEEE_COMPARE).items():
+        monkeypatch.setitem(nan_order.IEEE_COMPARE, name, lambda x, y, c=compare, n=name: pl.when(x.is_null() | y.is_null()).then(
+            None).when(nanish(x) | nanish(y)).then(pl.lit(n == "!=")).otherwise(c(x, y)))
+
+
 VALUES = [1.0, 2.0, INF, -INF, NAN, None]
 
 
@@ -121,10 +133,7 @@ def test_nan_aware_comparisons_give_the_total_order_where_comparisons_follow_iee
     language = pairs.select(nan_order.IEEE_COMPARE[op](a, b)).to_series().to_list()  # Polars' CPU engine: the total order
     on_cpu = pairs.select(nan_order.total_order_compare(op, a, b, a_may_be_nan=True, b_may_be_nan=True)).to_series().to_list()
     assert on_cpu == language
-    cpu_compare = dict(nan_order.IEEE_COMPARE)
-    for name, compare in cpu_compare.items():  # IEEE: false wherever a NaN is (!= true), null wherever a null is
-        monkeypatch.setitem(nan_order.IEEE_COMPARE, name, lambda x, y, c=compare, n=name: pl.when(x.is_null() | y.is_null()).then(
-            None).when(x.is_nan() | y.is_nan()).then(pl.lit(n == "!=")).otherwise(c(x, y)))
+    _ieee_compare(monkeypatch)
     assert pairs.select(nan_order.IEEE_COMPARE[">"](a, b)).to_series().to_list()[4 * len(VALUES)] is False  # NaN > 1: false
     under_ieee = pairs.select(nan_order.total_order_compare(op, a, b, a_may_be_nan=True, b_may_be_nan=True)).to_series().to_list()
     wrong = [(x, y, got, want) for x, y, got, want in zip(pairs["a"], pairs["b"], under_ieee, language) if got != want]
@@ -143,18 +152,6 @@ def test_only_comparisons_that_may_meet_a_nan_get_terms(tmp_path: Path) -> None:
 
     assert "is_nan" not in plan_of("i > 1") and "is_nan" not in plan_of("v < 1.5") and "is_nan" not in plan_of("v == 2.0")
     assert "is_nan" in plan_of("v > 1") and "is_nan" in plan_of("v == v") and "is_nan" in plan_of("i / i > 0")
-
-
-def _ieee_compare(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Polars' comparisons as cudf-polars runs them: false wherever a NaN is (``!=`` true), null wherever a null is."""
-    from spillway.jobs import nan_order
-
-    def nanish(x: pl.Expr) -> pl.Expr:  # is_nan where the type has one (an emulation: never on decimals in the lowering)
-        return x.cast(pl.Float64, strict=False).is_nan().fill_null(False)
-
-    for name, compare in dict(nan_order.IEEE_COMPARE).items():
-        monkeypatch.setitem(nan_order.IEEE_COMPARE, name, lambda x, y, c=compare, n=name: pl.when(x.is_null() | y.is_null()).then(
-            None).when(nanish(x) | nanish(y)).then(pl.lit(n == "!=")).otherwise(c(x, y)))
 
 
 #: Shapes a review found (2026-12-04): a decimal or bool beside a float (Polars refuses is_nan on them), NaN made by
