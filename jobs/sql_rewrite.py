@@ -252,6 +252,13 @@ def _finish(tree: exp.Query, round_casts: set[str] | None) -> str:
     like_as_string_functions(tree)
     in_list_as_equalities(tree)
     truth_tests(tree)
+    return polars_text(tree)
+
+
+def polars_text(tree: exp.Expression) -> str:
+    """The text Polars runs for a finished tree, or for one read back from such a text (sqlglot reads a typed date
+    literal back as a cast and ``MEDIAN`` as PostgreSQL's ``PERCENTILE_CONT``, which Polars takes neither of)."""
+    fold_date_literals(tree)
     _polars_function_names(tree)
     return tree.sql(dialect=OUTPUT_DIALECT, comments=False)
 

@@ -66,10 +66,18 @@ def _empty_frame(schema: Schema) -> pl.LazyFrame:
 def run_sql(sql: str, frames: Mapping[str, pl.LazyFrame]) -> pl.LazyFrame:
     """The LazyFrame of checked, regenerated ``sql`` over ``frames`` (by table name).
 
-    Text with an ordered window is read back with sqlglot and split (:func:`jobs.sql_window_run.run_windowed`);
-    any other runs as it is. Only text regenerated from a checked tree comes here.
+    Where a table has a float column, comparisons that may meet a NaN are written out under NaN's total order
+    (:mod:`jobs.sql_nan`). Text with an ordered window is read back with sqlglot and split
+    (:func:`jobs.sql_window_run.run_windowed`); any other runs as it is. Only text regenerated from a checked
+    tree comes here.
     """
     context = pl.SQLContext(dict(frames))
+    schemas = {table: dict(frame.collect_schema()) for table, frame in frames.items()}
+    if any(dtype.is_float() for schema in schemas.values() for dtype in schema.values()):
+        from spillway.jobs.sql_nan import nan_aware  # comparisons that may meet a NaN, spelt out for cudf-polars' IEEE ones
+        from spillway.jobs.sql_rewrite import polars_text
+
+        sql = polars_text(nan_aware(sqlglot.parse_one(sql, dialect=DIALECT), schemas, DIALECT))
     with warnings.catch_warnings():  # Polars warns of its own casts of date literals
         warnings.simplefilter("ignore", DeprecationWarning)
         if "OVER" in sql and has_ordered_windows(tree := sqlglot.parse_one(sql, dialect=DIALECT)):

@@ -81,17 +81,11 @@ def test_nan_is_a_value_that_sorts_last_and_equals_itself_on_polars(tmp_path: Pa
                                                    (4, False, True, True), (5, True, True, True), (6, True, True, True)], key=repr)
 
 
-#: Cases cudf-polars answers differently from Polars' CPU engine. Its comparisons follow IEEE (``NaN > 1``,
-#: ``NaN == NaN`` false; found on the H200, 2026-12-04). Steps' expressions are lowered around it
-#: (jobs.nan_order: "expressions" and "filter" pass there since); a SQL source's comparisons are Polars' SQL
-#: lowering, not ours, and are not (H200 run, 2026-12-04: NaN rows dropped by ``v >= 1``). Strict, so a fix shows.
-IEEE_ON_GPU = {"sql"}
-
-
+# cudf-polars compares as IEEE does (``NaN > 1``, ``NaN == NaN`` false; found on the H200, 2026-12-04). Steps'
+# expressions are lowered around it (jobs.nan_order), a SQL source's comparisons since 2026-12-05 too (jobs.sql_nan;
+# the H200 run of 2026-12-04 dropped NaN rows by ``v >= 1`` there).
 @pytest.mark.gpu
-@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.xfail(
-    strict=True, reason="cudf-polars 26.10 compares NaN as IEEE does in a SQL source's comparisons (NaN > 1 false)")) if c in IEEE_ON_GPU else c
-    for c in sorted(CASES)])
+@pytest.mark.parametrize("case", sorted(CASES))
 def test_nan_on_cudf_polars_as_on_polars(tmp_path: Path, case: str) -> None:
     """cudf-polars gives Polars' CPU answer where NaN meets sorts, comparisons, joins, distinct rows and group keys."""
     pytest.importorskip("cudf_polars")
@@ -190,3 +184,90 @@ def test_nan_shapes_give_polars_answers_under_ieee_comparisons(tmp_path: Path, m
         assert [row[-1] for row in language if row[0] == 1] == ["nan"]
     _ieee_compare(monkeypatch)
     assert answer() == language
+
+
+def _sql_value(node: Any, row: dict[str, float | None], *, ieee: bool) -> Any:
+    """``node`` (comparisons, AND/OR/NOT, IS NULL, columns and numbers) on ``row``, with SQL's nulls; comparisons
+    under IEEE (Python's floats: ``NaN > 1`` false) or under NaN's total order (NaN equal to itself, above all)."""
+    from sqlglot import exp
+
+    def value(n: Any) -> Any:
+        return _sql_value(n, row, ieee=ieee)
+
+    if isinstance(n := node, exp.Paren):
+        return value(n.this)
+    if isinstance(n, exp.Column):
+        return row[n.name]
+    if isinstance(n, exp.Literal):
+        return float(n.this)
+    if isinstance(n, exp.Null):
+        return None
+    if isinstance(n, exp.Is):
+        return value(n.this) is None
+    if isinstance(n, exp.Not):
+        inner = value(n.this)
+        return None if inner is None else not inner
+    if isinstance(n, exp.Between):
+        return value(exp.and_(exp.GTE(this=n.this, expression=n.args["low"]), exp.LTE(this=n.this, expression=n.args["high"])))
+    if isinstance(n, (exp.And, exp.Or)):
+        parts = [value(n.this), value(n.expression)]
+        decided = False if isinstance(n, exp.And) else True
+        return decided if decided in parts else (None if None in parts else not decided)
+    a, b = value(n.this), value(n.expression)
+    if a is None or b is None:
+        return None
+    if not ieee:  # NaN as the largest value, equal to itself: order by (is NaN, value)
+        a, b = (math.isnan(a), 0.0 if math.isnan(a) else a), (math.isnan(b), 0.0 if math.isnan(b) else b)
+    ops = {exp.EQ: lambda: a == b, exp.NEQ: lambda: a != b, exp.LT: lambda: a < b, exp.LTE: lambda: a <= b,
+           exp.GT: lambda: a > b, exp.GTE: lambda: a >= b}
+    return ops[type(n)]()
+
+
+SQL_VALUES = [1.0, 2.0, INF, -INF, NAN, None]
+
+
+@pytest.mark.parametrize("condition", ["a = b", "a <> b", "a < b", "a <= b", "a > b", "a >= b", "a BETWEEN b AND c",
+                                       "NOT a BETWEEN b AND c", "a > 1 AND (b = c OR c < a)"])
+def test_sql_comparisons_give_the_total_order_where_comparisons_follow_ieee(condition: str) -> None:
+    """jobs.sql_nan's rewrite of a SQL source's comparisons, evaluated as cudf-polars compares (IEEE), gives the
+    language's answer (the total order, as Polars' CPU engine, PostgreSQL and DuckDB) for every triple of 1, 2,
+    ±inf, NaN and null; evaluated under the total order it changes nothing."""
+    import sqlglot
+    from sqlglot import exp
+
+    from spillway.jobs.sql_nan import nan_aware
+
+    def condition_of(sql: str) -> Any:
+        return sqlglot.parse_one(sql, dialect="postgres").find(exp.Where).this
+
+    query = f'SELECT "t"."a" FROM "t" AS "t" WHERE {condition.replace("a", "t.a").replace("b", "t.b").replace("c", "t.c")}'
+    plain = condition_of(query)
+    rewritten = condition_of(nan_aware(sqlglot.parse_one(query, dialect="postgres"),
+                                       {"t": {"a": pl.Float64(), "b": pl.Float64(), "c": pl.Float64()}}, "postgres").sql("postgres"))
+    assert rewritten.sql() != plain.sql()
+    triples = [{"a": a, "b": b, "c": c} for a in SQL_VALUES for b in SQL_VALUES for c in SQL_VALUES]
+    wrong = [(row, got, want) for row in triples
+             if (got := _sql_value(rewritten, row, ieee=True)) != (want := _sql_value(plain, row, ieee=False))]
+    assert not wrong, f"{condition} (row, under IEEE, the language's answer): {wrong[:5]}"
+    assert all(_sql_value(rewritten, row, ieee=False) == _sql_value(plain, row, ieee=False) for row in triples)
+    assert any(_sql_value(plain, row, ieee=True) != _sql_value(plain, row, ieee=False) for row in triples), "IEEE differs somewhere"
+
+
+def test_sql_comparisons_get_terms_only_where_a_side_may_be_nan() -> None:
+    """Integers, texts and number literals under ``=``, ``<>``, ``<``, ``<=`` keep the plain form (and the parquet
+    pushdown); a float column, a cast 'NaN' or a division gets terms; key equalities in a join's ON stay as written."""
+    import sqlglot
+
+    from spillway.jobs.sql_nan import nan_aware
+
+    schemas = {"t": {"i": pl.Int64(), "s": pl.String(), "v": pl.Float64()}, "u": {"i": pl.Int64(), "w": pl.Float32()}}
+
+    def rewritten(where: str) -> str:
+        sql = f'SELECT "t"."i" FROM "t" AS "t" JOIN "u" AS "u" ON "t"."v" = "u"."w" WHERE {where}'
+        return nan_aware(sqlglot.parse_one(sql, dialect="postgres"), schemas, "postgres").sql("postgres")
+
+    for plain in ('"t"."i" > 1', '"t"."s" = \'x\'', '"t"."v" < 1.5', '"t"."v" = 2', '"t"."v" <= 3', '"t"."i" = "u"."i"'):
+        assert rewritten(plain).endswith(f"WHERE {plain}"), plain
+    for nan_side in ('"t"."v" > 1', '"t"."v" = "u"."w"', '"t"."i" < CAST(\'NaN\' AS DOUBLE PRECISION)', '"t"."i" / "u"."i" >= 0'):
+        assert "<>" in rewritten(nan_side).split("WHERE")[1], nan_side
+    assert 'ON "t"."v" = "u"."w"' in rewritten('"t"."v" > 1')

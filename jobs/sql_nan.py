@@ -1,0 +1,142 @@
+"""A SQL source's comparisons under NaN's total order, written so that an IEEE engine gives the same answer.
+
+The language orders NaN as PostgreSQL, DuckDB and Polars' CPU engine do (docs/spec.md, "NaN is not
+null"): NaN equals NaN and is above every number. cudf-polars 26.10 compares as IEEE does, and a
+SQL source's comparisons are Polars' SQL lowering, not ours, so ``WHERE v >= 1`` dropped NaN rows on
+the GPU. Polars' SQL has no ``isnan``; ``x <> x`` is one under IEEE (true for NaN alone) and false
+everywhere under the total order. So each comparison that may meet a NaN gets the terms
+:mod:`jobs.nan_order` gives steps, with ``x <> x`` for ``is_nan``: under IEEE they add the rows the
+total order says, and under the total order they are false and change nothing. Either way the
+answer is the language's, on whichever engine runs the text.
+
+Which sides may be NaN comes from the frames' real column types (sqlglot's type annotation over
+them): a float column, float arithmetic or a cast to a float; an integer, text, date or a number
+literal never is, so most comparisons, and every one against a number literal in ``=``, ``<>``,
+``<`` and ``<=``, stay as written and keep their pushdown into parquet statistics. Key equalities
+in a join's ``ON`` stay too: join keys match NaN to NaN on both engines (tests/test_nan.py). So
+does a comparison inside a correlated ``EXISTS``, which Polars' planner takes only as written:
+there cudf-polars still compares a NaN as IEEE does (docs/spec.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import polars as pl
+from sqlglot import exp
+from sqlglot.optimizer.annotate_types import annotate_types
+
+#: sqlglot's comparison node for each operator of :func:`jobs.nan_order.total_order_compare`.
+_OPERATORS: dict[type[exp.Expression], str] = {exp.EQ: "=", exp.NEQ: "<>", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">="}
+_FLOAT_TYPES = frozenset({exp.DataType.Type.FLOAT, exp.DataType.Type.DOUBLE})
+_NAN_TEXTS = frozenset({"nan", "+nan", "-nan"})
+
+
+def sql_type(dtype: pl.DataType) -> str:
+    """The SQL type sqlglot annotates a column of Polars type ``dtype`` with (only floats matter here)."""
+    if dtype.is_float():
+        return "DOUBLE"
+    if dtype.is_integer():
+        return "BIGINT"
+    if dtype.is_decimal():
+        return "DECIMAL"
+    if dtype == pl.Boolean:
+        return "BOOLEAN"
+    if dtype == pl.Date:
+        return "DATE"
+    if dtype.is_temporal():
+        return "TIMESTAMP"
+    return "VARCHAR"
+
+
+def _may_be_nan(node: exp.Expression) -> bool:
+    if isinstance(node, exp.Paren):
+        return _may_be_nan(node.this)
+    if isinstance(node, (exp.Literal, exp.Null, exp.Boolean, exp.Predicate, exp.Connector, exp.Not)):
+        return False  # a number literal is never NaN ('NaN' is a cast of a text); a truth value neither
+    if isinstance(node, exp.Cast) and isinstance(node.this, exp.Literal) and node.this.is_string:
+        return node.this.name.strip().lower() in _NAN_TEXTS
+    if isinstance(node, exp.Div):
+        return True  # 0 / 0 is NaN, of integers too
+    if node.type is None or node.type.this == exp.DataType.Type.UNKNOWN:
+        return True  # an extra term is never wrong, only slower
+    return node.type.this in _FLOAT_TYPES
+
+
+def _is_nan(node: exp.Expression) -> exp.Expression:
+    return exp.paren(exp.NEQ(this=node.copy(), expression=node.copy()), copy=False)
+
+
+def _not_null(node: exp.Expression) -> exp.Expression:
+    return exp.not_(exp.Is(this=node.copy(), expression=exp.Null()), copy=False)
+
+
+def _nan_above(nan: exp.Expression, other: exp.Expression, *, strict: bool) -> exp.Expression:
+    """``nan`` is NaN and ``other`` a value below it (``strict``: not a NaN too), or any value (a number literal: always)."""
+    if strict:
+        return exp.and_(_is_nan(nan), exp.not_(_is_nan(other)))
+    return _is_nan(nan) if isinstance(other, exp.Literal) else exp.and_(_is_nan(nan), _not_null(other))
+
+
+def total_order(op: str, a: exp.Expression, b: exp.Expression, *, a_nan: bool, b_nan: bool) -> exp.Expression:
+    """``a op b`` (``op`` one of ``= <> < <= > >=``) under NaN's total order on an engine that compares as IEEE
+    does, and unchanged under the total order; a null on either side still gives null.
+
+    The same terms as :func:`jobs.nan_order.total_order_compare`, with ``x <> x`` for ``is_nan(x)``.
+    """
+    node_type = next(t for t, name in _OPERATORS.items() if name == op)
+    plain = node_type(this=a.copy(), expression=b.copy())
+    if op == "=":
+        return exp.paren(exp.or_(plain, exp.and_(_is_nan(a), _is_nan(b))), copy=False) if a_nan and b_nan else plain
+    if op == "<>":
+        return exp.paren(exp.and_(plain, exp.not_(exp.and_(_is_nan(a), _is_nan(b)))), copy=False) if a_nan and b_nan else plain
+    if op in ("<", "<="):  # b NaN: every number a is below it, a NaN only under "<=" (equal)
+        if not b_nan:
+            return plain
+        return exp.paren(exp.or_(plain, _nan_above(b, a, strict=op == "<" and a_nan)), copy=False)
+    if not a_nan:  # ">", ">=" mirror "<", "<="
+        return plain
+    return exp.paren(exp.or_(plain, _nan_above(a, b, strict=op == ">" and b_nan)), copy=False)
+
+
+def _kept_as_written(node: exp.Expression) -> bool:
+    """A key equality in a join's ``ON``, or a comparison in a correlated ``EXISTS`` that Polars' own planner takes
+    only in its plain form (``p.cost > s.amount``; an uncorrelated one was made a join, jobs.sql_rewrite)."""
+    if node.find_ancestor(exp.Exists) is not None:
+        return True
+    parent = node.parent
+    while parent is not None and not isinstance(parent, (exp.Join, exp.Select)):
+        node, parent = parent, parent.parent
+    return isinstance(parent, exp.Join) and node is parent.args.get("on")
+
+
+def _sides(node: exp.Expression) -> list[exp.Expression]:
+    return [node.this, node.args["low"], node.args["high"]] if isinstance(node, exp.Between) else [node.this, node.expression]
+
+
+def nan_aware(tree: exp.Expression, schemas: Mapping[str, Mapping[str, pl.DataType]], dialect: str) -> exp.Expression:
+    """``tree`` (a qualified query over ``schemas``: table → column → Polars type) with every comparison and
+    ``BETWEEN`` that may meet a NaN written out under NaN's total order (:func:`total_order`). Changed in place."""
+    # Innermost first, so that a comparison inside another is rewritten before the outer one copies it.
+    comparisons = [node for node in reversed(list(tree.find_all(exp.Between, *_OPERATORS, bfs=False))) if not _kept_as_written(node)]
+    for number, node in enumerate(comparisons):
+        node.meta["spillway_comparison"] = number
+    # Types are read off a copy: sqlglot's annotation also rewrites (a cast into ROUND's argument, for one).
+    typed = annotate_types(tree.copy(), schema={table: {column: sql_type(dtype) for column, dtype in columns.items()}
+                                                for table, columns in schemas.items()}, dialect=dialect)
+    may_be_nan = {node.meta["spillway_comparison"]: [_may_be_nan(side) for side in _sides(node)]
+                  for node in typed.find_all(exp.Between, *_OPERATORS) if "spillway_comparison" in node.meta}
+    for number, node in enumerate(comparisons):
+        nan = may_be_nan.get(number, [True] * len(_sides(node)))
+        if not any(nan):
+            continue
+        if isinstance(node, exp.Between):
+            x, low, high = _sides(node)
+            node.replace(exp.paren(exp.and_(total_order(">=", x, low, a_nan=nan[0], b_nan=nan[1]),
+                                            total_order("<=", x, high, a_nan=nan[0], b_nan=nan[2])), copy=False))
+        else:
+            node.replace(total_order(_OPERATORS[type(node)], node.this, node.expression, a_nan=nan[0], b_nan=nan[1]))
+    return tree
+
+
+__all__ = ["nan_aware", "sql_type", "total_order"]
