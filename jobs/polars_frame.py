@@ -65,6 +65,48 @@ def pair_moment(func: str, x: pl.Expr, y: pl.Expr) -> pl.Expr:
     return pl.when((sxx > 0) & (syy > 0)).then(sxy / (sxx * syy).sqrt())
 
 
+_TIME_UNITS = ("ms", "us", "ns")  # coarse to fine
+
+
+def join_key_type(left: pl.DataType, right: pl.DataType) -> pl.DataType | None:
+    """The type a join compares a key of type ``left`` with one of type ``right`` in, where Polars refuses to
+    join the two as they are; None where it joins them (equal types, integers of any widths, floats of both).
+
+    An integer or a decimal with a float: as floats, as pandas' merge and Polars' ``==`` compare them. A decimal
+    with an integer or another decimal: a decimal holding both exactly. Datetimes of different units: the finer.
+    """
+    if left == right or (left.is_integer() and right.is_integer()) or (left.is_float() and right.is_float()):
+        return None
+    if isinstance(left, pl.Decimal) and isinstance(right, pl.Decimal):
+        scale = max(left.scale, right.scale)
+        return pl.Decimal(min(38, max(left.precision - left.scale, right.precision - right.scale) + scale), scale)
+    if isinstance(left, pl.Decimal) and right.is_integer():
+        return pl.Decimal(38, left.scale)
+    if isinstance(right, pl.Decimal) and left.is_integer():
+        return pl.Decimal(38, right.scale)
+    if left.is_numeric() and right.is_numeric():
+        return pl.Float64()
+    if isinstance(left, pl.Datetime) and isinstance(right, pl.Datetime) and left.time_zone == right.time_zone:
+        return pl.Datetime(max(left.time_unit, right.time_unit, key=_TIME_UNITS.index), left.time_zone)
+    return None
+
+
+def _compared_keys(frame: pl.LazyFrame, right: pl.LazyFrame, step: JoinStep) -> dict[int, pl.DataType]:
+    """The key pairs of ``step``, by position, that Polars joins only cast (:func:`join_key_type`), with that type.
+
+    None where the types agree, as in every TPC-H join, whose plans are thus unchanged."""
+    if not step.left_keys:
+        return {}
+    left_types, right_types = frame.collect_schema(), right.collect_schema()
+    pairs = enumerate(zip(step.left_keys, step.right_keys, strict=True))
+    return {i: common for i, (left, other) in pairs if (common := join_key_type(left_types[left], right_types[other])) is not None}
+
+
+def _cast_keys(keys: list[str], compared: dict[int, pl.DataType]) -> list[pl.Expr]:
+    """The key columns ``keys``, those of a pair in ``compared`` (:func:`_compared_keys`) cast to its type."""
+    return [pl.col(key).cast(compared[i]) if i in compared else pl.col(key) for i, key in enumerate(keys)]
+
+
 @dataclass(frozen=True)
 class _Uncast:
     """A frame that is its read casts over ``stored`` (a scan, filtered or joined, in the files' own types)."""
@@ -292,20 +334,30 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
     def pairs(self, frame: pl.LazyFrame, right: pl.LazyFrame, step: JoinStep, field: str, columns: list[str]) -> pl.LazyFrame:
         """``frame`` joined with ``right`` as ``step`` says (``where`` only for inner and cross), as ``columns``."""
         how: Any = _HOW[step.how]
-        if step.how in ("semi", "anti"):
-            return frame.join(right, left_on=step.left_keys, right_on=step.right_keys, how=how)
+        compared = _compared_keys(frame, right, step)
+        if step.how in ("semi", "anti"):  # only the left's columns come out, so the keys are compared cast in place
+            return frame.join(right, left_on=_cast_keys(step.left_keys, compared), right_on=_cast_keys(step.right_keys, compared), how=how)
         if not step.left_keys:  # cross, or inner with only a where; Polars plans a range condition as an IEJoin
             joined = frame.join(right, how="cross", suffix=step.right_suffix)
         else:
             shared = step.on is not None  # one key column per name, as pandas' merge on= gives
-            joined = frame.join(
-                right,
-                left_on=step.left_keys,
-                right_on=step.right_keys,
-                how=how,
-                suffix=step.right_suffix,
-                coalesce=shared,
-            )
+            left_on, right_on = list(step.left_keys), list(step.right_keys)
+            if compared:
+                # Such a pair joins on hidden copies cast to the compared type, each side's own key column kept as
+                # pandas' merge keeps it (under on=, the left's: inner and left joins give the left's key, as pandas).
+                hidden = {i: f"{_HIDDEN}key{i}" for i in compared}
+                frame = frame.with_columns(pl.col(left_on[i]).cast(common).alias(hidden[i]) for i, common in compared.items())
+                right = right.with_columns(pl.col(right_on[i]).cast(common).alias(hidden[i]) for i, common in compared.items())
+                if shared:
+                    right = right.drop([right_on[i] for i in compared])
+                left_on = [hidden.get(i, key) for i, key in enumerate(left_on)]
+                right_on = [hidden.get(i, key) for i, key in enumerate(right_on)]
+            joined = frame.join(right, left_on=left_on, right_on=right_on, how=how, suffix=step.right_suffix, coalesce=shared)
+            if compared and shared and step.how in ("right", "outer"):
+                # Rows of the right side too: the key in the compared type, the left's where matched, as pandas' merge
+                # gives it (an integer 0 matched by a float -0.0 is 0.0).
+                joined = joined.with_columns(pl.coalesce(pl.col(key).cast(compared[i]), pl.col(left_on[i])).alias(key)
+                                             for i, key in enumerate(step.left_keys) if i in compared)
         if step.where is not None:
             joined = joined.filter(self.expr(f"{field}.where", step.where, self.plan.joined.get(field, {}), over=joined))
         return joined.select(columns)
