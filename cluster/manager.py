@@ -655,7 +655,9 @@ class JobManager:
         # dask-cudf (_gpu_fallback), under engine: polars it was a 422 at submit already. The
         # service does not translate it a second time (5-80 ms a job: it re-reads parquet footers).
         # Filters before the read casts on the CPU only: cudf-polars was measured with the plan as it was.
-        return logical, choice, build_lazyframe(logical, filters_before_casts=choice.device == "cpu")
+        # NaN terms in a SQL source's comparisons only where they may run on cudf-polars' IEEE comparisons.
+        on_cpu = choice.device == "cpu"
+        return logical, choice, build_lazyframe(logical, filters_before_casts=on_cpu, ieee_comparisons=not on_cpu)
 
     async def _execute_polars(self, job: JobView, active: _ActiveJob, frame: pl.LazyFrame, logical: LogicalPlan, phase: float) -> None:
         assert active.engine is not None

@@ -63,16 +63,16 @@ def _empty_frame(schema: Schema) -> pl.LazyFrame:
     return pl.LazyFrame(schema={name: _KIND_DTYPES.get(kind, pl.Null()) for name, kind in schema.items()})
 
 
-def run_sql(sql: str, frames: Mapping[str, pl.LazyFrame]) -> pl.LazyFrame:
+def run_sql(sql: str, frames: Mapping[str, pl.LazyFrame], *, nan_terms: bool = True) -> pl.LazyFrame:
     """The LazyFrame of checked, regenerated ``sql`` over ``frames`` (by table name).
 
-    Where a table has a float column, comparisons that may meet a NaN are written out under NaN's total order
-    (:mod:`jobs.sql_nan`). Text with an ordered window is read back with sqlglot and split
+    With ``nan_terms`` (where it may run on cudf-polars, whose comparisons follow IEEE) and a table with a float
+    column, comparisons that may meet a NaN are written out under NaN's total order (:mod:`jobs.sql_nan`). Text with an ordered window is read back with sqlglot and split
     (:func:`jobs.sql_window_run.run_windowed`); any other runs as it is. Only text regenerated from a checked
     tree comes here.
     """
     context = pl.SQLContext(dict(frames))
-    schemas = {table: dict(frame.collect_schema()) for table, frame in frames.items()}
+    schemas = {table: dict(frame.collect_schema()) for table, frame in frames.items()} if nan_terms else {}
     if any(dtype.is_float() for schema in schemas.values() for dtype in schema.values()):
         from spillway.jobs.sql_nan import nan_aware  # comparisons that may meet a NaN, spelt out for cudf-polars' IEEE ones
         from spillway.jobs.sql_rewrite import polars_text

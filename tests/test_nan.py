@@ -271,3 +271,18 @@ def test_sql_comparisons_get_terms_only_where_a_side_may_be_nan() -> None:
     for nan_side in ('"t"."v" > 1', '"t"."v" = "u"."w"', '"t"."i" < CAST(\'NaN\' AS DOUBLE PRECISION)', '"t"."i" / "u"."i" >= 0'):
         assert "<>" in rewritten(nan_side).split("WHERE")[1], nan_side
     assert 'ON "t"."v" = "u"."w"' in rewritten('"t"."v" > 1')
+
+
+def test_sql_nan_terms_only_in_plans_for_cudf_polars(tmp_path: Path) -> None:
+    """The manager builds CPU jobs with ``ieee_comparisons=False``: Polars' CPU engine orders NaN so itself, and the
+    rewrite costs planning time (jobs/sql_nan.py); a plan for cudf-polars has the terms, and both give one answer."""
+    frame = _query(tmp_path, "sql")
+    spec = JobSpec.model_validate({"sources": {"left_rows": {"format": "parquet", "path": str(tmp_path / "left.parquet")},
+                                               "q": {"sql": SQL}}, "source": "q", "sink": {"path": "/tmp/unused"}})
+    on_cpu = build_lazyframe(plan_spec(spec), ieee_comparisons=False)
+
+    def self_comparisons(lazy: pl.LazyFrame) -> int:
+        return lazy.explain(optimizations=pl.QueryOptFlags.none()).count('col("v") == col("v")')
+
+    assert self_comparisons(frame) > self_comparisons(on_cpu) == 1  # the query's own ``v = v``, and the terms' ``v <> v``
+    assert sorted(_rows(on_cpu.collect()), key=repr) == sorted(_rows(frame.collect()), key=repr)
