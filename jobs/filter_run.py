@@ -75,10 +75,3 @@ def conjunct_groups(node: ir.Node, frame: dd.DataFrame) -> list[list[ir.Node]]:
             groups.append([])
         groups[-1].append(part)
     return groups
-
-
-def all_of(masks: list[Any]) -> Any:
-    """The masks and-ed as a balanced tree: a left-deep chain of ``&`` overflows dask's recursion at about 200."""
-    while len(masks) > 1:
-        masks = [masks[i] & masks[i + 1] if i + 1 < len(masks) else masks[i] for i in range(0, len(masks), 2)]
-    return masks[0]

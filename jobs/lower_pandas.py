@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable
+from contextvars import ContextVar
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
@@ -25,7 +26,7 @@ from spillway.jobs.decimal_cast import is_decimal_cast
 from spillway.jobs.errors import ExpressionError, IntegerOverflow
 from spillway.jobs.like_patterns import like_form, like_matches
 from spillway.jobs.pandas_functions import FUNCTIONS, cast_values
-from spillway.jobs.pandas_numbers import NUMBER_FUNCTIONS
+from spillway.jobs.pandas_numbers import NUMBER_FUNCTIONS, keeps
 from spillway.jobs.polars_partitions import slice_by_rows, through_polars
 from spillway.jobs.regex_functions import REGEX_FUNCTIONS, regex_expr
 from spillway.jobs.time_functions import TIME_FUNCTIONS, time_expr
@@ -159,9 +160,49 @@ def _as_float(value: Any) -> Any:
     return float(value) if _is_scalar(value) else value.astype("float64")
 
 
-def _raise_if(values: Any, overflowed: Any, message: str, field: str | None) -> Any:
-    """``values``, unless a row ``overflowed``: then the job fails naming the expression."""
-    if bool(overflowed.any()):
+#: The masks of the rows a check (``divide``'s zero divisor, an integer overflow) may fail on while a part of an ``and``
+#: or a branch of an ``if`` or ``case`` is evaluated: a row every one keeps (none: every row). docs/spec.md: a check sees
+#: the rows that reach it, at any depth, as on the Polars engine (jobs/lower_polars.py, _REACHED; Polars itself evaluates
+#: an elementwise branch of when/then over the rows that take it). A check ands them in its partitions (keeps): and-ed
+#: as dask columns, every ``&`` walked the whole graph (are_co_aligned): 50 nested checks planned 5 times slower.
+_REACHED: ContextVar[tuple[Any, ...]] = ContextVar("spillway_pandas_reached_rows", default=())
+
+
+def _reached_by(masks: list[Any], fn: Fn, frame: Any) -> Any:
+    """``fn(frame)``, its checks limited to the rows reached now that every one of ``masks`` keeps."""
+    if not masks:
+        return fn(frame)
+    token = _REACHED.set((*_REACHED.get(), *masks))
+    try:
+        return fn(frame)
+    finally:
+        _REACHED.reset(token)
+
+
+def _in_turn(parts: list[Fn], frame: Any) -> list[Any]:
+    """The masks of an ``and``'s parts over ``frame``, left to right, each part's checks limited to the rows the ones before it keep."""
+    masks: list[Any] = []
+    for part in parts:
+        masks.append(_reached_by(masks, part, frame))
+    return masks
+
+
+def _checks(node: ir.Node) -> bool:
+    """Whether ``node`` holds a check that fails the job on some rows: ``divide``, or arithmetic checked for integer overflow."""
+    return any((isinstance(n, ir.Call) and n.name == "divide") or (isinstance(n, ir.Binary) and n.op in _CHECKED)
+               or (isinstance(n, ir.Unary) and n.op == "-") for n in ir.walk(node))
+
+
+def all_of(masks: list[Any]) -> Any:
+    """The masks and-ed as a balanced tree: a left-deep chain of ``&`` overflows dask's recursion at about 200."""
+    while len(masks) > 1:
+        masks = [masks[i] & masks[i + 1] if i + 1 < len(masks) else masks[i] for i in range(0, len(masks), 2)]
+    return masks[0]
+
+
+def _raise_if(values: Any, overflowed: Any, message: str, field: str | None, *reached: Any) -> Any:
+    """``values``, unless a row ``overflowed`` that ``reached`` keeps: then the job fails naming the expression."""
+    if bool(keeps(overflowed, *reached).any()):
         raise IntegerOverflow(message, field=field)
     return values
 
@@ -188,8 +229,8 @@ def checked_integers(symbol: str, message: str, field: str | None) -> Callable[.
         # A folded constant (cast('41', 'int64') + 1) is a numpy scalar, which has no .abs().
         overflowed = (missed.abs() if hasattr(missed, "abs") else np.abs(missed)) > 2.0 ** (8 * result.dtype.itemsize - 2)
         if hasattr(result, "map_partitions"):  # dask: checked as each partition is computed
-            return result.map_partitions(_raise_if, overflowed, message, field, meta=result._meta, align_dataframes=False)
-        return _raise_if(result, overflowed, message, field)
+            return result.map_partitions(_raise_if, overflowed, message, field, *_REACHED.get(), meta=result._meta, align_dataframes=False)
+        return _raise_if(result, overflowed, message, field, *_REACHED.get())
 
     return run
 
@@ -313,6 +354,7 @@ IMPLS: dict[str, Callable[..., Any]] = {
     "day": _elementwise(lambda s: s.dt.day, operator.attrgetter("day")),
     **FUNCTIONS,
     **NUMBER_FUNCTIONS,
+    "divide": lambda left, right: NUMBER_FUNCTIONS["divide"](left, right, *_REACHED.get()),  # zeros only where rows reach it
     # The same Polars expressions as the Polars engine's, run on each partition (jobs/polars_partitions.py).
     **{name: through_polars(partial(regex_expr, name), null=False if name == "regexp_like" else None) for name in REGEX_FUNCTIONS},
     **{name: through_polars(partial(time_expr, name)) for name in TIME_FUNCTIONS},
@@ -360,11 +402,20 @@ class PandasLowering:
             parts = [self.apply(fn, pair, node) if len(pair) == 2 else pair[0] for pair in pairs]
         return parts[0]
 
-    def choose(self, cond_node: ir.Node, then: Fn, other: Fn, node: ir.Node) -> Fn:
+    def choose(self, cond_node: ir.Node, then: Fn, other: Fn, node: ir.Node, *, checked: bool) -> Fn:
+        """``then`` where ``cond_node`` holds, else ``other``; where a branch holds a check (``checked``), it sees only
+        the rows that take that branch."""
         cond = self.condition(cond_node)
         if isinstance(cond_node, ir.Lit):  # a literal condition picks its branch now
             return then if cond(None) else other
-        return self.apply(_select, [cond, then, other], node)
+        if not checked:
+            return self.apply(_select, [cond, then, other], node)
+
+        def branches(frame: Any) -> list[Any]:
+            chosen = cond(frame)
+            return [chosen, _reached_by([chosen], then, frame), _reached_by([_not(chosen)], other, frame)]
+
+        return self.apply(lambda values: _select(*values), [branches], node)
 
     def lower(self, node: ir.Node) -> Fn:
         if isinstance(node, ir.Lit):
@@ -387,9 +438,12 @@ class PandasLowering:
             return self.apply(_notin if node.negated else _isin, [self.lower(node.operand), lambda frame: options], node)
         if isinstance(node, ir.Logical):
             parts = [self.condition(part) for part in node.parts]
+            if node.op == "and" and any(map(_checks, node.parts[1:])):
+                return self.apply(all_of, [partial(_in_turn, parts)], node)
             return self.combine(operator.and_ if node.op == "and" else operator.or_, parts, node)
         if isinstance(node, ir.IfElse):
-            return self.choose(node.cond, self.lower(node.then), self.lower(node.other), node)
+            checked = _checks(node.then) or _checks(node.other)
+            return self.choose(node.cond, self.lower(node.then), self.lower(node.other), node, checked=checked)
         if isinstance(node, ir.Call):
             return self.call(node)
         raise TypeError(f"unknown IR node {type(node).__name__}")  # pragma: no cover - the IR is closed
@@ -413,9 +467,11 @@ class PandasLowering:
         if node.name == "coalesce":
             return self.combine(_coalesce, [self.lower(arg) for arg in args], node)  # associative, so it may be balanced
         if node.name == "case":  # fold from the default backwards so the first true condition wins
-            result = self.lower(args[-1])
-            for index in range(len(args) - 3, -1, -2):
-                result = self.choose(args[index], self.lower(args[index + 1]), result, node)
+            result, checked = self.lower(args[-1]), _checks(args[-1])
+            for index in range(len(args) - 3, -1, -2):  # a later condition is in the branch of the rows the earlier ones leave
+                checked = checked or _checks(args[index + 1])
+                result = self.choose(args[index], self.lower(args[index + 1]), result, node, checked=checked)
+                checked = checked or _checks(args[index])
             return result
         return self.apply(IMPLS[node.name], [self.lower(arg) for arg in args], node)
 

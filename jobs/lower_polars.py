@@ -291,10 +291,25 @@ class PolarsLowering:
         if isinstance(node, ir.IfElse):
             if isinstance(node.cond, ir.Lit):  # a literal condition picks its branch now, as the Dask engine does
                 return self.lower(node.then) if node.cond.value else self.lower(node.other)
-            return pl.when(self.condition(node.cond)).then(self.lower(node.then)).otherwise(self.lower(node.other))
+            taken = self.condition(node.cond)
+            rows = taken.fill_null(False)
+            return pl.when(taken).then(self.reaching(rows, node.then)).otherwise(self.reaching(~rows, node.other))
         if isinstance(node, ir.Call):
             return self.call(node)
         raise TypeError(f"unknown IR node {type(node).__name__}")  # pragma: no cover - the IR is closed
+
+    def reaching(self, rows: pl.Expr | None, node: ir.Node, *, condition: bool = False) -> pl.Expr:
+        """``node`` lowered with its checks limited to ``rows`` (and the rows already reached): a branch of an ``if``
+        or a ``case`` sees the rows that take it, as on the Dask engine. Polars' CPU engine evaluates a branch of
+        when/then over its own rows anyway, but only as an optimisation, which cudf-polars need not share."""
+        if rows is None:
+            return self.condition(node) if condition else self.lower(node)
+        outer = _REACHED.get()
+        token = _REACHED.set(rows if outer is None else outer & rows)
+        try:
+            return self.condition(node) if condition else self.lower(node)
+        finally:
+            _REACHED.reset(token)
 
     def guarded_parts(self, parts: tuple[ir.Node, ...] | list[ir.Node]) -> list[pl.Expr]:
         """The parts of an ``and``, each lowered with its checks limited to the rows the parts before it keep."""
@@ -400,9 +415,13 @@ class PolarsLowering:
         if name == "case":
             pairs = [(args[i], args[i + 1]) for i in range(0, len(args) - 1, 2)]
             chain: Any = pl
+            left: pl.Expr | None = None  # the rows no earlier condition took
             for cond, value in pairs:
-                chain = chain.when(self.condition(cond)).then(self.lower(value))
-            result: pl.Expr = chain.otherwise(self.lower(args[-1]))
+                taken = self.reaching(left, cond, condition=True)
+                rows = taken.fill_null(False)
+                chain = chain.when(taken).then(self.reaching(rows if left is None else left & rows, value))
+                left = ~rows if left is None else left & ~rows
+            result: pl.Expr = chain.otherwise(self.reaching(left, args[-1]))
             return result
         if name == "try_cast":
             return _try_cast(self.lower(args[0]), args[1].value, text=self.kind(args[0]) == "string")  # type: ignore[attr-defined]

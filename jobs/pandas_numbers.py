@@ -95,20 +95,34 @@ def _safe_divide(left: Any, right: Any) -> Any:
 DIVISION_BY_ZERO = "spillway: division by zero"
 
 
-def _nonzero(divisor: Any) -> Any:
-    """``divisor`` (a partition), or the error of ``divide`` when one of its values is zero."""
-    if bool((divisor == 0).fillna(False).any()):
+def keeps(flags: Any, *reached: Any) -> Any:
+    """``flags`` (the rows a check fails on) where every mask of ``reached`` (the rows that reach the check) holds too."""
+    for mask in reached:
+        flags = flags & mask
+    return flags
+
+
+def _nonzero(divisor: Any, *reached: Any) -> Any:
+    """``divisor`` (a partition), or the error of ``divide`` when one of its values is zero in a row every mask of ``reached`` keeps."""
+    if bool(keeps((divisor == 0).fillna(False), *reached).any()):
         raise ZeroDivisionError(f"{DIVISION_BY_ZERO}: divide(x, y) met a zero divisor; safe_divide(x, y) gives null there instead")
     return divisor
 
 
-def _divide(left: Any, right: Any) -> Any:
-    """``left / right``; a zero divisor fails (as SQL's division does), when the partition holding it is computed."""
+def _divide(left: Any, right: Any, *reached: Any) -> Any:
+    """``left / right``; a zero divisor fails (as SQL's division does), when the partition holding it is computed.
+
+    Only a zero in a row that every mask of ``reached`` keeps fails: the rows the parts of an ``and``
+    to its left keep, or those that take its branch of an ``if`` (jobs/lower_pandas.py, _REACHED).
+    """
     if _is_value(right):
         if not pd.isna(right) and right == 0:
             raise ZeroDivisionError(f"{DIVISION_BY_ZERO}: divide(x, y) met a zero divisor")
         return None if (_is_value(left) and pd.isna(left)) or pd.isna(right) else left / right
-    checked = right.map_partitions(_nonzero, meta=right._meta) if hasattr(right, "map_partitions") else _nonzero(right)
+    if hasattr(right, "map_partitions"):
+        checked = right.map_partitions(_nonzero, *reached, meta=right._meta, align_dataframes=False)
+    else:
+        checked = _nonzero(right, *reached)
     return left / checked
 
 

@@ -25,8 +25,8 @@ from spillway.jobs.dask_read import integers_kept, nullable_integers, read_sourc
 from spillway.jobs.decimal_cast import decimal_casts, refuse_on_dask
 from spillway.jobs.errors import SpecError
 from spillway.jobs.expr import Expression
-from spillway.jobs.filter_run import all_of, conjunct_groups, kept_in_place, may_fail
-from spillway.jobs.lower_pandas import evaluate
+from spillway.jobs.filter_run import conjunct_groups, kept_in_place, may_fail
+from spillway.jobs.lower_pandas import all_of, evaluate
 from spillway.jobs.logical import LogicalPlan
 from spillway.jobs.named_sources import NamedSources
 from spillway.jobs.join_condition_dask import join_with_condition

@@ -25,7 +25,9 @@ from spillway.jobs import ir
 from spillway.jobs.engine_choice import choose_engine
 from spillway.jobs.gpu_support import WRONG_ON_CUDF_POLARS
 from spillway.jobs.expr import parse_expression
-from spillway.jobs.lower_polars import to_polars
+from spillway.jobs.errors import IntegerOverflow
+from spillway.jobs.lower_polars import INT64_OVERFLOW, to_polars
+from spillway.jobs.pandas_numbers import DIVISION_BY_ZERO
 from spillway.jobs.pipeline import backend_config, build_frame
 from spillway.jobs.polars_frame import build_lazyframe
 from spillway.jobs.polars_io import partition_directory
@@ -305,6 +307,74 @@ def test_a_guard_put_first_keeps_the_checks_after_it_from_failing(tmp_path: Path
     on_dask, on_polars = run_both(spec)
     assert_same_rows(on_dask, on_polars, ordered=False)
     assert sorted(on_polars["n"].tolist()) == ([] if "year" in expr else [1, 3])
+
+
+def guard_spec(tmp_path: Path, step: dict[str, Any]) -> JobSpec:
+    """One step over ``n`` = 1, 12, 3 (12: ``divide(1, n - 12)`` meets a zero, ``n * 922337203685477580`` leaves int64)."""
+    pq.write_table(pa.table({"n": [1, 12, 3]}), tmp_path / "n.parquet")
+    return JobSpec.model_validate({"source": {"format": "parquet", "path": str(tmp_path / "n.parquet")}, "steps": [step],
+                                   "sink": {"path": "/tmp/unused"}})
+
+
+# The guard first at any depth: a check in a part of an ``and`` sees only the rows the parts to its left keep, inside
+# parentheses, under ``not`` or ``or``, in an assign, in ``case``'s conditions; a check in a branch of ``if`` or ``case``
+# only the rows that take it. The Dask engine ordered only a filter's top-level parts: each of these failed it, not Polars.
+NESTED_GUARDS = [  # the step, its expression, and the n a filter keeps or an assign's values for n = 1, 12, 3
+    ("filter", "n > 0 and (n != 12 and divide(1, n - 12) < 0)", [1, 3]),
+    ("filter", "not (n + 0 != 12 and divide(1, n - 12) > 0)", [1, 3, 12]),
+    ("filter", "(n != 12 and divide(1, n - 12) < 0) or n == 12", [1, 3, 12]),
+    ("filter", "n < 100 and (n > 0 and (n != 12 and n * 922337203685477580 > 0))", [1, 3]),
+    ("assign", "n != 12 and divide(1, n - 12) < 0", [True, False, True]),
+    ("assign", "case(n > 0 and (n != 12 and divide(1, n - 12) < 0), 1, 0)", [1, 0, 1]),
+    ("assign", "1 if n != 12 and -(n * 922337203685477580) < 0 else 0", [1, 0, 1]),
+    ("assign", "divide(11, n - 12) if n != 12 else 0", [-1.0, 0.0, -11 / 9]),
+    ("assign", "case(n == 12, 0, divide(1, n - 12) < 0, 1, 2)", [1, 0, 1]),
+]
+
+
+@pytest.mark.parametrize(("expr", "check"), [("divide(11, n - 12) if n != 12 else 0", "divide(11, n - 12)"),
+                                            ("case(n != 12, divide(1, n - 12), 0)", "divide(1, n - 12)"),
+                                            ("n * 768614336404564651 if n != 12 else 0", "n * 768614336404564651")])
+def test_a_branch_holds_its_rows_in_the_polars_lowering(expr: str, check: str) -> None:
+    """A check in a branch of ``if`` or ``case`` carries the rows that take the branch in the Polars expression itself:
+    each branch evaluated over every row, as an engine without Polars' CPU short-cut (which evaluates a branch of
+    when/then over its own rows, as an optimisation) may, fails on no row; the check alone fails on n = 12."""
+    def lowered(text: str) -> pl.Expr:
+        return to_polars(parse_expression(text).node, text, None, {"n": "numeric"}, {"n": pl.Int64})
+
+    rows = pl.DataFrame({"n": [1, 12, 3]})
+    branches = lowered(expr).meta.pop()  # the condition and the branches' values
+    assert len(branches) == 3
+    for branch in branches:
+        rows.select(branch.alias("value"))
+    with pytest.raises(pl.exceptions.PolarsError):
+        rows.select(lowered(check).alias("value"))
+
+
+@pytest.mark.parametrize(("op", "expr", "want"), NESTED_GUARDS, ids=[expr for _, expr, _ in NESTED_GUARDS])
+def test_a_guard_keeps_the_checks_after_it_from_failing_at_any_depth(tmp_path: Path, op: str, expr: str, want: list[Any]) -> None:
+    step = {"op": "filter", "expr": expr} if op == "filter" else {"op": "assign", "column": "c", "expr": expr}
+    on_dask, on_polars = run_both(guard_spec(tmp_path, step))
+    assert_same_rows(on_dask, on_polars, ordered=False)
+    rows = on_polars.set_index("n")
+    assert (sorted(rows.index) if op == "filter" else rows.loc[[1, 12, 3], "c"].tolist()) == want
+
+
+@pytest.mark.parametrize("step", [{"op": "filter", "expr": "n > 0 and (n < 100 and divide(1, n - 12) < 0)"},
+                                  {"op": "assign", "column": "c", "expr": "n > 0 and (divide(1, n - 12) < 0 and n != 12)"},
+                                  {"op": "assign", "column": "c", "expr": "divide(1, n - 12) if n > 0 else 0"},
+                                  {"op": "assign", "column": "c", "expr": "n != 1 and (n > 2 and n * 922337203685477580 > 0)"}],
+                         ids=lambda step: step["expr"])
+def test_a_check_its_guard_lets_a_bad_row_reach_still_fails_on_both_engines(tmp_path: Path, step: dict[str, Any]) -> None:
+    """A guard that lets n = 12 reach the check (it keeps that row, comes after the check, or sends it into the check's
+    branch) does not protect it: the job fails on both engines, as the check is meant to."""
+    spec = guard_spec(tmp_path, step)
+    plan = plan_spec(spec)
+    with pytest.raises((ZeroDivisionError, IntegerOverflow), match="division by zero|integer overflow"):
+        with backend_config("pandas"), dask.config.set(scheduler="sync"):
+            build_frame(spec, plan).compute()
+    with pytest.raises(pl.exceptions.PolarsError, match=f"{DIVISION_BY_ZERO}|{INT64_OVERFLOW}"):
+        build_lazyframe(plan, filters_before_casts=True).collect()
 
 
 def test_a_cast_of_a_nullable_int_keeps_its_nulls_on_both_engines(tmp_path: Path) -> None:
