@@ -41,6 +41,8 @@ from spillway.jobs.spec import (
     WindowStep,
 )
 from spillway.jobs.reshape import pivot_steps
+from spillway.jobs.sql_check import SqlRefused
+from spillway.jobs.sql_nan import NanTermsTooLarge
 from spillway.jobs.sql_source import run_sql
 from spillway.jobs.window_polars import window_columns
 
@@ -168,8 +170,11 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
     def query(self, name: str, field: str) -> pl.LazyFrame:
         # The SQL validation regenerated from the checked tree, over the frames of the sources it reads.
         checked = self.plan.queries[field]
-        return run_sql(checked.sql, {table: self.frame_of(table, f"{field}.sql") for table in checked.tables},
-                       nan_terms=self.ieee_comparisons)
+        try:
+            return run_sql(checked.sql, {table: self.frame_of(table, f"{field}.sql") for table in checked.tables},
+                           nan_terms=self.ieee_comparisons)
+        except NanTermsTooLarge as exc:
+            raise SqlRefused(f"{field}.sql: {exc}", field=f"{field}.sql") from None
 
     def apply_steps(self, frame: pl.LazyFrame, steps: list[Step], at: str) -> pl.LazyFrame:
         ordered = False  # whether a sort's order must survive the steps after it

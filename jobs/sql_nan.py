@@ -29,6 +29,13 @@ from sqlglot.optimizer.annotate_types import annotate_types
 #: sqlglot's comparison node for each operator of :func:`jobs.nan_order.total_order_compare`.
 _OPERATORS: dict[type[exp.Expression], str] = {exp.EQ: "=", exp.NEQ: "<>", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">="}
 _FLOAT_TYPES = frozenset({exp.DataType.Type.FLOAT, exp.DataType.Type.DOUBLE})
+#: How large the rewritten tree may grow, in nodes: a comparison of comparisons copies each side two or three
+#: times, so nesting multiplies the text (seven nested CASEs took 1.7 s to build).
+MAX_NODES = 20_000
+
+
+class NanTermsTooLarge(ValueError):
+    """The comparisons' NaN terms would make the query too large or too deeply nested for Polars' SQL."""
 _NAN_TEXTS = frozenset({"nan", "+nan", "-nan"})
 
 
@@ -126,17 +133,27 @@ def nan_aware(tree: exp.Expression, schemas: Mapping[str, Mapping[str, pl.DataTy
                                                 for table, columns in schemas.items()}, dialect=dialect)
     may_be_nan = {node.meta["spillway_comparison"]: [_may_be_nan(side) for side in _sides(node)]
                   for node in typed.find_all(exp.Between, *_OPERATORS) if "spillway_comparison" in node.meta}
+    size = _size(tree)
     for number, node in enumerate(comparisons):
         nan = may_be_nan.get(number, [True] * len(_sides(node)))
         if not any(nan):
             continue
         if isinstance(node, exp.Between):
             x, low, high = _sides(node)
-            node.replace(exp.paren(exp.and_(total_order(">=", x, low, a_nan=nan[0], b_nan=nan[1]),
-                                            total_order("<=", x, high, a_nan=nan[0], b_nan=nan[2])), copy=False))
+            written = exp.paren(exp.and_(total_order(">=", x, low, a_nan=nan[0], b_nan=nan[1]),
+                                         total_order("<=", x, high, a_nan=nan[0], b_nan=nan[2])), copy=False)
         else:
-            node.replace(total_order(_OPERATORS[type(node)], node.this, node.expression, a_nan=nan[0], b_nan=nan[1]))
+            written = total_order(_OPERATORS[type(node)], node.this, node.expression, a_nan=nan[0], b_nan=nan[1])
+        size += _size(written) - _size(node)
+        if size > MAX_NODES:
+            raise NanTermsTooLarge(f"its comparisons over floats, written to order NaN on the GPU, pass {MAX_NODES:,} "
+                                   "parts (comparisons of comparisons copy their sides); split it with CTEs")
+        node.replace(written)
     return tree
 
 
-__all__ = ["nan_aware", "sql_type", "total_order"]
+def _size(node: exp.Expression) -> int:
+    return sum(1 for _ in node.walk())
+
+
+__all__ = ["MAX_NODES", "NanTermsTooLarge", "nan_aware", "sql_type", "total_order"]

@@ -14,6 +14,8 @@ each on the checked tree, bring a query within what it takes without changing it
   equalities (Polars binds an explicit join to the list's last table only);
 - a ``LEFT JOIN``'s conditions on the right table alone move into a derived table over it,
   an ``INNER JOIN``'s non-key conditions into ``WHERE`` (Polars' ``ON`` takes key equalities);
+- a literal compared with an expression is written on the right (``x > 1`` for ``1 < x``: Polars 1.44
+  miscounts the rows of ``0 < CASE … END`` after a ``WHERE``);
 - ``%`` truncates toward zero, as SQL's does (Polars' floors): ``sign(a) * (abs(a) % abs(b))``;
   ``x IS [NOT] TRUE/FALSE`` is never null (:mod:`jobs.sql_truth`); ``CAST(float AS INT)`` rounds;
 - ``DATE '...' ± INTERVAL ...`` of literals is computed now, and date literals are written as typed
@@ -200,6 +202,20 @@ def _fold_literals(tree: exp.Expression) -> None:
                 break
 
 
+#: Each comparison with its sides swapped: ``1 < x`` is ``x > 1``.
+_MIRRORED: dict[type[exp.Expression], type[exp.Expression]] = {
+    exp.LT: exp.GT, exp.GT: exp.LT, exp.LTE: exp.GTE, exp.GTE: exp.LTE, exp.EQ: exp.EQ, exp.NEQ: exp.NEQ}
+
+
+def _literals_on_the_right(tree: exp.Expression) -> None:
+    """``1 < x`` written ``x > 1``: Polars 1.44 gives one row for a literal compared with a ``CASE`` after a
+    ``WHERE`` (``SELECT 0 < CASE WHEN id > 7 THEN w ELSE 0.5 END … WHERE id < 4``: a row, or a ShapeError beside
+    another column, where there are three), and the mirrored form is the same comparison."""
+    for node in list(tree.find_all(*_MIRRORED)):
+        if isinstance(node.this, (exp.Literal, exp.Neg)) and node.this.find(exp.Column) is None and not isinstance(node.expression, exp.Literal):
+            node.replace(_MIRRORED[type(node)](this=node.expression.copy(), expression=node.this.copy()))
+
+
 def _unknown_column(exc: OptimizeError, tree: exp.Expression, tables: Mapping[str, Mapping[str, str]], field: str) -> SqlRefused:
     message = str(exc)
     wanted = message.split("'")[1] if message.count("'") >= 2 else ""
@@ -247,6 +263,7 @@ def _finish(tree: exp.Query, round_casts: set[str] | None) -> str:
         _explicit_comma_joins(select)
         _polars_join_conditions(select)
     _fold_literals(tree)
+    _literals_on_the_right(tree)
     _sql_remainders(tree)
     fold_date_literals(tree)
     like_as_string_functions(tree)
@@ -260,7 +277,8 @@ def polars_text(tree: exp.Expression) -> str:
     literal back as a cast and ``MEDIAN`` as PostgreSQL's ``PERCENTILE_CONT``, which Polars takes neither of)."""
     fold_date_literals(tree)
     _polars_function_names(tree)
-    return tree.sql(dialect=OUTPUT_DIALECT, comments=False)
+    # Every identifier quoted: a name made by a rewrite (sqlglot's unnest_subqueries: ``_u_0.select``) may be a keyword.
+    return tree.sql(dialect=OUTPUT_DIALECT, comments=False, identify=True)
 
 
 def polars_sql(tree: exp.Query, tables: Mapping[str, Mapping[str, str]], field: str) -> list[str]:

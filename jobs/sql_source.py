@@ -67,7 +67,8 @@ def run_sql(sql: str, frames: Mapping[str, pl.LazyFrame], *, nan_terms: bool = T
     """The LazyFrame of checked, regenerated ``sql`` over ``frames`` (by table name).
 
     With ``nan_terms`` (where it may run on cudf-polars, whose comparisons follow IEEE) and a table with a float
-    column, comparisons that may meet a NaN are written out under NaN's total order (:mod:`jobs.sql_nan`). Text with an ordered window is read back with sqlglot and split
+    column, comparisons that may meet a NaN are written out under NaN's total order (:mod:`jobs.sql_nan`; raises its
+    NanTermsTooLarge where they make the query too large or too deep for Polars' SQL). Text with an ordered window is read back with sqlglot and split
     (:func:`jobs.sql_window_run.run_windowed`); any other runs as it is. Only text regenerated from a checked
     tree comes here.
     """
@@ -80,9 +81,17 @@ def run_sql(sql: str, frames: Mapping[str, pl.LazyFrame], *, nan_terms: bool = T
         sql = polars_text(nan_aware(sqlglot.parse_one(sql, dialect=DIALECT), schemas, DIALECT))
     with warnings.catch_warnings():  # Polars warns of its own casts of date literals
         warnings.simplefilter("ignore", DeprecationWarning)
-        if "OVER" in sql and has_ordered_windows(tree := sqlglot.parse_one(sql, dialect=DIALECT)):
-            return run_windowed(tree, context)  # type: ignore[arg-type]
-        return context.execute(sql, eager=False)
+        try:
+            if "OVER" in sql and has_ordered_windows(tree := sqlglot.parse_one(sql, dialect=DIALECT)):
+                return run_windowed(tree, context)  # type: ignore[arg-type]
+            return context.execute(sql, eager=False)
+        except pl.exceptions.SQLInterfaceError as exc:
+            if nan_terms and "recursion limit" in str(exc):  # the checks at submit passed the query without the terms
+                from spillway.jobs.sql_nan import NanTermsTooLarge
+
+                raise NanTermsTooLarge("its comparisons over floats, written to order NaN on the GPU, nest deeper than "
+                                       "Polars' SQL parser takes; split it with CTEs") from None
+            raise
 
 
 def _rewritten(tree: exp.Query, types: dict[str, dict[str, str]], field: str) -> list[str]:

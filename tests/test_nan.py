@@ -286,3 +286,37 @@ def test_sql_nan_terms_only_in_plans_for_cudf_polars(tmp_path: Path) -> None:
 
     assert self_comparisons(frame) > self_comparisons(on_cpu) == 1  # the query's own ``v = v``, and the terms' ``v <> v``
     assert sorted(_rows(on_cpu.collect()), key=repr) == sorted(_rows(frame.collect()), key=repr)
+
+
+def _sql_plan(tmp_path: Path, sql: str, **tables: dict[str, list[Any]]) -> Any:
+    for name, columns in tables.items():
+        pq.write_table(pa.table(columns), tmp_path / f"{name}.parquet")
+    sources: dict[str, Any] = {name: {"format": "parquet", "path": str(tmp_path / f"{name}.parquet")} for name in tables}
+    return plan_spec(JobSpec.model_validate({"sources": {**sources, "q": {"sql": sql}}, "source": "q", "sink": {"path": "/tmp/unused"}}))
+
+
+def test_a_keyword_column_survives_the_nan_rewrite(tmp_path: Path) -> None:
+    """The rewrite reads the regenerated text back: a name a rewrite made from a keyword column (``_u_0.select``)
+    is quoted, so it reads (before: a sqlglot ParseError at run time, and at submit with an ordered window)."""
+    kw = {"id": [1, 2], "v": [1.0, 2.0], "select": [1.0, 3.0]}
+    plan = _sql_plan(tmp_path, 'SELECT id FROM kw WHERE v IN (SELECT "select" FROM kw)', kw=kw)
+    for ieee in (True, False):
+        assert build_lazyframe(plan, ieee_comparisons=ieee).collect()["id"].to_list() == [1]
+    windowed = _sql_plan(tmp_path, 'SELECT id, row_number() OVER (ORDER BY id) AS r FROM kw WHERE v IN (SELECT "select" FROM kw)', kw=kw)
+    assert build_lazyframe(windowed).collect().rows() == [(1, 1)]
+
+
+@pytest.mark.parametrize("depth", [22, 8])
+def test_nan_terms_past_what_polars_sql_takes_are_a_refusal_naming_the_source(tmp_path: Path, depth: int) -> None:
+    """Float arithmetic nested 22 deep (the submit check takes 23) or CASEs of comparisons nested 8 deep: with the
+    NaN terms the text passes Polars' SQL parser's depth, or grows threefold a level; a SqlRefused naming the source
+    (the job's failure on the GPU), not a parser error or minutes of planning. Without the terms it runs."""
+    from spillway.jobs.sql_check import SqlRefused
+
+    x = "v"
+    for _ in range(depth):
+        x = f"(1 + {x})" if depth > 10 else f"CASE WHEN ({x}) > 1 THEN v ELSE 0.5 END"
+    plan = _sql_plan(tmp_path, f"SELECT id FROM t WHERE {x} > 1", t={"id": [1], "v": [1.0]})
+    assert build_lazyframe(plan, ieee_comparisons=False).collect().height == (1 if depth > 10 else 0)
+    with pytest.raises(SqlRefused, match=r"^sources\.q\.sql: its comparisons over floats.*split it with CTEs"):
+        build_lazyframe(plan).collect()

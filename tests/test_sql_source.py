@@ -17,6 +17,8 @@ import dask
 import numpy as np
 import pandas as pd
 import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from pydantic import ValidationError
 
@@ -501,3 +503,15 @@ def test_polars_kind_of_every_type() -> None:
     assert [polars_kind(t) for t in (pl.Int32(), pl.Float64(), pl.Decimal(10, 2), pl.String(), pl.Date(), pl.Datetime("us"),
                                      pl.Boolean(), pl.Null(), pl.List(pl.Int64()))] == [
         "numeric", "numeric", "numeric", "string", "datetime", "datetime", "bool", "unknown", "other"]
+
+
+def test_a_literal_compared_with_a_case_after_a_where_keeps_every_row(tmp_path: Path) -> None:
+    """Polars 1.44 gives one row for ``0 < CASE … END`` after a ``WHERE`` (or a ShapeError beside another column); the
+    comparison is written ``CASE … END > 0`` (jobs/sql_rewrite.py), with DuckDB's three rows."""
+    pq.write_table(pa.table({"id": [1, 2, 3, 8], "w": [1.0, 2.0, None, 3.0]}), tmp_path / "t.parquet")
+    sql = "SELECT id, 0 < CASE WHEN id > 7 THEN w ELSE 0.5 END AS b, 1 >= id AS first FROM t WHERE id < 4"
+    spec = JobSpec.model_validate({"sources": {"t": {"format": "parquet", "path": str(tmp_path / "t.parquet")}, "q": {"sql": sql}},
+                                   "source": "q", "sink": {"path": "/tmp/unused"}})
+    for ieee in (True, False):
+        got = build_lazyframe(plan_spec(spec), ieee_comparisons=ieee).collect().sort("id").rows()
+        assert got == [(1, True, True), (2, True, False), (3, True, False)]
