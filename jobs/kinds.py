@@ -87,7 +87,8 @@ def kind_of_node(node: ir.Node, text: str, schema: Mapping[str, str]) -> str:
 
 
 def kinds_compatible(left: str, right: str) -> bool:
-    """Whether values of kinds ``left`` and ``right`` compare, join or share a column.
+    """Whether values of kinds ``left`` and ``right`` compare or share a column (join keys are stricter:
+    jobs.validate._check_key_pair).
 
     Numbers and bools mix; any other pair must be equal. A loose kind ("unknown",
     "other") is compatible with everything, since the schema cannot tell.

@@ -75,7 +75,7 @@ def join_key_type(left: pl.DataType, right: pl.DataType) -> pl.DataType | None:
     join the two as they are; None where it joins them (equal types, integers of any widths, floats of both).
 
     An integer or a decimal with a float: as floats, as pandas' merge and Polars' ``==`` compare them. A decimal
-    with an integer or another decimal: a decimal holding both exactly. Datetimes of different units: the finer.
+    with an integer or another decimal: a decimal holding both exactly. Others: :func:`_unlike_key_type`.
     """
     if left == right or (left.is_integer() and right.is_integer()) or (left.is_float() and right.is_float()):
         return None
@@ -88,8 +88,25 @@ def join_key_type(left: pl.DataType, right: pl.DataType) -> pl.DataType | None:
         return pl.Decimal(38, right.scale)
     if left.is_numeric() and right.is_numeric():
         return pl.Float64()
-    if isinstance(left, pl.Datetime) and isinstance(right, pl.Datetime) and left.time_zone == right.time_zone:
+    return _unlike_key_type(left, right)
+
+
+def _unlike_key_type(left: pl.DataType, right: pl.DataType) -> pl.DataType | None:
+    """:func:`join_key_type` of two unequal types that are not both numbers, as pandas' merge compares them.
+
+    A column of nulls only (what Polars reads a JSON-lines key without a value as): the other's type, so it
+    matches nothing. Text with a parquet dictionary column (Polars' Categorical): as text. Datetimes and
+    durations of different units: the finer; datetimes of different time zones: the left's zone, comparing
+    instants. A naive datetime with a zoned one: None, as neither engine joins them (refused at submit).
+    """
+    if left == pl.Null or right == pl.Null:
+        return right if left == pl.Null else left
+    if {type(left), type(right)} == {pl.String, pl.Categorical}:
+        return pl.String()
+    if isinstance(left, pl.Datetime) and isinstance(right, pl.Datetime) and (left.time_zone is None) == (right.time_zone is None):
         return pl.Datetime(max(left.time_unit, right.time_unit, key=_TIME_UNITS.index), left.time_zone)
+    if isinstance(left, pl.Duration) and isinstance(right, pl.Duration):
+        return pl.Duration(max(left.time_unit, right.time_unit, key=_TIME_UNITS.index))
     return None
 
 

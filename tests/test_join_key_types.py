@@ -46,14 +46,34 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     moments = [datetime.datetime(2024, 1, 1), datetime.datetime(2024, 1, 2, 0, 0, 0, 1), None]
     pq.write_table(pa.table({"k": pa.array([datetime.date(2024, 1, 1), datetime.date(2024, 1, 3), None]), "a": ["d1", "d3", "dn"]}), root / "dates.parquet")
     pq.write_table(pa.table({"k": pa.array(moments, pa.timestamp("ns")), "b": ["t1", "t2", "tn"]}), root / "nanos.parquet")
+    # A JSON-lines key with no value: Polars reads the column as Null, pandas as floats.
+    (root / "nulls.jsonl").write_text("".join(f'{{"k": null, "c": "c{i}"}}\n' for i in range(3)))
+    # Keys one engine read in types Polars did not join: text with a parquet dictionary (Polars' Categorical), two time
+    # zones (one instant: 01:00 in Paris is 00:00 UTC), durations of two units.
+    words = pa.array(["1", "2", None])
+    pq.write_table(pa.table({"k": words, "a": ["w1", "w2", "wn"]}), root / "words.parquet")
+    pq.write_table(pa.table({"k": pa.array(["2", "3", None]).dictionary_encode(), "b": ["d2", "d3", "dn"]}), root / "coded.parquet")
+    utc = [datetime.datetime(2024, 1, 1), datetime.datetime(2024, 1, 1, 1), None]
+    pq.write_table(pa.table({"k": pa.array(utc, pa.timestamp("us", tz="UTC")), "a": ["u0", "u1", "un"]}), root / "utc.parquet")
+    paris = pa.array([datetime.datetime(2024, 1, 1), None, datetime.datetime(2024, 1, 1, 2)], pa.timestamp("ns", tz="UTC")).cast(
+        pa.timestamp("ns", tz="Europe/Paris"))
+    pq.write_table(pa.table({"k": paris, "b": ["p1", "pn", "p3"]}), root / "paris.parquet")
+    seconds = [datetime.timedelta(seconds=1), datetime.timedelta(seconds=2), None]
+    pq.write_table(pa.table({"k": pa.array(seconds, pa.duration("us")), "a": ["s1", "s2", "sn"]}), root / "micros.parquet")
+    pq.write_table(pa.table({"k": pa.array(seconds[1:] + [datetime.timedelta(seconds=3)], pa.duration("ns")), "b": ["n2", "nn", "n3"]}),
+                   root / "nanoseconds.parquet")
     return root
+
+
+def source(data: Path, name: str) -> dict[str, str]:
+    """The file ``name`` under ``data`` as a source: JSON lines where the name ends so, parquet otherwise (its stem)."""
+    return {"format": "jsonl", "path": str(data / name)} if name.endswith(".jsonl") else {"format": "parquet", "path": str(data / f"{name}.parquet")}
 
 
 def join_job(data: Path, left: str, right: str, *, before: list[dict[str, Any]] | None = None, **step: Any) -> JobSpec:
     """``left`` joined with ``right`` (files under ``data``) as ``step`` says, after the steps ``before``."""
-    right_source = {"format": "parquet", "path": str(data / f"{right}.parquet")}
-    return JobSpec.model_validate({"source": {"format": "parquet", "path": str(data / f"{left}.parquet")},
-                                   "steps": [*(before or []), {"op": "join", "right": right_source, **step}], "sink": {"path": "/tmp/unused"}})
+    return JobSpec.model_validate({"source": source(data, left), "steps": [*(before or []), {"op": "join", "right": source(data, right), **step}],
+                                   "sink": {"path": "/tmp/unused"}})
 
 
 def polars_rows(spec: JobSpec) -> pl.DataFrame:
@@ -189,3 +209,35 @@ def test_a_join_with_a_where_and_an_integer_and_a_float_key(data: Path, how: str
     assert_same_rows(on_dask, on_polars, ordered=False)
     if how == "semi":
         assert on_polars["a"].tolist() == ["x"]
+
+
+_ALONE = {"inner": (False, False), "left": (True, False), "right": (False, True), "outer": (True, True), "semi": (False, False), "anti": (True, False)}
+
+
+@pytest.mark.parametrize("how", list(_ALONE))
+@pytest.mark.parametrize(("left", "right", "keys"), [("nulls.jsonl", "ints", {"on": ["k"]}), ("ints", "nulls.jsonl", {"on": ["k"]}),
+                                                    ("nulls.jsonl", "floats", {"left_on": ["k"], "right_on": ["kf"]})])
+def test_a_json_key_of_nulls_only_matches_nothing_on_both_engines(data: Path, left: str, right: str, keys: dict[str, list[str]], how: str) -> None:
+    """Polars reads a JSON-lines key without a value as type Null and refused to join it (SchemaError); pandas' merge
+    runs and matches nothing. The Null side now takes the other's type, so Polars matches nothing too."""
+    on_dask, on_polars = run_both(join_job(data, left, right, how=how, **keys))
+    assert_same_rows(on_dask, on_polars, ordered=False)
+    keep_left, keep_right = _ALONE[how]
+    assert len(on_polars) == (3 if left == "nulls.jsonl" else 4) * keep_left + (3 if right == "nulls.jsonl" else 4) * keep_right
+
+
+@pytest.mark.parametrize("how", list(_ALONE))
+@pytest.mark.parametrize(("left", "right", "matched"), [
+    ("words", "coded", [("w2", "d2")]),  # text with a parquet dictionary: Polars' String with Categorical
+    ("coded", "words", [("w2", "d2")]),
+    ("utc", "paris", [("u0", "p1")]),  # 2024-01-01 00:00 UTC is 01:00 in Paris; 01:00 UTC (02:00 in Paris) is not 03:00 in Paris
+    ("paris", "utc", [("u0", "p1")]),
+    ("micros", "nanoseconds", [("s2", "n2")]),  # 2 s in microseconds and in nanoseconds
+])
+def test_keys_of_one_kind_that_polars_joins_only_cast(data: Path, left: str, right: str, matched: list[tuple[str, str]], how: str) -> None:
+    """Polars refused each pair (SchemaError) where pandas' merge joins it: text with a dictionary column as text, datetimes of two time
+    zones as instants, durations of two units in the finer."""
+    on_dask, on_polars = run_both(join_job(data, left, right, how=how, on=["k"]))
+    assert_same_rows(on_dask, on_polars, ordered=False)
+    if how == "inner":
+        assert sorted(zip(on_polars["a"], on_polars["b"], strict=True)) == matched

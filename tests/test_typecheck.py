@@ -336,8 +336,8 @@ def test_join_keys_of_matching_or_unknown_kinds_pass(sample_data: dict[str, Path
         {"op": "join", "right": "products", "on": ["product_id"]},  # int64 with int64
         {"op": "assign", "column": "gap", "expr": "ts - ts"},  # a duration: unknown outside expressions
         {"op": "join", "right": "keys", "how": "anti", "left_on": ["gap"], "right_on": ["ts"]},
-        {"op": "assign", "column": "quantity", "expr": "quantity > 5"},
-        {"op": "join", "right": "keys", "how": "semi", "left_on": ["quantity"], "right_on": ["ts"]},  # bool with int
+        {"op": "assign", "column": "quantity", "expr": "(quantity > 5) * 1"},
+        {"op": "join", "right": "keys", "how": "semi", "left_on": ["quantity"], "right_on": ["ts"]},  # a bool made a number, with int
     ]
     check_spec(job(sample_data, steps, keys=text_keys, products=products(sample_data)))
 
