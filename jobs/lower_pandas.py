@@ -25,8 +25,8 @@ from spillway.jobs import ir
 from spillway.jobs.decimal_cast import is_decimal_cast
 from spillway.jobs.errors import ExpressionError, IntegerOverflow
 from spillway.jobs.like_patterns import like_form, like_matches
-from spillway.jobs.pandas_functions import FUNCTIONS, cast_values
-from spillway.jobs.pandas_numbers import NUMBER_FUNCTIONS, keeps
+from spillway.jobs.pandas_functions import FUNCTIONS, cast_values, whole_numbers
+from spillway.jobs.pandas_numbers import NUMBER_FUNCTIONS, as_floats, floating, keeps, supertype
 from spillway.jobs.polars_partitions import slice_by_rows, through_polars
 from spillway.jobs.regex_functions import REGEX_FUNCTIONS, regex_expr
 from spillway.jobs.time_functions import TIME_FUNCTIONS, time_expr
@@ -118,8 +118,19 @@ def _power(base: Any, exponent: Any) -> Any:
     return result
 
 
-def _all_null(value: Any) -> Any:
-    return value.astype("float64").where(value.isnull())
+def _nullable(value: Any) -> Any:
+    """A numpy integer column as pandas' nullable integers, so that a null keeps it an integer, as on Polars, in every
+    dask partition (``where`` makes floats of only the partitions it puts a null in); cuDF's integers hold nulls already."""
+    dtype = value.dtype
+    if isinstance(dtype, np.dtype) and dtype.kind in "iu" and isinstance(getattr(value, "_meta", value), pd.Series):
+        return value.astype(dtype.name.replace("u", "U").replace("int", "Int", 1))
+    return value
+
+
+def _all_null(value: Any, divisor: Any) -> Any:
+    """Nulls in the type of ``value // divisor``: an integer's when both are integers, else float64."""
+    kept = _nullable(value) if _integers(value) and not floating(divisor) else value.astype("float64")
+    return kept.where(value.isnull())
 
 
 def _truncated(op: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
@@ -128,7 +139,7 @@ def _truncated(op: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
 
     def divide(left: Any, right: Any) -> Any:
         if _is_scalar(right) and (right is None or pd.isna(right) or right == 0):
-            return None if _is_scalar(left) else _all_null(left)
+            return None if _is_scalar(left) else _all_null(left, right)
         if _is_scalar(left) and _is_scalar(right):
             if left is None or pd.isna(left):
                 return None
@@ -141,8 +152,8 @@ def _truncated(op: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
             result = floored.where(~((floored < 0) & (floored * divisor != left)), floored + 1)
         else:  # a remainder whose sign differs from the dividend's is one divisor off
             result = floored.where(~((floored != 0) & ((floored < 0) != (left < 0))), floored - divisor)
-        # By a column, float64 always: the rows divided by zero are null, and dask partitions must agree.
-        return result if zero is None else result.astype("float64").where(~zero)
+        # By a column, the rows divided by zero are null: integers stay integers (nullable), as on Polars.
+        return result if zero is None else _nullable(result).where(~zero)
 
     return divide
 
@@ -154,6 +165,11 @@ _CHECKED: dict[str, Callable[[Any, Any], Any]] = {"+": operator.add, "-": operat
 def _integers(value: Any) -> bool:
     """Whether ``value`` is a column of signed integers (numpy, pandas' nullable, cuDF, or dask's of them)."""
     return getattr(getattr(value, "dtype", None), "kind", "") == "i"
+
+
+def _true_divide(left: Any, right: Any) -> Any:
+    """``/`` in float64, as on Polars: pandas' nullable integers would give nullable floats (0 / 0 null, not NaN)."""
+    return as_floats(left) / as_floats(right)
 
 
 def _as_float(value: Any) -> Any:
@@ -236,43 +252,34 @@ def checked_integers(symbol: str, message: str, field: str | None) -> Callable[.
 
 
 def _as_int64(value: Any) -> Any:
-    """A narrower integer column (pandas' date parts are int32; a cast to int32) as int64, the language's integers:
-    arithmetic on it then overflows only outside int64 (``year(ts) * 10000000`` was refused as an int32 overflow)."""
-    if not _narrow_integers(getattr(value, "dtype", None)):
+    """A narrower integer column (a cast to int32) as int64, the language's integers: arithmetic on it then
+    overflows only outside int64 (``cast(n, 'int32') * 3000000000`` is not an int32 overflow)."""
+    dtype = getattr(value, "dtype", None)
+    if not (getattr(dtype, "kind", "") in ("i", "u") and getattr(dtype, "itemsize", 8) < 8):
         return value
-    if hasattr(value, "map_partitions"):  # per partition: one with a null date holds its parts as floats
-        return value.map_partitions(_int64_partition, meta=_int64_partition(value._meta))
-    return _int64_partition(value)
-
-
-def _narrow_integers(dtype: Any) -> bool:
-    return getattr(dtype, "kind", "") in ("i", "u") and getattr(dtype, "itemsize", 8) < 8
-
-
-def _int64_partition(part: Any) -> Any:
-    if not _narrow_integers(part.dtype):
-        return part
-    return part.astype("int64" if isinstance(part.dtype, np.dtype) else "Int64")  # a nullable int stays nullable
+    return value.astype("int64" if isinstance(dtype, np.dtype) else "Int64")  # a nullable int stays nullable
 
 
 _BINARY: dict[str, Callable[[Any, Any], Any]] = {
-    "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
+    "+": operator.add, "-": operator.sub, "*": operator.mul, "/": _true_divide,
     "//": _truncated(operator.floordiv), "%": _truncated(operator.mod), "**": _power,
 }
 
 
 def _widen(value: Any, other: Any) -> Any:
-    """A numpy-int column whose other branch is float or null, widened before ``where``: pandas
-    widens only the partitions that take that branch, so dask partitions would disagree with
-    the meta. Against a float it becomes float64; against a null, on pandas, a nullable
-    integer (an integer with nulls, as on Polars); on cuDF still float64."""
+    """A numpy-int column whose other branch is null, widened before ``where``: pandas widens
+    only the partitions that take that branch, so dask partitions would disagree with the
+    meta. On pandas it becomes a nullable integer (an integer with nulls, as on Polars); on
+    cuDF float64. (Against a float, :func:`supertype` made it float64 already.)"""
     dtype = None if _is_scalar(value) else value.dtype
-    if not (isinstance(dtype, np.dtype) and dtype.kind in "iu"):
+    if other is not None or not (isinstance(dtype, np.dtype) and dtype.kind in "iu"):
         return value
-    if other is None and isinstance(getattr(value, "_meta", value), pd.Series):
-        return value.astype(dtype.name.replace("u", "U").replace("int", "Int", 1))
-    other_float = other is None or isinstance(other, float) or getattr(getattr(other, "dtype", None), "kind", "") == "f"
-    return value.astype("float64") if other_float else value
+    return _nullable(value) if isinstance(getattr(value, "_meta", value), pd.Series) else value.astype("float64")
+
+
+def _in_supertype(op: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """``op`` over its operands in their supertype: an integer and a float as floats, as on Polars (``n // 1.5``)."""
+    return lambda left, right: op(*supertype(left, right))
 
 
 def _broadcast(value: Any, like: Any) -> Any:
@@ -286,11 +293,13 @@ def _select(cond: Any, then: Any, other: Any) -> Any:
         return then if cond else other
     if _is_scalar(then) and _is_scalar(other):  # broadcast the non-null one, so its dtype leads
         then, other = (_broadcast(then, cond), other) if then is not None else (then, _broadcast(other, cond))
+    then, other = supertype(then, other)
     then, other = _widen(then, other), _widen(other, then)
     return then.where(cond, other) if not _is_scalar(then) else other.where(~cond, then)
 
 
 def _coalesce(value: Any, fallback: Any) -> Any:
+    value, fallback = supertype(value, fallback)
     if _is_scalar(value):
         return fallback if pd.isna(value) else value
     if fallback is None:  # Series.fillna(None) is an error, and a no-op anyway
@@ -348,10 +357,10 @@ IMPLS: dict[str, Callable[..., Any]] = {
     "startswith": _elementwise(lambda s, t: _cond(s.str.startswith(t)), str.startswith),
     "endswith": _elementwise(lambda s, t: _cond(s.str.endswith(t)), str.endswith),
     "substr": _elementwise(_substr),
-    "length": _elementwise(lambda s: s.str.len(), len),
-    "year": _elementwise(lambda s: s.dt.year, operator.attrgetter("year")),
-    "month": _elementwise(lambda s: s.dt.month, operator.attrgetter("month")),
-    "day": _elementwise(lambda s: s.dt.day, operator.attrgetter("day")),
+    "length": _elementwise(lambda s: whole_numbers(s.str.len()), len),
+    "year": _elementwise(lambda s: whole_numbers(s.dt.year), operator.attrgetter("year")),
+    "month": _elementwise(lambda s: whole_numbers(s.dt.month), operator.attrgetter("month")),
+    "day": _elementwise(lambda s: whole_numbers(s.dt.day), operator.attrgetter("day")),
     **FUNCTIONS,
     **NUMBER_FUNCTIONS,
     "divide": lambda left, right: NUMBER_FUNCTIONS["divide"](left, right, *_REACHED.get()),  # zeros only where rows reach it
@@ -455,7 +464,9 @@ class PandasLowering:
         if node.op in ("+", "-") and isinstance(right, ir.Lit) and isinstance(right.value, pd.DateOffset):
             fn = _add_offset if node.op == "+" else _sub_offset
         elif node.op in _CHECKED:
-            fn = checked_integers(node.op, self.overflow_message(node), self.field)
+            fn = _in_supertype(checked_integers(node.op, self.overflow_message(node), self.field))
+        else:
+            fn = _in_supertype(fn)
         return self.apply(fn, [self.lower(left), self.lower(right)], node)
 
     def overflow_message(self, node: ir.Node) -> str:

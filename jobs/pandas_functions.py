@@ -79,6 +79,18 @@ def on_host(fn: Callable[..., Any]) -> Callable[..., Any]:
     return impl
 
 
+def whole_numbers(values: Any) -> Any:
+    """Whole numbers (a date's parts, a text's length or position, a date difference) as the language's integers,
+    int64 with their nulls kept, as on Polars.
+
+    pandas gives a date's parts as int32, and as float64 in a partition where a date is null (rounding past 2**53,
+    ``12.0`` in text): on pandas they become the nullable ``Int64`` in every partition, as integer columns are read
+    (jobs/dask_read.py); on cuDF ``int64``, whose columns hold nulls themselves.
+    """
+    meta = getattr(values, "_meta", values)
+    return values.astype("Int64" if isinstance(meta, pd.Series) else "int64")
+
+
 def _part(value: Any, name: str) -> Any:
     """A datetime part by its pandas name (``day_of_week``), or cuDF's older one (``dayofweek``)."""
     found = getattr(value.dt, name, None)
@@ -112,8 +124,8 @@ def _diff(unit: str, start: Any, end: Any) -> Any:
                 return value.dt.year
             return value.dt.year * 4 + value.dt.quarter if unit == "quarter" else value.dt.year * 12 + value.dt.month
 
-        return index(end) - index(start)
-    return (_trunc(unit, end) - _trunc(unit, start)) // _STEPS[unit]
+        return whole_numbers(index(end) - index(start))
+    return whole_numbers((_trunc(unit, end) - _trunc(unit, start)) // _STEPS[unit])
 
 
 def _diff_values(unit: str, start: Any, end: Any) -> Any:
@@ -160,11 +172,16 @@ def cast_values(value: Any, name: str) -> Any:
     if name == "string":  # pandas 2 would turn nulls into the text "nan"; cuDF keeps them null
         return value.astype(str) if _is_cudf(value) else value.astype(str).where(value.notnull())
     dtype = getattr(value, "dtype", None)
-    if name in ("int64", "int32") and isinstance(dtype, np.dtype) and dtype.kind == "f":
+    kind = getattr(dtype, "kind", "")
+    nullable_ints = isinstance(dtype, pd.api.extensions.ExtensionDtype) and kind in "iu"  # a date's part, an integer column
+    if name in ("int64", "int32") and kind == "f":  # numpy's floats, or pandas' nullable ones (a mean of integers)
         # numpy ints hold no null: pandas' nullable ints do, so a null stays null (cuDF's ints are nullable already)
         return np.trunc(value).astype(name.capitalize())
-    if name in ("int64", "int32") and isinstance(dtype, pd.api.extensions.ExtensionDtype) and dtype.kind in "iu":
-        return value.astype(name.capitalize())  # a nullable int (a date's part with nulls) stays nullable
+    if name in ("int64", "int32") and nullable_ints:
+        return value.astype(name.capitalize())
+    if name == "bool" and (kind == "f" or nullable_ints) and not _is_cudf(value):
+        # a null stays null, as on Polars: astype(bool) made NaN true and refused pandas' NA
+        return (value != 0).astype("boolean").where(value.notnull())
     return value.astype(_DTYPES[name])
 
 
@@ -201,12 +218,12 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "date_trunc": _lift(on_host(_trunc), 1),
     "date_diff": on_host(_diff_values),
     "strftime": _lift(lambda d, fmt: d.dt.strftime(fmt)),
-    "day_of_week": _lift(lambda d: _part(d, "day_of_week") + 1),  # ISO: Monday 1 … Sunday 7
-    "day_of_year": _lift(lambda d: _part(d, "day_of_year")),
-    "quarter": _lift(lambda d: d.dt.quarter),
-    "week": _lift(lambda d: d.dt.isocalendar().week.astype("float64")),  # ISO week; float, as the other parts with nulls
+    "day_of_week": _lift(lambda d: whole_numbers(_part(d, "day_of_week") + 1)),  # ISO: Monday 1 … Sunday 7
+    "day_of_year": _lift(lambda d: whole_numbers(_part(d, "day_of_year"))),
+    "quarter": _lift(lambda d: whole_numbers(d.dt.quarter)),
+    "week": _lift(lambda d: whole_numbers(d.dt.isocalendar().week)),  # ISO week
     "split_part": _lift(on_host(_split_part)),
-    "strpos": _lift(lambda s, text: s.str.find(text) + 1),  # 1-based; 0: not found
+    "strpos": _lift(lambda s, text: whole_numbers(s.str.find(text) + 1)),  # 1-based; 0: not found
     "replace": _lift(lambda s, old, new: s.str.replace(old, new, regex=False)),
     "trim": _lift(lambda s: s.str.strip()),
     "ltrim": _lift(lambda s: s.str.lstrip()),

@@ -19,6 +19,24 @@ import pandas as pd
 from spillway.jobs.pandas_functions import _is_value
 
 
+def floating(value: Any) -> bool:
+    """Whether ``value`` is a float: a literal, or a column of numpy's, pandas' nullable or cuDF's floats."""
+    return isinstance(value, (float, np.floating)) or getattr(getattr(value, "dtype", None), "kind", "") == "f"
+
+
+def as_floats(value: Any) -> Any:
+    """A column of integers as float64, a null as NaN (the engine's float null; pandas' nullable integers refuse a float
+    in ``fillna`` and ``where``, and their ``/`` gives nullable floats whose 0 / 0 is null, not NaN); else ``value``."""
+    if _is_value(value) or getattr(value.dtype, "kind", "") not in "iu":
+        return value
+    return value.astype("float64")
+
+
+def supertype(*values: Any) -> tuple[Any, ...]:
+    """``values`` in Polars' supertype of them: integer columns as float64 where a float is among them."""
+    return tuple(map(as_floats, values)) if any(map(floating, values)) else values
+
+
 def _integral(value: Any) -> bool:
     return pd.api.types.is_integer_dtype(getattr(value, "dtype", None)) or isinstance(value, (int, np.integer))
 
@@ -60,6 +78,7 @@ def _extreme(keeps_left: Callable[[Any, Any], Any]) -> Callable[..., Any]:
     """greatest / least: the values folded pairwise, a null giving way to the other side."""
 
     def pair(left: Any, right: Any) -> Any:
+        left, right = supertype(left, right)
         if _is_value(left) and _is_value(right):
             if pd.isna(left):
                 return None if pd.isna(right) else right
@@ -84,6 +103,7 @@ def _extreme(keeps_left: Callable[[Any, Any], Any]) -> Callable[..., Any]:
 
 def _safe_divide(left: Any, right: Any) -> Any:
     """``left / right``, null where ``right`` is zero (or null)."""
+    left, right = as_floats(left), as_floats(right)
     if _is_value(right):
         if pd.isna(right) or right == 0 or (_is_value(left) and pd.isna(left)):
             return None if _is_value(left) else left * np.nan
@@ -115,6 +135,7 @@ def _divide(left: Any, right: Any, *reached: Any) -> Any:
     Only a zero in a row that every mask of ``reached`` keeps fails: the rows the parts of an ``and``
     to its left keep, or those that take its branch of an ``if`` (jobs/lower_pandas.py, _REACHED).
     """
+    left, right = as_floats(left), as_floats(right)
     if _is_value(right):
         if not pd.isna(right) and right == 0:
             raise ZeroDivisionError(f"{DIVISION_BY_ZERO}: divide(x, y) met a zero divisor")

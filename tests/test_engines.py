@@ -272,9 +272,9 @@ def test_date_parts_and_lengths_are_int64_on_both_engines(sample_data: dict[str,
 
 
 def test_date_parts_with_null_dates_on_both_engines(tmp_path: Path) -> None:
-    """Polars gives exact int64 date parts with nulls; the Dask engine holds a partition's parts as float64 where a date
-    is null (pandas), so it agrees within float precision, computes ``year(ts) * 10**7`` in int64 (its int32 parts
-    were refused as an overflow), and a filter after another one does not meet the overflow of rows that one removed."""
+    """Both engines give exact int64 date parts with nulls (pandas' Int64 on the Dask engine: pandas gives a partition's parts
+    as float64 where a date is null), compute ``year(ts) * 10**7`` in int64 (pandas' int32 parts were refused as an
+    overflow), and a filter after another one does not meet the overflow of rows that one removed. More in test_date_parts_nulls."""
     path = tmp_path / "dates.parquet"
     pq.write_table(pa.table({"id": [1, 2, 3, 4], "n": [1, 200, 3, 4], "s": ["ab", None, "", "xyz"],
                              "ts": [datetime.datetime(2024, 12, 31), None, datetime.datetime(2021, 1, 3), datetime.datetime(2020, 2, 29)]}), path)
@@ -285,6 +285,7 @@ def test_date_parts_with_null_dates_on_both_engines(tmp_path: Path) -> None:
                                              {"op": "select", "columns": ["id", *exprs]}], "sink": {"path": "/tmp/unused"}})
     on_dask, polars_as_pandas = run_both(spec)
     assert_same_rows(on_dask, polars_as_pandas, ordered=False)
+    assert sorted(map(tuple, on_dask.astype(object).where(on_dask.notna(), None).values.tolist()))[0][1] == 2024000000000000031
     on_polars = sorted(build_lazyframe(plan_spec(spec), filters_before_casts=True).collect().rows())  # not via pandas' floats
     assert on_polars[0] == (1, 2024000000000000031, 1200, 20240000000, -3, 4 * 2147483647, 12.0)
     assert on_polars[1] == (2, None, None, None, None, None, 1.5)

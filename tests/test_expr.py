@@ -97,7 +97,7 @@ ARITHMETIC: dict[str, Ref] = {
     "amount / qty": lambda df: df.amount / df.qty,
     "qty // 4": lambda df: np.sign(df.qty) * (df.qty.abs() // 4),  # truncated toward zero, as SQL: -3 // 4 is 0
     "qty % 4": lambda df: np.fmod(df.qty, 4),  # the dividend's sign, as SQL: -3 % 4 is -3
-    "qty // 0": lambda df: pd.Series(np.nan, index=df.index),  # by zero: null
+    "qty // 0": lambda df: pd.Series(pd.NA, index=df.index, dtype="Int64"),  # by zero: null, an integer as on Polars
     "amount // qty": lambda df: pd.Series([np.nan if q == 0 or pd.isna(a) else float(math.trunc(a / q)) for a, q in zip(df.amount, df.qty)]),
     "amount % qty": lambda df: pd.Series([np.nan if q == 0 or pd.isna(a) else math.fmod(a, q) for a, q in zip(df.amount, df.qty)]),
     "qty ** 2": lambda df: df.qty**2,
