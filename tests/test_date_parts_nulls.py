@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from cluster.polars_job import output_columns
+from spillway.cluster.polars_job import output_columns
 from spillway.jobs.pipeline import backend_config, build_frame
 from spillway.jobs.polars_frame import build_lazyframe
 from spillway.jobs.polars_io import write_output
