@@ -20,6 +20,7 @@ there cudf-polars still compares a NaN as IEEE does (docs/spec.md).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import polars as pl
@@ -36,6 +37,8 @@ MAX_NODES = 20_000
 
 class NanTermsTooLarge(ValueError):
     """The comparisons' NaN terms would make the query too large or too deeply nested for Polars' SQL."""
+
+
 _NAN_TEXTS = frozenset({"nan", "+nan", "-nan"})
 
 
@@ -56,9 +59,32 @@ def sql_type(dtype: pl.DataType) -> str:
     return "VARCHAR"
 
 
+def constant_nan(node: exp.Expression) -> bool | None:
+    """Whether ``node``, an expression of no column (``'NaN'::double``, ``0.0 / 0.0``), is NaN, as Polars works it
+    out; None where ``node`` reads a column or a query, or Polars cannot evaluate it alone.
+
+    Such a side's ``x <> x`` term cannot be written: Polars folds constants on the CPU, under the total order,
+    before cudf-polars sees the plan (``'NaN'::double <> 'NaN'::double`` became ``false``, and
+    ``v <= 'NaN'::double`` false on the H200, 2026-12-05), so it is decided here once.
+    """
+    if isinstance(node, exp.Literal) and not node.is_string:
+        return False
+    if node.find(exp.Column, exp.Query, exp.Subquery, exp.Star, exp.AggFunc, exp.Window) is not None:
+        return None
+    from spillway.jobs.sql_rewrite import polars_text
+
+    try:
+        value = pl.select(pl.sql_expr(polars_text(node.copy()))).item()
+    except Exception:  # noqa: BLE001 -- any refusal of Polars' means "not known here"; the IEEE term is then written
+        return None
+    return isinstance(value, float) and math.isnan(value)
+
+
 def _may_be_nan(node: exp.Expression) -> bool:
     if isinstance(node, exp.Paren):
         return _may_be_nan(node.this)
+    if (known := constant_nan(node)) is not None:
+        return known
     if isinstance(node, (exp.Literal, exp.Null, exp.Boolean, exp.Predicate, exp.Connector, exp.Not)):
         return False  # a number literal is never NaN ('NaN' is a cast of a text); a truth value neither
     if isinstance(node, exp.Cast) and isinstance(node.this, exp.Literal) and node.this.is_string:
@@ -71,7 +97,30 @@ def _may_be_nan(node: exp.Expression) -> bool:
 
 
 def _is_nan(node: exp.Expression) -> exp.Expression:
+    if (known := constant_nan(node)) is not None:
+        return exp.Boolean(this=known)
     return exp.paren(exp.NEQ(this=node.copy(), expression=node.copy()), copy=False)
+
+
+def _all(*parts: exp.Expression) -> exp.Expression:
+    """``parts`` joined by AND, with the truth values of constant sides (:func:`constant_nan`) folded away."""
+    if any(isinstance(part, exp.Boolean) and not part.this for part in parts):
+        return exp.false()
+    kept = [part for part in parts if not isinstance(part, exp.Boolean)]
+    if not kept:
+        return exp.true()
+    return kept[0] if len(kept) == 1 else exp.paren(exp.and_(*kept, copy=False), copy=False)
+
+
+def _not(node: exp.Expression) -> exp.Expression:
+    return exp.Boolean(this=not node.this) if isinstance(node, exp.Boolean) else exp.not_(node, copy=False)
+
+
+def _any(plain: exp.Expression, term: exp.Expression) -> exp.Expression:
+    """``plain OR term``, or ``plain`` where ``term`` is false."""
+    if isinstance(term, exp.Boolean) and not term.this:
+        return plain
+    return exp.paren(exp.or_(plain, term, copy=False), copy=False)
 
 
 def _not_null(node: exp.Expression) -> exp.Expression:
@@ -81,8 +130,8 @@ def _not_null(node: exp.Expression) -> exp.Expression:
 def _nan_above(nan: exp.Expression, other: exp.Expression, *, strict: bool) -> exp.Expression:
     """``nan`` is NaN and ``other`` a value below it (``strict``: not a NaN too), or any value (a number literal: always)."""
     if strict:
-        return exp.and_(_is_nan(nan), exp.not_(_is_nan(other)))
-    return _is_nan(nan) if isinstance(other, exp.Literal) else exp.and_(_is_nan(nan), _not_null(other))
+        return _all(_is_nan(nan), _not(_is_nan(other)))
+    return _is_nan(nan) if isinstance(other, exp.Literal) else _all(_is_nan(nan), _not_null(other))
 
 
 def total_order(op: str, a: exp.Expression, b: exp.Expression, *, a_nan: bool, b_nan: bool) -> exp.Expression:
@@ -94,16 +143,16 @@ def total_order(op: str, a: exp.Expression, b: exp.Expression, *, a_nan: bool, b
     node_type = next(t for t, name in _OPERATORS.items() if name == op)
     plain = node_type(this=a.copy(), expression=b.copy())
     if op == "=":
-        return exp.paren(exp.or_(plain, exp.and_(_is_nan(a), _is_nan(b))), copy=False) if a_nan and b_nan else plain
+        return _any(plain, _all(_is_nan(a), _is_nan(b))) if a_nan and b_nan else plain
     if op == "<>":
-        return exp.paren(exp.and_(plain, exp.not_(exp.and_(_is_nan(a), _is_nan(b)))), copy=False) if a_nan and b_nan else plain
+        return _all(plain, _not(_all(_is_nan(a), _is_nan(b)))) if a_nan and b_nan else plain
     if op in ("<", "<="):  # b NaN: every number a is below it, a NaN only under "<=" (equal)
         if not b_nan:
             return plain
-        return exp.paren(exp.or_(plain, _nan_above(b, a, strict=op == "<" and a_nan)), copy=False)
+        return _any(plain, _nan_above(b, a, strict=op == "<" and a_nan))
     if not a_nan:  # ">", ">=" mirror "<", "<="
         return plain
-    return exp.paren(exp.or_(plain, _nan_above(a, b, strict=op == ">" and b_nan)), copy=False)
+    return _any(plain, _nan_above(a, b, strict=op == ">" and b_nan))
 
 
 def _kept_as_written(node: exp.Expression) -> bool:
@@ -156,4 +205,4 @@ def _size(node: exp.Expression) -> int:
     return sum(1 for _ in node.walk())
 
 
-__all__ = ["MAX_NODES", "NanTermsTooLarge", "nan_aware", "sql_type", "total_order"]
+__all__ = ["MAX_NODES", "NanTermsTooLarge", "constant_nan", "nan_aware", "sql_type", "total_order"]

@@ -202,6 +202,15 @@ def _sql_value(node: Any, row: dict[str, float | None], *, ieee: bool) -> Any:
         return float(n.this)
     if isinstance(n, exp.Null):
         return None
+    if isinstance(n, exp.Boolean):
+        return n.this
+    if isinstance(n, exp.Cast):
+        return float(n.this.name) if n.this.is_string else value(n.this)
+    if isinstance(n, (exp.Add, exp.Sub, exp.Div)):
+        x, y = value(n.this), value(n.expression)
+        if isinstance(n, exp.Div) and y == 0:
+            return math.nan if x == 0 or math.isnan(x) else math.copysign(math.inf, x)
+        return x + y if isinstance(n, exp.Add) else x - y if isinstance(n, exp.Sub) else x / y
     if isinstance(n, exp.Is):
         return value(n.this) is None
     if isinstance(n, exp.Not):
@@ -253,6 +262,29 @@ def test_sql_comparisons_give_the_total_order_where_comparisons_follow_ieee(cond
     assert any(_sql_value(plain, row, ieee=True) != _sql_value(plain, row, ieee=False) for row in triples), "IEEE differs somewhere"
 
 
+@pytest.mark.parametrize("condition", ["t.a <= CAST('NaN' AS DOUBLE)", "CAST('NaN' AS DOUBLE) > t.a", "t.a = 0.0 / 0.0",
+                                       "t.a <> CAST('nan' AS DOUBLE)", "t.a < CAST('inf' AS DOUBLE) - CAST('inf' AS DOUBLE)",
+                                       "t.a >= CAST('NaN' AS DOUBLE) AND t.a <= 1 + 2"])
+def test_a_side_of_no_column_is_decided_nan_or_not_when_planning(condition: str) -> None:
+    """Polars folds constants on the CPU, under the total order, before cudf-polars sees the plan: a term
+    ``'NaN'::double <> 'NaN'::double`` became ``false``, and ``v <= 'NaN'::double`` was false for every row on the
+    H200 (2026-12-05). A side of no column is decided NaN or not when planning; every ``<>`` left reads a column,
+    and the rewrite evaluated under IEEE gives the language's answer for 1, 2, ±inf, NaN and null."""
+    import sqlglot
+    from sqlglot import exp
+
+    from spillway.jobs.sql_nan import nan_aware
+
+    query = f'SELECT "t"."a" FROM "t" AS "t" WHERE {condition}'
+    plain = sqlglot.parse_one(query, dialect="postgres").find(exp.Where).this
+    written = nan_aware(sqlglot.parse_one(query, dialect="postgres"), {"t": {"a": pl.Float64()}}, "postgres").sql("postgres")
+    rewritten = sqlglot.parse_one(written, dialect="postgres").find(exp.Where).this
+    assert all(node.find(exp.Column) is not None for node in rewritten.find_all(exp.NEQ) if node not in plain.find_all(exp.NEQ)), written
+    rows = [{"a": a} for a in SQL_VALUES]
+    wrong = [(row, got, want) for row in rows if (got := _sql_value(rewritten, row, ieee=True)) != (want := _sql_value(plain, row, ieee=False))]
+    assert not wrong, f"{condition} (row, under IEEE, the language's answer): {wrong}"
+
+
 def test_sql_comparisons_get_terms_only_where_a_side_may_be_nan() -> None:
     """Integers, texts and number literals under ``=``, ``<>``, ``<``, ``<=`` keep the plain form (and the parquet
     pushdown); a float column, a cast 'NaN' or a division gets terms; key equalities in a join's ON stay as written."""
@@ -268,8 +300,10 @@ def test_sql_comparisons_get_terms_only_where_a_side_may_be_nan() -> None:
 
     for plain in ('"t"."i" > 1', '"t"."s" = \'x\'', '"t"."v" < 1.5', '"t"."v" = 2', '"t"."v" <= 3', '"t"."i" = "u"."i"'):
         assert rewritten(plain).endswith(f"WHERE {plain}"), plain
-    for nan_side in ('"t"."v" > 1', '"t"."v" = "u"."w"', '"t"."i" < CAST(\'NaN\' AS DOUBLE PRECISION)', '"t"."i" / "u"."i" >= 0'):
+    for nan_side in ('"t"."v" > 1', '"t"."v" = "u"."w"', '"t"."i" / "u"."i" >= 0'):
         assert "<>" in rewritten(nan_side).split("WHERE")[1], nan_side
+    nan_literal = '"t"."i" < CAST(\'NaN\' AS DOUBLE PRECISION)'  # decided when planning: every integer is below NaN
+    assert rewritten(nan_literal).endswith(f'WHERE ({nan_literal} OR NOT "t"."i" IS NULL)')
     assert 'ON "t"."v" = "u"."w"' in rewritten('"t"."v" > 1')
 
 
