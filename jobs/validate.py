@@ -10,16 +10,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from contextvars import ContextVar
 
-import pyarrow as pa
-
-from spillway.jobs import ir
 from spillway.jobs.decimal_cast import decimal_casts, refuse_on_dask
 from spillway.jobs.engine_choice import EngineName, choose_engine
 from spillway.jobs.errors import SpecError, TypeMismatch, UnknownColumn
 from spillway.jobs.expr import parse_expression, shorten
+from spillway.jobs.key_types import kept_type, source_type, types_clash
 from spillway.jobs.kinds import kinds_compatible
 from spillway.jobs.logical import LogicalPlan
-from spillway.jobs.sources import Schema, parquet_schema, plain_arrow_type, read_schema, resolve_files
+from spillway.jobs.sources import Schema, read_schema
 from spillway.jobs.spec import (
     NUMERIC_AGGS,
     PAIR_AGGS,
@@ -402,7 +400,7 @@ def _check_join(schema: Schema, step: JoinStep, where: str, field: str, schema_o
 def _check_key_pair(left_key: str, left_kind: str, right_key: str, right_kind: str, step: JoinStep, where: str, field: str) -> None:
     """A key pair must be of one kind, "unknown" (a computed column's) matching any: stricter than a comparison, as
     pandas' merge and Polars' join both refuse a bool with a number, and an "other" column (a duration, a time,
-    bytes, a parquet column of nulls) with any other kind. Of one kind, their files' types must meet too (:func:`_types_clash`)."""
+    bytes, a parquet column of nulls) with any other kind. Of one kind, their files' types must meet too (:func:`jobs.key_types.types_clash`)."""
     keys_field = f"{field}.{'on' if step.on else 'left_on'}"
     if left_kind != right_kind and "unknown" not in (left_kind, right_kind):
         hint = " (make the bool a number first, as x * 1: 1 for true, 0 for false)" if {left_kind, right_kind} == {"bool", "numeric"} else ""
@@ -410,79 +408,12 @@ def _check_key_pair(left_key: str, left_kind: str, right_key: str, right_kind: s
                            f"join keys must have matching kinds{hint}", field=keys_field)
     if left_kind == right_kind and left_kind in ("datetime", "other"):
         at, _, index = field.rpartition("[")
-        left, right = _kept_type(left_key, at, int(index.rstrip("]"))), _source_type(step.right, right_key, f"{field}.right")
-        reason = None if left is None or right is None else _types_clash(left, right)
+        plan = _PLAN.get()
+        left, right = kept_type(plan, left_key, at, int(index.rstrip("]"))), source_type(plan, step.right, right_key, f"{field}.right")
+        reason = None if left is None or right is None else types_clash(left, right)
         if reason is not None:
             raise TypeMismatch(f"{where}: cannot match left key '{left_key}' ({left_kind}, {left} in its file) with right key '{right_key}' "
                                f"({right_kind}, {right} in its file): {reason}", field=keys_field)
-
-
-# Parquet types the engines read alike ("other" kinds): Polars reads every time in nanoseconds, every binary as Binary.
-_FAMILIES = (("time", pa.types.is_time), ("binary", pa.types.is_binary), ("binary", pa.types.is_large_binary), ("duration", pa.types.is_duration))
-
-
-def _types_clash(left: pa.DataType, right: pa.DataType) -> str | None:
-    """Why the engines cannot join keys of one kind whose files hold types ``left`` and ``right``, or None where they do."""
-    left, right = plain_arrow_type(left) or left, plain_arrow_type(right) or right  # a date is read as a naive timestamp
-    if pa.types.is_timestamp(left) and pa.types.is_timestamp(right):
-        aware = getattr(left, "tz", None) is not None, getattr(right, "tz", None) is not None
-        return "neither engine joins a datetime with a time zone to one without" if aware[0] != aware[1] else None
-    if pa.types.is_nested(left) or pa.types.is_nested(right):
-        return "pandas' merge cannot hash a list or struct"
-    family = [next((name for name, test in _FAMILIES if test(dtype)), str(dtype)) for dtype in (left, right)]
-    return "neither engine joins two such types" if family[0] != family[1] else None
-
-
-def _spec() -> JobSpec:
-    spec = _PLAN.get().spec
-    assert spec is not None  # plan_spec's plan has its spec
-    return spec
-
-
-def _kept_type(column: str, at: str, index: int) -> pa.DataType | None:
-    """The Arrow type of ``column`` going into step ``index`` of the steps at ``at`` (``steps``, ``sources.x.steps``),
-    where the steps kept a parquet file's column (filtered, renamed, joined, assigned as it is); None where a step
-    computed it, or it comes from a file of another format or from SQL: its type is not known."""
-    plan, spec = _PLAN.get(), _spec()
-    steps = dict(spec.step_lists())[at]
-    for position in reversed(range(index)):
-        step, step_field = steps[position], f"{at}[{position}]"
-        if isinstance(step, JoinStep) and column not in plan.inputs[step_field]:
-            right_field = f"{step_field}.right"
-            right_columns = plan.schemas[spec.resolve(step.right, right_field)[1]]
-            return _source_type(step.right, column if column in right_columns else column.removesuffix(step.right_suffix), right_field)
-        traced = _traced_column(column, step, step_field)
-        if traced is None:
-            return None
-        column = traced
-    if at == "steps":
-        return _source_type(spec.source, column, "source")
-    derived = at.removesuffix(".steps")  # sources.<name>
-    return _source_type(spec.derived_sources()[derived.removeprefix("sources.")].from_, column, f"{derived}.from")
-
-
-def _traced_column(column: str, step: Step, field: str) -> str | None:
-    """The name ``column`` had going into ``step`` (a join's right side aside), or None where the step computed it."""
-    if isinstance(step, RenameStep):
-        return next((old for old, new in step.columns.items() if new == column), column)
-    if isinstance(step, AssignStep) and step.column == column:
-        node = _PLAN.get().expressions[f"{field}.expr"].node
-        return node.name if isinstance(node, ir.Col) else None
-    if isinstance(step, GroupByStep | PivotStep):
-        return column if column in (step.by if isinstance(step, GroupByStep) else step.index) else None
-    if isinstance(step, WindowStep) and column in step.columns or isinstance(step, UnpivotStep) and column in (step.name, step.value):
-        return None
-    return column
-
-
-def _source_type(ref: SourceSpec | str, column: str, field: str) -> pa.DataType | None:
-    """The Arrow type of ``column`` in the files of the source ``ref``: see :func:`_kept_type`."""
-    source, defined_at = _spec().resolve(ref, field)
-    if isinstance(source, DerivedSource):
-        return _kept_type(column, f"{defined_at}.steps", len(source.steps))
-    if not isinstance(source, SourceSpec) or source.format != "parquet":
-        return None
-    return parquet_schema(resolve_files(source, field=defined_at))[0].field(column).type
 
 
 def validate_submission(
