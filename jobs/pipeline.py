@@ -21,7 +21,8 @@ import dask.dataframe as dd
 import numpy as np
 
 from spillway.jobs.assign_run import AssignRun
-from spillway.jobs.dask_read import integers_kept, nullable_integers, read_source
+from spillway.jobs.dask_joins import join
+from spillway.jobs.dask_read import read_source
 from spillway.jobs.decimal_cast import decimal_casts, refuse_on_dask
 from spillway.jobs.errors import SpecError
 from spillway.jobs.expr import Expression
@@ -29,7 +30,6 @@ from spillway.jobs.filter_run import conjunct_groups, kept_in_place, may_fail
 from spillway.jobs.lower_pandas import all_of, evaluate
 from spillway.jobs.logical import LogicalPlan
 from spillway.jobs.named_sources import NamedSources
-from spillway.jobs.join_condition_dask import join_with_condition
 from spillway.jobs.group_pandas import OTHER, VALUE, group_mode, group_moment, group_string_agg
 from spillway.jobs.spec import (
     PAIR_AGGS,
@@ -149,13 +149,7 @@ def apply_step(frame: dd.DataFrame, step: Step, field: str, frame_of: FrameOf, p
         others = [frame_of(ref, f"{field}.sources[{i}]") for i, ref in enumerate(step.sources)]
         return _union(frame, others, step.distinct)
     if isinstance(step, JoinStep):
-        right = frame_of(step.right, f"{field}.right")
-        if step.where is not None and step.how not in ("inner", "cross"):
-            inner = step.model_copy(update={"how": "inner"})
-            return join_with_condition(frame, right, step, lambda left, other: _joined(left, other, inner, field, plan), plan.columns_after(field))
-        if step.how in ("semi", "anti"):
-            return _filtering_join(frame, right, step)
-        return _joined(frame, right, step, field, plan)
+        return join(frame, frame_of(step.right, f"{field}.right"), step, field, plan, _filter)
     if isinstance(step, PivotStep):
         for index, part in enumerate(pivot_steps(step)):
             frame = apply_step(frame, part, f"{field}.expanded[{index}]", frame_of, plan)
@@ -163,12 +157,6 @@ def apply_step(frame: dd.DataFrame, step: Step, field: str, frame_of: FrameOf, p
     if isinstance(step, UnpivotStep):
         return _unpivot(frame, step)
     raise TypeError(f"unsupported step {step!r}")  # pragma: no cover - the union is closed
-
-
-def _joined(frame: dd.DataFrame, right: dd.DataFrame, step: JoinStep, field: str, plan: LogicalPlan) -> dd.DataFrame:
-    """An inner, left, right, outer or cross join, then the ``where`` of an inner or cross one."""
-    joined = _equi_join(frame, right, step) if step.left_keys else _cross_join(frame, right, step.right_suffix)
-    return joined if step.where is None else _filter(joined, plan.expression(f"{field}.where", step.where).evaluate(joined))
 
 
 def _unpivot(frame: dd.DataFrame, step: UnpivotStep) -> dd.DataFrame:
@@ -206,67 +194,6 @@ def _filter(frame: dd.DataFrame, mask: Any) -> dd.DataFrame:
     # off the top of the mask: dask (2026.8, dask/dask#12172) rewrites a Filter whose mask
     # is an astype into that astype of the mask alone, returning the mask, not the rows.
     return frame[mask & True]
-
-
-def _equi_join(frame: dd.DataFrame, right: dd.DataFrame, step: JoinStep) -> dd.DataFrame:
-    """An inner, left, right or outer join in which, as in SQL, a null key matches nothing.
-
-    pandas' merge matches null keys with each other; so rows with a null key are kept out
-    of the merge, and an outer join adds them back unmatched (a left or right join keeps
-    its own side's in the merge, where they find no partner once the other side has none).
-    """
-    left_keys, right_keys = step.left_keys, step.right_keys
-
-    def merge(left: dd.DataFrame, other: dd.DataFrame, how: str) -> dd.DataFrame:
-        return left.merge(other, how=how, left_on=left_keys, right_on=right_keys, suffixes=("", step.right_suffix))
-
-    if step.how == "inner":
-        return merge(frame.dropna(subset=left_keys), right.dropna(subset=right_keys), "inner")
-    shared = set(step.on or [])
-    renamed = {c: c + step.right_suffix for c in right.columns if c in frame.columns and c not in shared}  # as the merge names them
-    inputs = {**right.rename(columns=renamed).dtypes.to_dict(), **frame.dtypes.to_dict()}
-    if step.how == "left":
-        return integers_kept(merge(frame, nullable_integers(right.dropna(subset=right_keys)), "left"), inputs)
-    if step.how == "right":
-        return integers_kept(merge(nullable_integers(frame.dropna(subset=left_keys)), right, "right"), inputs)
-    frame, right = nullable_integers(frame), nullable_integers(right)
-    joined = merge(frame.dropna(subset=left_keys), right.dropna(subset=right_keys), "outer")
-    left_alone = frame[frame[left_keys].isnull().any(axis=1)]
-    right_alone = right[right[right_keys].isnull().any(axis=1)].rename(columns=renamed)
-    return integers_kept(dd.concat([joined, left_alone, right_alone])[list(joined.columns)], inputs)
-
-
-def pair_all(part: Any, right: Any, suffix: str) -> Any:
-    """Every row of ``part`` with every row of ``right`` (pandas or cuDF): a merge on one constant key."""
-    key = f"{_HIDDEN}cross"
-    paired = part.assign(**{key: 0}).merge(right.assign(**{key: 0}), on=key, how="inner", suffixes=("", suffix))
-    return paired.drop(columns=[key])
-
-
-def _cross_join(frame: dd.DataFrame, right: dd.DataFrame, suffix: str) -> dd.DataFrame:
-    """Every left row with every right row: the right side in one partition, paired with each
-    left partition, so no partition holds more than its own rows times the right side's."""
-    single = right.repartition(npartitions=1)
-    meta = pair_all(frame._meta, right._meta, suffix)
-    return frame.map_partitions(pair_all, single, suffix, meta=meta, align_dataframes=False)
-
-
-def _filtering_join(frame: dd.DataFrame, right: dd.DataFrame, step: JoinStep) -> dd.DataFrame:
-    # A merge with the right side's distinct non-null keys, renamed to the left's names,
-    # so a match neither repeats nor widens a row. Anti marks the matches and keeps the
-    # unmarked rows: cudf's merge has no indicator=True.
-    # Renamed before drop_duplicates: dask 2026.7 fails to plan a rename after it.
-    keys = (
-        right[step.right_keys]
-        .rename(columns=dict(zip(step.right_keys, step.left_keys, strict=True)))
-        .dropna()
-        .drop_duplicates()
-    )
-    if step.how == "semi":
-        return frame.merge(keys, how="inner", on=step.left_keys)
-    match = f"{_HIDDEN}match"
-    marked = frame.merge(keys.assign(**{match: 1.0}), how="left", on=step.left_keys)
-    return marked.loc[marked[match].isnull()].drop(columns=[match])
 
 
 def _top_k(frame: dd.DataFrame, step: TopKStep) -> dd.DataFrame:
