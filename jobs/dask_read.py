@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import sys
 from collections.abc import Collection
 from typing import Any
@@ -19,7 +18,7 @@ from dask.dataframe.io.parquet.arrow import ArrowDatasetEngine
 from spillway.jobs.errors import TooManyPartitions
 from spillway.jobs.safe_open import RootBoundFileSystem, checked_url
 from spillway.jobs.sandbox import checked_file
-from spillway.jobs.sources import parquet_schema, plain_arrow_type, plain_types, resolve_files
+from spillway.jobs.sources import parquet_schema, plain_types, read_arrow_type, read_text_head, resolve_files, text_read_dtypes
 from spillway.jobs.spec import JobSpec, SourceSpec, blocksize_bytes
 from spillway.jobs.storage import filesystem, storage_options
 
@@ -46,11 +45,16 @@ def read_source(source: SourceSpec, *, field: str = "source") -> dd.DataFrame:
         engine = PlainArrowEngine if dask.config.get("dataframe.backend") == "pandas" else None
         where: dict[str, Any] = {"storage_options": options} if checked is None else {"filesystem": checked}
         frame = _read_parquet(files, columns=source.columns, blocksize=source.blocksize or "default", engine=engine, **where)
+        schema, partitions = parquet_schema(files)
         casts = {
             column: dtype
-            for column, dtype in plain_types(*parquet_schema(files)).items()
+            for column, dtype in plain_types(schema, partitions).items()
             if column in frame.columns and frame[column].dtype != dtype
         }
+        # A column of Arrow type null is read as text (jobs.sources.read_arrow_type): PlainArrowEngine converts it on
+        # pandas; cuDF's reader gives it another type.
+        casts.update({field.name: "str" for field in schema if pa.types.is_null(field.type) and field.name in frame.columns
+                      and not pd.api.types.is_string_dtype(frame[field.name].dtype)})
         # One cast per column: a frame-wide astype would need every column, so dask could
         # no longer push a job's column projection into the read.
         return frame.assign(**{column: frame[column].astype(dtype) for column, dtype in casts.items()}) if casts else frame
@@ -58,33 +62,33 @@ def read_source(source: SourceSpec, *, field: str = "source") -> dd.DataFrame:
         # A gzipped file cannot be split: one partition per file (dask warns and does the same).
         blocksize = None if files[0].endswith(".gz") else source.blocksize or TEXT_BLOCKSIZE
         urls, options = _text_reads(files, options, checked)
-        frame = dd.read_csv(urls, usecols=source.columns, blocksize=blocksize, storage_options=options, **_integer_dtypes(source, urls[0], options))
+        frame = dd.read_csv(urls, usecols=source.columns, blocksize=blocksize, storage_options=options, **_text_dtypes(source, urls[0], options))
         # usecols keeps the file's column order; the spec's order is the one validation assumed.
         return frame[list(source.columns)] if source.columns else frame
     urls, options = _text_reads(files, options, checked)
-    frame = dd.read_json(urls, lines=True, blocksize=source.blocksize or TEXT_BLOCKSIZE, storage_options=options, **_integer_dtypes(source, urls[0], options))
+    frame = dd.read_json(urls, lines=True, blocksize=source.blocksize or TEXT_BLOCKSIZE, storage_options=options, **_text_dtypes(source, urls[0], options))
     return frame[list(source.columns)] if source.columns else frame
 
 
-#: Rows of a text file's head read to find its integer columns, as :func:`jobs.sources.read_schema` reads for kinds.
-_HEAD_ROWS = 1000
+def _text_dtypes(source: SourceSpec, first: str, options: dict[str, Any] | None) -> dict[str, Any]:
+    """``dtype=`` for a CSV or JSON-lines read on pandas: :func:`jobs.sources.text_read_dtypes` of the first file's head.
 
-
-def _integer_dtypes(source: SourceSpec, first: str, options: dict[str, Any] | None) -> dict[str, Any]:
-    """``dtype=`` for a CSV or JSON-lines read on pandas: every integer column of the first file's head as ``Int64``.
-
-    pandas' own inference reads an integer column with an empty field as float64, and a
-    block without one as int64 (dask's partitions would then disagree with their metadata);
-    its nullable inference tells the integers apart. ``first`` and ``options`` are the URL and
-    options dask reads the file with. cuDF's reader keeps integers with nulls integers already.
+    pandas' own inference reads an integer column with an empty field as float64, a bool
+    column with one as float64 or text, and a block without one as int64 or bool (dask's
+    partitions would then disagree with their metadata); its nullable inference tells them
+    apart, as Polars' reader does. ``first`` and ``options`` are the URL and options dask reads
+    the file with. cuDF's reader keeps integers and bools with nulls as they are already.
     """
     if dask.config.get("dataframe.backend") != "pandas":
         return {}
-    reader = pd.read_csv if source.format == "csv" else functools.partial(pd.read_json, lines=True)
-    head = reader(first, nrows=_HEAD_ROWS, storage_options=options, dtype_backend="numpy_nullable")
+    head = read_text_head(source.format, first, options)
     wanted = set(source.columns) if source.columns else None
-    integers = {str(name): "Int64" for name, dtype in head.dtypes.items() if isinstance(dtype, pd.Int64Dtype) and (wanted is None or name in wanted)}
-    return {"dtype": integers} if integers else {}
+    dtypes = {name: _PANDAS_READ_DTYPES[dtype] for name, dtype in text_read_dtypes(head, source.format).items() if wanted is None or name in wanted}
+    return {"dtype": dtypes} if dtypes else {}
+
+
+#: The pandas dtypes of :func:`jobs.sources.text_read_dtypes`' names: text as dask's own string columns (Arrow strings, NA for null).
+_PANDAS_READ_DTYPES: dict[str, Any] = {"Int64": pd.Int64Dtype(), "boolean": pd.BooleanDtype(), "string": pd.StringDtype("pyarrow")}
 
 
 def _checked_reads(files: list[str]) -> RootBoundFileSystem | None:
@@ -179,7 +183,8 @@ class PlainArrowEngine(ArrowDatasetEngine):
     Here they are converted in Arrow (:func:`plain_arrow_table`), so partitions and the
     metadata dask derives from an empty table come out float64 and datetime64[us].
     Integers come out as pandas' nullable integers (``to_pandas`` alone makes an integer
-    column with a null float64, and one without int64, in the same source).
+    column with a null float64, and one without int64, in the same source), bools as pandas'
+    nullable ``boolean``, and a column of Arrow type null as text.
     """
 
     @classmethod
@@ -187,7 +192,7 @@ class PlainArrowEngine(ArrowDatasetEngine):
         mapper = super()._determine_type_mapper(**kwargs)
 
         def types_mapper(dtype: pa.DataType) -> Any:
-            nullable = NULLABLE_INTEGERS.get(dtype)
+            nullable = _NULLABLE_TYPES.get(dtype)
             return nullable if nullable is not None or mapper is None else mapper(dtype)
 
         return types_mapper
@@ -203,6 +208,10 @@ NULLABLE_INTEGERS: dict[pa.DataType, pd.api.extensions.ExtensionDtype] = {
     pa.uint8(): pd.UInt8Dtype(), pa.uint16(): pd.UInt16Dtype(), pa.uint32(): pd.UInt32Dtype(), pa.uint64(): pd.UInt64Dtype(),
 }
 _NUMPY_TO_NULLABLE = {np.dtype(arrow.to_pandas_dtype()): nullable for arrow, nullable in NULLABLE_INTEGERS.items()}
+#: What :class:`PlainArrowEngine` maps Arrow types to: the nullable integers, and bools as pandas' nullable
+#: ``boolean`` (``to_pandas`` makes a bool column with a null object, of True, False and None, while dask's
+#: metadata said bool; casts and sums of it then failed).
+_NULLABLE_TYPES: dict[pa.DataType, pd.api.extensions.ExtensionDtype] = {**NULLABLE_INTEGERS, pa.bool_(): pd.BooleanDtype()}
 
 
 def nullable_integers(frame: dd.DataFrame, keep: Collection[str] = ()) -> dd.DataFrame:
@@ -242,9 +251,9 @@ def _as_integers(part: Any, integers: dict[str, Any]) -> Any:
 
 
 def plain_arrow_table(table: pa.Table) -> pa.Table:
-    """``table`` with every column of :func:`jobs.sources.plain_arrow_type` converted to that type."""
+    """``table`` with every column of :func:`jobs.sources.read_arrow_type` converted to that type."""
     for index, field in enumerate(table.schema):
-        plain = plain_arrow_type(field.type)
+        plain = read_arrow_type(field.type)
         if plain is None:
             continue
         column = table.column(index)

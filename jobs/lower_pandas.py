@@ -95,12 +95,23 @@ def _compare(op: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
     NaN != x is true in pandas, while dask strings and cudf give <NA>."""
 
     def compare(left: Any, right: Any) -> Any:
+        left, right = _in_zone_of(left, right), _in_zone_of(right, left)
         result = _cond(op(left, right))
         for side in (left, right) if op is operator.ne else ():
             result = result if _is_scalar(side) else result & side.notnull()
         return result
 
     return compare
+
+
+def _in_zone_of(value: Any, other: Any) -> Any:
+    """``value``, a datetime literal without a zone, as that UTC instant in the zone of ``other``, a column with a
+    time zone (a zoned parquet timestamp); else ``value`` as it is. pandas refuses to compare the two
+    (docs/spec.md, "Time zones and parsing"), as Polars does; jobs.lower_polars reads the literal alike."""
+    zone = getattr(getattr(other, "dtype", None), "tz", None)
+    if zone is None or not isinstance(value, pd.Timestamp) or value.tz is not None:
+        return value
+    return value.tz_localize("UTC").tz_convert(zone)
 
 
 _COMPARE: dict[str, Callable[[Any, Any], Any]] = {

@@ -340,8 +340,19 @@ class PolarsLowering:
 
     def compare(self, op: str, left: ir.Node, right: ir.Node) -> pl.Expr:
         """``left op right`` under NaN's total order, whichever engine runs it (jobs.nan_order)."""
-        return total_order_compare(op, self.lower(left), self.lower(right),
+        return total_order_compare(op, self.in_zone_of(left, right), self.in_zone_of(right, left),
                                    a_may_be_nan=self.may_be_nan(left), b_may_be_nan=self.may_be_nan(right))
+
+    def in_zone_of(self, node: ir.Node, other: ir.Node) -> pl.Expr:
+        """``node`` lowered; a datetime literal compared with a column that has a time zone (a zoned parquet
+        timestamp) as that UTC instant in the column's zone, as jobs.lower_pandas reads it: Polars refuses to
+        compare a zoned datetime with a naive one. The zone comes from the frame's types (:func:`orders_numbers`
+        asks for them)."""
+        dtype = self.dtypes.get(other.name) if isinstance(other, ir.Col) else None
+        zone = dtype.time_zone if isinstance(dtype, pl.Datetime) else None
+        if zone is None or not isinstance(node, ir.Lit) or not isinstance(node.value, pd.Timestamp) or node.value.tz is not None:
+            return self.lower(node)
+        return pl.lit(node.value.to_pydatetime(), dtype=pl.Datetime("us", "UTC")).dt.convert_time_zone(zone)
 
     def may_be_nan(self, node: ir.Node) -> bool:
         """Whether ``node`` can yield a NaN: a float column or a NaN literal, float arithmetic (an overflow to an
@@ -401,6 +412,9 @@ class PolarsLowering:
             low, high = self.on_stored_date(args[0], ">=", args[1]), self.on_stored_date(args[0], "<=", args[2])
             if low is not None and high is not None:
                 return _false_if_null(low & high)
+        if name == "between" and any(isinstance(arg, ir.Lit) and isinstance(arg.value, pd.Timestamp) for arg in args[1:]):
+            # a bound may be a literal that a zoned column reads in its zone (in_zone_of)
+            return _false_if_null(self.compare(">=", args[0], args[1]) & self.compare("<=", args[0], args[2]))
         if name == "between" and self.may_be_nan(args[2]):  # below any other bound, a NaN operand is out under both orders
             return _false_if_null(self.compare(">=", args[0], args[1]) & self.compare("<=", args[0], args[2]))
         if name in ("sqrt", "ln"):  # null outside the domain; NaN in, NaN out, also where comparisons follow IEEE
@@ -444,16 +458,23 @@ def orders_numbers(node: ir.Node, kinds: Mapping[str, str]) -> bool:
     """Whether ``node`` orders values of which one may be a float (a comparison, ``between``, ``greatest``, or the domain
     guard of ``sqrt`` or ``ln``, over a column that is not text, a datetime or a bool, a ``/`` or a cast to a float):
     where one may be NaN, the lowering needs the column types (jobs.nan_order). Dates and text, most of TPC-H's
-    comparisons, do not."""
+    comparisons, do not; but a datetime column compared with a datetime literal does (its time zone)."""
     if isinstance(node, ir.Compare):
         operands: tuple[ir.Node, ...] = (node.left, node.right)
     elif isinstance(node, ir.Call) and node.name in ("between", "greatest", "sqrt", "ln"):  # sqrt, ln: their domain guard
         operands = node.args
     else:
         operands = ()
-    if any(_maybe_float(operand, kinds) for operand in operands):
+    if any(_maybe_float(operand, kinds) for operand in operands) or _datetime_with_literal(operands, kinds):
         return True
     return any(orders_numbers(child, kinds) for child in ir.children(node))
+
+
+def _datetime_with_literal(operands: tuple[ir.Node, ...], kinds: Mapping[str, str]) -> bool:
+    """Whether a datetime column is ordered against a datetime literal: a zoned column needs its zone from the
+    column types (PolarsLowering.in_zone_of)."""
+    return any(isinstance(o, ir.Col) and kinds.get(o.name) == "datetime" for o in operands) and any(
+        isinstance(o, ir.Lit) and isinstance(o.value, pd.Timestamp) for o in operands)
 
 
 def _maybe_float(node: ir.Node, kinds: Mapping[str, str]) -> bool:

@@ -169,15 +169,17 @@ _DTYPES["string"] = str
 
 def cast_values(value: Any, name: str) -> Any:
     """``cast(value, name)`` over a column: pandas' ``astype``, with nulls kept null."""
-    if name == "string":  # pandas 2 would turn nulls into the text "nan"; cuDF keeps them null
-        return value.astype(str) if _is_cudf(value) else value.astype(str).where(value.notnull())
     dtype = getattr(value, "dtype", None)
     kind = getattr(dtype, "kind", "")
+    if name == "string":  # pandas 2 would turn nulls into the text "nan"; cuDF keeps them null
+        text = value.astype(str) if _is_cudf(value) else value.astype(str).where(value.notnull())
+        return text.str.lower() if kind == "b" else text  # bools as 'true' and 'false', as Polars and a CSV sink write them
     nullable_ints = isinstance(dtype, pd.api.extensions.ExtensionDtype) and kind in "iu"  # a date's part, an integer column
     if name in ("int64", "int32") and kind == "f":  # numpy's floats, or pandas' nullable ones (a mean of integers)
         # numpy ints hold no null: pandas' nullable ints do, so a null stays null (cuDF's ints are nullable already)
         return np.trunc(value).astype(name.capitalize())
-    if name in ("int64", "int32") and nullable_ints:
+    if name in ("int64", "int32") and (nullable_ints or (kind == "b" and isinstance(dtype, pd.BooleanDtype))):
+        # pandas' nullable bools (a source's bool column) hold nulls, which astype("int64") refused: 1, 0, null, as on Polars
         return value.astype(name.capitalize())
     if name == "bool" and (kind == "f" or nullable_ints) and not _is_cudf(value):
         # a null stays null, as on Polars: astype(bool) made NaN true and refused pandas' NA

@@ -60,14 +60,17 @@ def polars_storage_options(path: str) -> dict[str, str] | None:
 
 
 def read_casts(frame: pl.LazyFrame, *, exact_decimals: bool = False) -> dict[str, pl.DataType]:
-    """The types a scan's columns are read as: decimals as float64 (kept with ``exact_decimals``) and
-    dates as microsecond datetimes, as the Dask engine reads them; columns not named keep their type."""
+    """The types a parquet scan's columns are read as: decimals as float64 (kept with ``exact_decimals``),
+    dates as microsecond datetimes and columns of type null as text, as the Dask engine reads them
+    (:func:`jobs.sources.read_arrow_type`); columns not named keep their type."""
     casts: dict[str, pl.DataType] = {}
     for name, dtype in frame.collect_schema().items():
         if isinstance(dtype, pl.Decimal) and not exact_decimals:
             casts[name] = pl.Float64()
         elif dtype == pl.Date:
             casts[name] = pl.Datetime("us")
+        elif dtype == pl.Null:  # a string function on Null failed (SchemaError), where the Dask engine gave null
+            casts[name] = pl.String()
     return casts
 
 

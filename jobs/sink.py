@@ -25,6 +25,7 @@ from typing import Any
 
 import dask
 import dask.dataframe as dd
+import pandas as pd
 from dask.delayed import Delayed
 from fsspec import AbstractFileSystem
 
@@ -205,7 +206,7 @@ class SinkWriter:
         # str.format methods as name functions: workers need no Spillway code.
         if self.sink.format == "csv":
             extension = ".csv.gz" if self.sink.codec == "gzip" else ".csv"
-            writes = frame.to_csv(
+            writes = bools_as_text(frame).to_csv(
                 f"{target}/{self._stem.replace('{:06d}', '*')}{extension}",
                 name_function="{:06d}".format,
                 index=False,
@@ -486,6 +487,18 @@ def write_parquet_part(part: Any, path: str, root: str, options: dict[str, Any])
     """
     with open_for_writing(path, root) as handle:
         part.to_parquet(_through_fd(handle.fileno(), handle, directory=False), index=False, **options)
+
+
+def bools_as_text(frame: dd.DataFrame) -> dd.DataFrame:
+    """``frame`` with its bool columns as the text ``true`` and ``false`` (a null stays empty), for a CSV sink.
+
+    pandas writes ``True`` and ``False``, Polars ``true`` and ``false`` (docs/spec.md, "Sinks"); both read either back
+    as bools. Dask methods only (``astype``, ``str.lower``), so the workers need no Spillway code for it.
+    """
+    bools = [column for column, dtype in frame.dtypes.items() if pd.api.types.is_bool_dtype(dtype)]
+    if not bools:
+        return frame
+    return frame.assign(**{str(column): frame[column].astype("string").str.lower() for column in bools})
 
 
 def _through_fd(fd: int, path: Any, *, directory: bool = True) -> Any:

@@ -219,6 +219,69 @@ def plain_arrow_type(dtype: pa.DataType) -> pa.DataType | None:
     return None
 
 
+#: Rows of a CSV or JSON-lines file's head read for its columns' kinds and read types.
+TEXT_HEAD_ROWS = 1000
+
+
+def read_text_head(format: str, path: str, options: dict[str, object] | None) -> pd.DataFrame:
+    """The first :data:`TEXT_HEAD_ROWS` rows of a CSV or JSON-lines file, in pandas' nullable dtypes.
+
+    Nullable inference tells integers with an empty field (``Int64``) and bools with one
+    (``boolean``) apart; pandas' default reads them as float64 and object. ``options`` are
+    the fsspec options (None for a local path: pandas refuses options with one).
+    """
+    if format == "csv":
+        return pd.read_csv(path, nrows=TEXT_HEAD_ROWS, storage_options=options, dtype_backend="numpy_nullable")
+    return pd.read_json(path, lines=True, nrows=TEXT_HEAD_ROWS, storage_options=options, dtype_backend="numpy_nullable")
+
+
+def text_read_dtypes(head: pd.DataFrame, format: str) -> dict[str, str]:
+    """Column → the pandas dtype the Dask engine reads a CSV or JSON-lines column as, where pandas' own
+    inference differs from Polars' (which infers from the whole file): from :func:`read_text_head`'s rows.
+
+    * integers → ``Int64``: pandas reads one with an empty field as float64, and a block
+      without one as int64;
+    * bools → ``boolean``: pandas reads ``true``/``false`` with a null as float64 (JSON) or
+      as object text (CSV), and a block without one as bool; Polars reads them as Boolean;
+    * a CSV column without a value → text (``string``), as Polars reads it (pandas: float64).
+
+    A JSON-lines column without a value is left as pandas reads it (float64; Polars: Null).
+    """
+    dtypes: dict[str, str] = {}
+    for name, dtype in head.dtypes.items():
+        if format == "csv" and len(head) and bool(head[name].isna().all()):
+            dtypes[str(name)] = "string"
+        elif isinstance(dtype, pd.Int64Dtype):
+            dtypes[str(name)] = "Int64"
+        elif isinstance(dtype, pd.BooleanDtype):
+            dtypes[str(name)] = "boolean"
+    return dtypes
+
+
+def text_kinds(head: pd.DataFrame, format: str) -> Schema:
+    """The kinds of a CSV or JSON-lines file's columns, from :func:`read_text_head`'s rows, as both engines read them."""
+    read = text_read_dtypes(head, format)
+    kinds: Schema = {}
+    for name, dtype in head.dtypes.items():
+        if str(name) in read:
+            kinds[str(name)] = pandas_kind(read[str(name)])
+        elif len(head) and bool(head[name].isna().all()):  # JSON lines without a value: float64 on pandas, as its kind always was
+            kinds[str(name)] = "numeric"
+        else:
+            kinds[str(name)] = pandas_kind(dtype)
+    return kinds
+
+
+def read_arrow_type(dtype: pa.DataType) -> pa.DataType | None:
+    """The Arrow type both engines read a parquet column of ``dtype`` as, or None where they read it as it is.
+
+    :func:`plain_arrow_type`'s, and a column of Arrow type null (a file's column whose every value is
+    null, written without a type) as text: Polars' Null and pandas' object columns of None took no
+    string function, and compared differently. Its kind stays "other" (:func:`arrow_kind`).
+    """
+    return pa.string() if pa.types.is_null(dtype) else plain_arrow_type(dtype)
+
+
 def read_schema(source: SourceSpec, *, field: str = "source") -> Schema:
     """Column names and kinds of a source, read from the first file's footer or header.
 
@@ -236,13 +299,8 @@ def read_schema(source: SourceSpec, *, field: str = "source") -> Schema:
         if source.format == "parquet":
             schema = {f.name: arrow_kind(f.type) for f in parquet_schema(files)[0]}
         else:
-            options = storage_options(first) or None  # pandas refuses options with a local path
-            head = (
-                pd.read_csv(first, nrows=1000, storage_options=options)
-                if source.format == "csv"
-                else pd.read_json(first, lines=True, nrows=1000, storage_options=options)
-            )
-            schema = {str(name): pandas_kind(dtype) for name, dtype in head.dtypes.items()}
+            head = read_text_head(source.format, first, storage_options(first) or None)
+            schema = text_kinds(head, source.format)
     except (OSError, ValueError, pa.ArrowException, pd.errors.ParserError) as exc:
         raise SpecError(f"cannot read '{first}' as {source.format}: {exc}", field=f"{field}.path") from exc
     if source.columns is not None:
