@@ -14,13 +14,23 @@ A null ``c`` on either side compares as unknown in SQL, so it never makes the su
 ``min``/``max`` skip nulls and the ``coalesce`` makes an unmatched or null comparison false,
 which is the same. ``NOT EXISTS`` is ``NOT`` of that. Works on a qualified tree (every column
 names its table).
+
+Polars' ``min`` and ``max`` skip a NaN too (unless the group holds nothing else), where the
+language orders NaN as a value above all numbers: over a group of 1.0 and NaN, ``lo`` and ``hi``
+are both 1.0. Where ``c`` is a float column (known when the query runs: :func:`nan_safe_exists`),
+the test counts the group's distinct values instead (NaN is one, nulls none), which is dearer
+than ``max``: ``coalesce((e.n > 1 AND outer.c IS NOT NULL) OR e.lo <> outer.c, false)``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
+import polars as pl
 from sqlglot import exp
+
+#: The alias of the grouped table that :func:`decorrelate_exists` joins: ``_spillway_e0``, ``_spillway_e1`` …
+EXISTS_ALIAS = "_spillway_e"
 
 
 def conjuncts(condition: exp.Expression | None) -> list[exp.Expression]:
@@ -118,7 +128,7 @@ def decorrelate_exists(select: exp.Select) -> None:
         inner, keys, (value, outer_value), local = shape
         if not {outer.table for _, outer in [*keys, (value, outer_value)]} <= _sources(select):
             return None  # correlated with a query further out: the join would have nothing to join to here
-        alias = f"_spillway_e{len(joins)}"
+        alias = f"{EXISTS_ALIAS}{len(joins)}"
         columns = [exp.alias_(key.copy(), f"k{n}", quoted=True) for n, (key, _) in enumerate(keys)]
         grouped = exp.select(*columns, exp.alias_(exp.Min(this=value.copy()), "lo", quoted=True),
                              exp.alias_(exp.Max(this=value.copy()), "hi", quoted=True))
@@ -135,3 +145,28 @@ def decorrelate_exists(select: exp.Select) -> None:
         return exp.Not(this=found) if negated else found
 
     rewrite_where_conjuncts(select, rewrite)
+
+
+def nan_safe_exists(tree: exp.Expression, schemas: Mapping[str, Mapping[str, pl.DataType]]) -> exp.Expression:
+    """``tree`` (regenerated text read back) with each of :func:`decorrelate_exists`' tests over a float column
+    (``schemas``: table → column → Polars type) made to see a NaN: ``lo <> x OR hi <> x`` becomes
+    ``(n > 1 AND x IS NOT NULL) OR lo <> x``, ``n`` the group's distinct non-null values. Changed in place."""
+    for subquery in list(tree.find_all(exp.Subquery)):
+        alias, select = subquery.alias_or_name, subquery.this
+        if not alias.startswith(EXISTS_ALIAS) or not isinstance(select, exp.Select):
+            continue
+        lowest = next((e.this for e in select.expressions if e.alias_or_name == "lo" and isinstance(e.this, exp.Min)), None)
+        from_ = select.args.get("from_")
+        if lowest is None or not isinstance(lowest.this, exp.Column) or from_ is None or not isinstance(from_.this, exp.Table):
+            continue
+        dtype = schemas.get(from_.this.name, {}).get(lowest.this.name)
+        if dtype is None or not dtype.is_float():
+            continue
+        select.select(exp.alias_(exp.Count(this=exp.Distinct(expressions=[lowest.this.copy()])), "n", quoted=True), copy=False)
+        for unequal in list(tree.find_all(exp.NEQ)):
+            bound = unequal.this
+            if isinstance(bound, exp.Column) and bound.table == alias and bound.name == "hi":
+                outer = unequal.expression
+                distinct = exp.GT(this=exp.column("n", table=alias, quoted=True), expression=exp.Literal.number(1))
+                unequal.replace(exp.paren(exp.and_(distinct, exp.not_(exp.Is(this=outer.copy(), expression=exp.Null()))), copy=False))
+    return tree

@@ -23,6 +23,7 @@ from sqlglot import exp
 
 from spillway.jobs.sources import Schema
 from spillway.jobs.sql_check import SqlRefused, check_sql
+from spillway.jobs.sql_exists import EXISTS_ALIAS, nan_safe_exists
 from spillway.jobs.sql_window_run import DIALECT, has_ordered_windows, run_windowed
 from spillway.jobs.sql_windows import WindowRefused
 
@@ -73,12 +74,14 @@ def run_sql(sql: str, frames: Mapping[str, pl.LazyFrame], *, nan_terms: bool = T
     tree comes here.
     """
     context = pl.SQLContext(dict(frames))
-    schemas = {table: dict(frame.collect_schema()) for table, frame in frames.items()} if nan_terms else {}
+    exists = EXISTS_ALIAS in sql  # an EXISTS made a join with each group's extremes, which skip a NaN
+    schemas = {table: dict(frame.collect_schema()) for table, frame in frames.items()} if nan_terms or exists else {}
     if any(dtype.is_float() for schema in schemas.values() for dtype in schema.values()):
         from spillway.jobs.sql_nan import nan_aware  # comparisons that may meet a NaN, spelt out for cudf-polars' IEEE ones
         from spillway.jobs.sql_rewrite import polars_text
 
-        sql = polars_text(nan_aware(sqlglot.parse_one(sql, dialect=DIALECT), schemas, DIALECT))
+        tree = nan_safe_exists(sqlglot.parse_one(sql, dialect=DIALECT), schemas)
+        sql = polars_text(nan_aware(tree, schemas, DIALECT) if nan_terms else tree)
     with warnings.catch_warnings():  # Polars warns of its own casts of date literals
         warnings.simplefilter("ignore", DeprecationWarning)
         try:
