@@ -93,6 +93,6 @@ def test_exists_over_a_float_group_with_nan_on_cudf_polars(files: dict[str, Path
     sources: dict[str, Any] = {table: {"format": "parquet", "path": str(path)} for table, path in files.items()}
     spec = JobSpec.model_validate({"sources": {**sources, "q": {"sql": sql}}, "source": "q", "sink": {"path": "/tmp/unused"}})
     got = on_cudf_polars(build_lazyframe(plan_spec(spec), ieee_comparisons=True), f"exists_nan_{name}")
-    if got is None:
-        return  # refused: on_cudf_polars printed why (a device run with -s records it)
+    if got is None:  # on_cudf_polars printed why; not a pass: the job would fail on the GPU
+        pytest.xfail("cudf-polars refuses the plan (a job with this SQL source fails on the GPU, naming it)")
     assert sorted(got["id"].to_list()) == _ids_on_polars(files, sql, ieee_comparisons=False)
