@@ -23,13 +23,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from spillway.cluster.polars_job import output_columns
 from spillway.jobs.pipeline import backend_config, build_frame
 from spillway.jobs.polars_frame import build_lazyframe
-from spillway.jobs.polars_io import write_output
-from spillway.jobs.sink import SinkWriter
-from spillway.jobs.spec import JobSpec, SinkSpec
+from spillway.jobs.spec import JobSpec
 from spillway.jobs.validate import plan_spec
+from tests.sinks_both import write_on_both_engines
 
 D = datetime.datetime
 
@@ -223,21 +221,7 @@ SINK_COLUMNS = {"m": "month(ts)", "big": "year(ts) * 1000000000000000 + day(ts)"
 def write_both(folder: Path, fmt: str) -> tuple[Path, Path]:
     """The job's output as each engine's sink writes it: the Dask engine one file per partition, Polars one file."""
     steps = [*({"op": "assign", "column": k, "expr": v} for k, v in SINK_COLUMNS.items()), {"op": "select", "columns": ["id", *SINK_COLUMNS]}]
-    written = []
-    for engine in ("dask", "polars"):
-        sink = SinkSpec(format=fmt, path=str(folder / f"out_{fmt}_{engine}"))
-        spec = job(folder, steps, sink.model_dump())
-        plan = plan_spec(spec)
-        writer = SinkWriter(sink, engine)
-        if engine == "dask":
-            with backend_config("pandas"), dask.config.set(scheduler="sync"):
-                dask.compute(writer.write_graph(build_frame(spec, plan)))
-        else:
-            frame = build_lazyframe(plan, filters_before_casts=True)
-            write_output(frame, writer.polars_target(output_columns(frame)))
-        writer.commit()
-        written.append(Path(sink.path))
-    return written[0], written[1]
+    return write_on_both_engines(lambda sink: job(folder, steps, sink), fmt, folder / "out")
 
 
 def test_a_csv_sink_writes_the_same_text_on_both_engines(folder: Path) -> None:

@@ -18,15 +18,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from spillway.cluster.polars_job import output_columns
 from spillway.jobs.dask_read import read_source
-from spillway.jobs.pipeline import backend_config, build_frame
-from spillway.jobs.polars_frame import build_lazyframe
-from spillway.jobs.polars_io import scan_source, write_output
-from spillway.jobs.sink import SinkWriter
+from spillway.jobs.polars_io import scan_source
 from spillway.jobs.sources import read_schema
-from spillway.jobs.spec import JobSpec, SinkSpec, SourceSpec
-from spillway.jobs.validate import plan_spec
+from spillway.jobs.spec import JobSpec, SourceSpec
+from tests.sinks_both import write_on_both_engines
 from tests.test_engines import assert_same_rows, run_both
 
 D = datetime.datetime
@@ -173,21 +169,7 @@ def test_a_zoned_timestamp_compared_in_an_assign_is_the_same_on_both_engines(dat
 
 def write_both(data: Path, name: str, steps: list[dict[str, Any]], fmt: str, out: Path) -> tuple[Path, Path]:
     """The job's output as each engine's sink writes it, under ``out``."""
-    written = []
-    for engine in ("dask", "polars"):
-        sink = SinkSpec(format=fmt, path=str(out / f"{fmt}_{engine}"))
-        spec = job(data, name, steps, sink.model_dump())
-        plan = plan_spec(spec)
-        writer = SinkWriter(sink, engine)
-        if engine == "dask":
-            with backend_config("pandas"), dask.config.set(scheduler="sync"):
-                dask.compute(writer.write_graph(build_frame(spec, plan)))
-        else:
-            frame = build_lazyframe(plan, filters_before_casts=True)
-            write_output(frame, writer.polars_target(output_columns(frame)))
-        writer.commit()
-        written.append(Path(sink.path))
-    return written[0], written[1]
+    return write_on_both_engines(lambda sink: job(data, name, steps, sink), fmt, out)
 
 
 def csv_lines(out: Path) -> list[str]:
