@@ -135,6 +135,10 @@ class _ActiveJob:
     plugin_ended: asyncio.Event = field(default_factory=asyncio.Event)
     #: The job's tasks are done and its progress final: progress events arriving later are stale.
     progress_final: bool = False
+    #: The workers restarted to stop the job's tasks: gone with their logs (and slow to answer while they restart).
+    restarted: set[str] = field(default_factory=set)
+    #: The job's terminal state is recorded: what a cancel waits for (not the worker logs collected after it).
+    stopped: asyncio.Event = field(default_factory=asyncio.Event)
     finished: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -428,7 +432,7 @@ class JobManager:
                 self._stop_in_background(active, "cancelled by user")
                 await self._gpu_gate.wake()  # a job waiting for the GPU workers stops waiting
             try:
-                await asyncio.wait_for(active.finished.wait(), timeout)
+                await asyncio.wait_for(active.stopped.wait(), timeout)
             except TimeoutError:
                 log.warning("job %s did not stop within %.0f s of cancel", job_id, timeout)
         job = await asyncio.to_thread(self.store.get, job_id)
@@ -483,6 +487,7 @@ class JobManager:
         if active.futures:
             await client.cancel(active.futures, force=True, reason=reason)
         if workers:
+            active.restarted.update(workers)
             log.info("job %s: restarting worker(s) %s to stop its running tasks (%s)", active.job_id, ", ".join(workers), reason)
             active.log.add(f"{self._now()} {reason}: restarting worker(s) {', '.join(workers)}")
             restarted = await client.restart_workers(workers, timeout=RESTART_TIMEOUT_S, raise_for_error=False)
@@ -576,6 +581,7 @@ class JobManager:
             await self._record_resources(active, job_id)
             await self._cleanup(active)
             finished = await asyncio.to_thread(self.store.get, job_id)
+            active.stopped.set()
             await self._save_log(active, finished)
             self.metrics.job_finished(finished)
             active.finished.set()
@@ -928,15 +934,29 @@ class JobManager:
     async def _save_log(self, active: _ActiveJob, job: JobView) -> None:
         active.log.add(f"{self._now()} {job.state.value}" + (f": {job.error.message}" if job.error else ""))
         if job.started_at is not None:
-            # A job that succeeded takes the lines of the workers that ran its tasks; any other, every worker's
-            # (the one that died, or whose error it was, may not have reported a task).
-            ran = sorted(active.progress.tasks_per_worker) if job.state == JobStatus.SUCCEEDED else []
             try:
-                worker_logs = await asyncio.wait_for(self.cluster.client.get_worker_logs(workers=ran or None), 10)
-                active.log.add_worker_lines(worker_logs, job.started_at, job.finished_at or datetime.now(timezone.utc))
+                workers = await self._log_workers(active, job)
+                if workers == []:
+                    active.log.add("(worker logs unavailable: every worker was restarted to stop this job)")
+                else:
+                    worker_logs = await asyncio.wait_for(self.cluster.client.get_worker_logs(workers=workers), 10)
+                    active.log.add_worker_lines(worker_logs, job.started_at, job.finished_at or datetime.now(timezone.utc))
             except Exception as exc:  # noqa: BLE001 - best effort: the cluster may be gone
                 active.log.add(f"(worker logs unavailable: {type(exc).__name__}: {exc})")
         await asyncio.to_thread(self.store.save_logs, active.job_id, active.log.to_list())
+
+    async def _log_workers(self, active: _ActiveJob, job: JobView) -> list[str] | None:
+        """The workers whose log lines a finished job takes (None: every worker).
+
+        A job that succeeded takes those that ran its tasks; any other, every worker's (the one that died,
+        or whose error it was, may not have reported a task), but those restarted to stop it: their logs
+        went with them, and one still restarting held the log request (and the runner) for its 10 s.
+        """
+        if job.state == JobStatus.SUCCEEDED and active.progress.tasks_per_worker:
+            return sorted(active.progress.tasks_per_worker)
+        if not active.restarted:
+            return None
+        return [w for w in await self.cluster.client.run_on_scheduler(_worker_addresses) if w not in active.restarted]
 
     async def _sweep_staging(self, writer: SinkWriter) -> None:
         # Cancelled tasks that were already executing finish in their worker threads
@@ -1057,6 +1077,10 @@ def _naming(logical: LogicalPlan, test: Callable[[ir.Node], bool]) -> tuple[str,
     fields = [(at, expression) for at, expression in logical.expressions.items() if test(expression.node)]
     named = "; ".join(f"{at} '{shorten(expression.text)}'" for at, expression in fields) or "an expression"
     return named, fields[0][0] if len(fields) == 1 else None
+
+
+def _worker_addresses(dask_scheduler: Any) -> list[str]:
+    return sorted(dask_scheduler.workers)
 
 
 def _drop_plugin(dask_scheduler: Any, name: str) -> None:
