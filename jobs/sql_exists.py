@@ -159,13 +159,17 @@ def nan_safe_exists(tree: exp.Expression, schemas: Mapping[str, Mapping[str, pl.
         from_ = select.args.get("from_")
         if lowest is None or not isinstance(lowest.this, exp.Column) or from_ is None or not isinstance(from_.this, exp.Table):
             continue
+        # A known type that is not a float keeps min/max; a CTE's column (no frame's type) is counted as if it were one.
         dtype = schemas.get(from_.this.name, {}).get(lowest.this.name)
-        if dtype is None or not dtype.is_float():
+        if dtype is not None and not dtype.is_float():
             continue
         select.select(exp.alias_(exp.Count(this=exp.Distinct(expressions=[lowest.this.copy()])), "n", quoted=True), copy=False)
-        for unequal in list(tree.find_all(exp.NEQ)):
+        outer_select = subquery.parent.parent if isinstance(subquery.parent, exp.Join) else None
+        for unequal in list(outer_select.find_all(exp.NEQ)) if isinstance(outer_select, exp.Select) else []:
             bound = unequal.this
-            if isinstance(bound, exp.Column) and bound.table == alias and bound.name == "hi":
+            # Only the test of the select that joins this table: a nested scope has its own _spillway_e0.
+            if (isinstance(bound, exp.Column) and bound.table == alias and bound.name == "hi"
+                    and unequal.find_ancestor(exp.Select) is outer_select):
                 outer = unequal.expression
                 distinct = exp.GT(this=exp.column("n", table=alias, quoted=True), expression=exp.Literal.number(1))
                 unequal.replace(exp.paren(exp.and_(distinct, exp.not_(exp.Is(this=outer.copy(), expression=exp.Null()))), copy=False))

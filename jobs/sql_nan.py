@@ -128,9 +128,17 @@ def _not_null(node: exp.Expression) -> exp.Expression:
 
 
 def _nan_above(nan: exp.Expression, other: exp.Expression, *, strict: bool) -> exp.Expression:
-    """``nan`` is NaN and ``other`` a value below it (``strict``: not a NaN too), or any value (a number literal: always)."""
+    """``nan`` is NaN and ``other`` a value below it (``strict``: not a NaN too), or any value (a number literal: always).
+
+    The term must stay false wherever comparisons follow the total order: there ``x <> x`` is, so a term with
+    ``_is_nan`` as a factor is. A NaN constant's factor is true, so "``other`` is no NaN" is written as
+    ``other <= 'inf'`` then, which is what it says under both orders (``NOT other <> other`` is true for a NaN
+    under the total order: ``v < 'NaN'::double`` was true for a NaN ``v`` on Polars' CPU engine).
+    """
     if strict:
-        return _all(_is_nan(nan), _not(_is_nan(other)))
+        if isinstance(nan_term := _is_nan(nan), exp.Boolean) and nan_term.this:
+            return exp.LTE(this=other.copy(), expression=exp.cast(exp.Literal.string("inf"), exp.DataType.Type.DOUBLE))
+        return _all(nan_term, _not(_is_nan(other)))
     return _is_nan(nan) if isinstance(other, exp.Literal) else _all(_is_nan(nan), _not_null(other))
 
 

@@ -29,6 +29,13 @@ QUERIES = {
     "exists": "SELECT id FROM t WHERE EXISTS (SELECT * FROM u WHERE u.g = t.g AND u.x <> t.v)",
     "not_exists": "SELECT id FROM t WHERE NOT EXISTS (SELECT * FROM u WHERE u.g = t.g AND u.x <> t.v)",
     "exists_with_its_own_condition": "SELECT id FROM t WHERE EXISTS (SELECT * FROM u WHERE u.g = t.g AND u.x <> t.v AND u.x > 0.5)",
+    # A CTE's column has no frame's type: counted as a float (a review found min/max kept there, 2026-12-05).
+    "exists_over_a_cte": "WITH uu AS (SELECT * FROM u) SELECT id FROM t WHERE EXISTS (SELECT * FROM uu WHERE uu.g = t.g AND uu.x <> t.v)",
+    # Two scopes with a table each named _spillway_e0, one over floats, one over integers: each rewritten in its own.
+    "nested_scopes": ("SELECT id FROM (SELECT * FROM t WHERE EXISTS (SELECT * FROM u WHERE u.g = t.g AND u.x <> t.v)) AS s "
+                      "WHERE EXISTS (SELECT * FROM w WHERE w.g = s.g AND w.y <> s.iv)"),
+    "nested_scopes_swapped": ("SELECT id FROM (SELECT * FROM t WHERE EXISTS (SELECT * FROM w WHERE w.g = t.g AND w.y <> t.iv)) AS s "
+                              "WHERE EXISTS (SELECT * FROM u WHERE u.g = s.g AND u.x <> s.v)"),
 }
 
 
@@ -37,10 +44,11 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("exists_nan")
     inner = [(g, x) for g, xs in INNER.items() for x in xs]
     outer = [(g, v) for g in [*INNER, 9] for v in OUTER_VALUES]  # 9: a group the inner table lacks
-    paths = {"u": root / "u.parquet", "t": root / "t.parquet"}
+    paths = {"u": root / "u.parquet", "t": root / "t.parquet", "w": root / "w.parquet"}
     pq.write_table(pa.table({"g": [g for g, _ in inner], "x": pa.array([x for _, x in inner], pa.float64())}), paths["u"])
     pq.write_table(pa.table({"id": list(range(len(outer))), "g": [g for g, _ in outer],
-                             "v": pa.array([v for _, v in outer], pa.float64())}), paths["t"])
+                             "v": pa.array([v for _, v in outer], pa.float64()), "iv": [i % 3 for i in range(len(outer))]}), paths["t"])
+    pq.write_table(pa.table({"g": [1, 1, 2, 3, 4, 7], "y": [0, 1, 1, 2, 0, 5]}), paths["w"])
     return paths
 
 
@@ -57,7 +65,8 @@ def test_exists_over_a_float_group_with_nan_gives_duckdbs_answer(files: dict[str
     sql = QUERIES[name]
     con = duckdb.connect()
     for table, path in files.items():
-        con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet('{path}')")
+        # A table, not a view: DuckDB 2.0 over a view of read_parquet gave v = 'NaN'::double false on NaN rows.
+        con.execute(f"CREATE TABLE {table} AS SELECT * FROM read_parquet('{path}')")
     expected = sorted(row[0] for row in con.execute(sql).fetchall())
     con.close()
     assert expected, "the referee keeps some rows"
