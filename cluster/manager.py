@@ -578,14 +578,18 @@ class JobManager:
             await self._fail(job_id, "job_failed", f"{type(exc).__name__}: {exc}", active.progress)
         finally:
             flusher.cancel()
-            await self._record_resources(active, job_id)
-            await self._cleanup(active)
-            finished = await asyncio.to_thread(self.store.get, job_id)
-            active.stopped.set()
-            await self._save_log(active, finished)
-            self.metrics.job_finished(finished)
-            active.finished.set()
-            self._active.pop(job_id, None)
+            try:
+                await self._record_resources(active, job_id)
+                await self._cleanup(active)
+                finished = await asyncio.to_thread(self.store.get, job_id)
+                active.log.add(f"{self._now()} {finished.state.value}" + (f": {finished.error.message}" if finished.error else ""))
+                active.stopped.set()  # a cancel answers now; the workers' lines follow in the log
+                await self._save_log(active, finished)
+                self.metrics.job_finished(finished)
+            finally:
+                active.stopped.set()
+                active.finished.set()
+                self._active.pop(job_id, None)
 
     async def _execute_within(self, job: JobView, active: _ActiveJob, seconds: float) -> None:
         """:meth:`_execute` under the job's run timeout, which :meth:`_commit` turns off once it starts.
@@ -932,10 +936,10 @@ class JobManager:
         return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
     async def _save_log(self, active: _ActiveJob, job: JobView) -> None:
-        active.log.add(f"{self._now()} {job.state.value}" + (f": {job.error.message}" if job.error else ""))
+        """Store the job's log (its terminal state already in it), with the workers' lines from while it ran."""
         if job.started_at is not None:
             try:
-                workers = await self._log_workers(active, job)
+                workers = await asyncio.wait_for(self._log_workers(active, job), 10)
                 if workers == []:
                     active.log.add("(worker logs unavailable: every worker was restarted to stop this job)")
                 else:
