@@ -802,12 +802,14 @@ class JobManager:
         return active.log.to_list() if active is not None else None
 
     async def running(self) -> list[RunningJob]:
-        """Every running job, with the workers the scheduler has its tasks processing on now."""
-        if not self._active:
+        """Every running job, with the workers the scheduler has its tasks processing on now (not one whose end is
+        recorded and whose log is being collected)."""
+        actives = [(job_id, active) for job_id, active in list(self._active.items()) if not active.stopped.is_set()]
+        if not actives:
             return []
         processing = await self.cluster.client.processing()
         jobs = []
-        for job_id, active in list(self._active.items()):
+        for job_id, active in actives:
             workers = {worker: count for worker, keys in processing.items() if (count := sum(key_text(k) in active.task_keys for k in keys))}
             workers.update({worker: 1 for worker in active.across_workers})  # its ranks: no task the scheduler sees
             engine = active.engine
