@@ -74,9 +74,14 @@ def join_key_type(left: pl.DataType, right: pl.DataType) -> pl.DataType | None:
     """The type a join compares a key of type ``left`` with one of type ``right`` in, where Polars refuses to
     join the two as they are; None where it joins them (equal types, integers of any widths, floats of both).
 
-    An integer or a decimal with a float: as floats, as pandas' merge and Polars' ``==`` compare them. A decimal
-    with an integer or another decimal: a decimal holding both exactly. Others: :func:`_unlike_key_type`.
+    An integer or a decimal with a float, and ``uint64`` with a signed integer: as floats, as pandas' merge and
+    Polars' ``==`` compare them. A decimal with an integer or another decimal: a decimal holding both exactly.
+    Others: :func:`_unlike_key_type`.
     """
+    if left.is_integer() and right.is_integer() and pl.UInt64() in (left, right) and (left.is_signed_integer() or right.is_signed_integer()):
+        # No 64-bit type holds both: Polars compares (and an outer join keys) them as Int128, which no sink writes
+        # ("to_arrow() conversion failed"). As floats, as pandas' merge compares them on the Dask engine (exact to 2**53).
+        return pl.Float64()
     if left == right or (left.is_integer() and right.is_integer()) or (left.is_float() and right.is_float()):
         return None
     if isinstance(left, pl.Decimal) and isinstance(right, pl.Decimal):
