@@ -39,9 +39,6 @@ class NanTermsTooLarge(ValueError):
     """The comparisons' NaN terms would make the query too large or too deeply nested for Polars' SQL."""
 
 
-_NAN_TEXTS = frozenset({"nan", "+nan", "-nan"})
-
-
 def sql_type(dtype: pl.DataType) -> str:
     """The SQL type sqlglot annotates a column of Polars type ``dtype`` with (only floats matter here)."""
     if dtype.is_float():
@@ -86,9 +83,7 @@ def _may_be_nan(node: exp.Expression) -> bool:
     if (known := constant_nan(node)) is not None:
         return known
     if isinstance(node, (exp.Literal, exp.Null, exp.Boolean, exp.Predicate, exp.Connector, exp.Not)):
-        return False  # a number literal is never NaN ('NaN' is a cast of a text); a truth value neither
-    if isinstance(node, exp.Cast) and isinstance(node.this, exp.Literal) and node.this.is_string:
-        return node.this.name.strip().lower() in _NAN_TEXTS
+        return False  # a truth value is never NaN (a literal, or a cast of one, is decided by constant_nan)
     if isinstance(node, exp.Div):
         return True  # 0 / 0 is NaN, of integers too
     if node.type is None or node.type.this == exp.DataType.Type.UNKNOWN:
