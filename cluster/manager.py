@@ -142,6 +142,16 @@ class _ActiveJob:
     finished: asyncio.Event = field(default_factory=asyncio.Event)
 
 
+@dataclass(frozen=True)
+class _PolarsQuery:
+    """A Polars job as planned: its query, where it writes, what it reads (for progress) and, on the GPU, where it runs."""
+
+    frame: pl.LazyFrame
+    target: OutputTarget
+    reads: list[SourceRead]
+    placement: GpuPlacement | None
+
+
 class JobManager:
     """Queues jobs in submission order and runs up to ``max_concurrent`` at once.
 
@@ -640,18 +650,24 @@ class JobManager:
     async def _plan_and_run(self, job: JobView, active: _ActiveJob) -> None:
         phase = time.perf_counter()
         active.planning_deadline = asyncio.get_running_loop().time() + self.max_planning_s
-        logical, choice, frame = await self._planning(active, self._plan_query, job.spec)
+        # Read before planning, so that all of a Polars job's planning is one thread hop (GPU clusters only).
+        device_limit = await self._gpu_device_limit() if self.cluster.backend == "cudf" else None
+        logical, choice, query = await self._planning(active, self._plan_query, job, active, device_limit)
         active.engine = choice
         active.log.add(f"{self._now()} engine: {choice.engine} on {choice.device} ({choice.reason})")
         log.info("job %s: %s", job.id, choice.reason)
-        if frame is not None and choice.engine == "polars":
-            await self._execute_polars(job, active, frame, logical, phase)
+        if query is not None and choice.engine == "polars":
+            await self._execute_polars(job, active, query, logical, phase)
         else:
             await self._execute_dask(job, active, logical, phase)
 
-    def _plan_query(self, spec: JobSpec) -> tuple[LogicalPlan, EngineChoice, pl.LazyFrame | None]:
+    def _plan_query(
+        self, job: JobView, active: _ActiveJob, device_limit: int | None,
+    ) -> tuple[LogicalPlan, EngineChoice, _PolarsQuery | None]:
         """In the job's planning thread (one thread for all of it): the spec checked again against its paths and
-        sources as they are now (they may have changed while it queued), its engine, and on Polars its query."""
+        sources as they are now (they may have changed while it queued), its engine, and on Polars its query
+        with its output target, its reads and (on the GPU) its placement."""
+        spec = job.spec
         if self.allowed_roots is not None:  # a link may have been swapped in while the job queued
             check_paths(spec, self.allowed_roots)
         logical = plan_spec(spec)
@@ -667,25 +683,19 @@ class JobManager:
         # Filters before the read casts on the CPU only: cudf-polars was measured with the plan as it was.
         # NaN terms in a SQL source's comparisons only where they may run on cudf-polars' IEEE comparisons.
         on_cpu = choice.device == "cpu"
-        return logical, choice, build_lazyframe(logical, filters_before_casts=on_cpu, ieee_comparisons=not on_cpu)
+        frame = build_lazyframe(logical, filters_before_casts=on_cpu, ieee_comparisons=not on_cpu)
+        target = active.writer.polars_target(polars_job.output_columns(frame))
+        reads = source_reads(spec, frame)
+        placement = place_on_gpu(spec, reads, device_limit) if choice.device == "gpu" else None
+        if placement is not None:
+            choice = choice.model_copy(update={"reason": f"{choice.reason}; {placement.reason}"})
+        active.progress = polars_job.empty_progress(spec, reads, choice.device).model_copy(update={"engine": choice})
+        return logical, choice, _PolarsQuery(frame, target, reads, placement)
 
-    async def _execute_polars(self, job: JobView, active: _ActiveJob, frame: pl.LazyFrame, logical: LogicalPlan, phase: float) -> None:
+    async def _execute_polars(self, job: JobView, active: _ActiveJob, query: _PolarsQuery, logical: LogicalPlan, phase: float) -> None:
         assert active.engine is not None
         device = active.engine.device
-
-        device_limit = await self._gpu_device_limit() if device == "gpu" else None
-
-        def prepare() -> tuple[OutputTarget, list[SourceRead], GpuPlacement | None]:
-            # One thread hop for all of it: each hop costs a scheduling round on a busy event loop.
-            target = active.writer.polars_target(polars_job.output_columns(frame))
-            reads = source_reads(job.spec, frame)
-            placement = place_on_gpu(job.spec, reads, device_limit) if device == "gpu" else None
-            if placement is not None and active.engine is not None:
-                active.engine = active.engine.model_copy(update={"reason": f"{active.engine.reason}; {placement.reason}"})
-            active.progress = polars_job.empty_progress(job.spec, reads, device).model_copy(update={"engine": active.engine})
-            return target, reads, placement
-
-        target, reads, placement = await asyncio.to_thread(prepare)
+        frame, target, reads, placement = query.frame, query.target, query.reads, query.placement
         if placement is not None:
             placement = await self._maybe_across_gpus(job, active, placement)
         planned_s = time.perf_counter() - phase
@@ -886,19 +896,29 @@ class JobManager:
 
     async def _commit_and_record(self, job: JobView, active: _ActiveJob, timings: str) -> None:
         phase = time.perf_counter()
-        # The GPU's last reading is taken while the output is committed, and recorded before
-        # SUCCEEDED: whoever sees the job succeed sees its resources too.
-        sampled = asyncio.create_task(self._record_resources(active, job.id))
-        try:
-            manifest = await asyncio.to_thread(self._fenced_commit, job.id, active)
-        finally:
-            await sampled
-        committed_s = time.perf_counter() - phase
-        await asyncio.to_thread(self.store.finish, job.id, JobStatus.SUCCEEDED, progress=active.progress, result=manifest)
+        if active.gpu is None:  # nothing to sample: the commit and SUCCEEDED in one thread hop
+            manifest, committed_s = await asyncio.to_thread(self._commit_and_finish, job.id, active, phase)
+        else:
+            # The GPU's last reading is taken while the output is committed, and recorded before
+            # SUCCEEDED: whoever sees the job succeed sees its resources too.
+            sampled = asyncio.create_task(self._record_resources(active, job.id))
+            try:
+                manifest = await asyncio.to_thread(self._fenced_commit, job.id, active)
+            finally:
+                await sampled
+            committed_s = time.perf_counter() - phase
+            await asyncio.to_thread(self.store.finish, job.id, JobStatus.SUCCEEDED, progress=active.progress, result=manifest)
         active.committed = True
         timings = f"{timings}, commit {committed_s:.3f} s"
         active.log.add(f"{self._now()} {timings}")
         log.info("job %s: succeeded, %d rows in %d files at %s (%s)", job.id, manifest.total_rows, len(manifest.files), manifest.location, timings)
+
+    def _commit_and_finish(self, job_id: str, active: _ActiveJob, phase: float) -> tuple[ResultManifest, float]:
+        """:meth:`_fenced_commit`, then SUCCEEDED recorded (in the committing thread); the manifest and the commit's seconds."""
+        manifest = self._fenced_commit(job_id, active)
+        committed_s = time.perf_counter() - phase
+        self.store.finish(job_id, JobStatus.SUCCEEDED, progress=active.progress, result=manifest)
+        return manifest, committed_s
 
     def _fenced_commit(self, job_id: str, active: _ActiveJob) -> ResultManifest:
         """Commit the output, unless the job is no longer this replica's to commit (in the committing thread).
