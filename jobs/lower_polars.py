@@ -546,5 +546,22 @@ def to_polars(
     """The Polars expression of an IR tree over columns of ``schema``'s kinds (and ``dtypes``' Polars types, when known:
     integer ``+``, ``-``, ``*`` are then checked for overflow). ``columns`` gives the expression a column reference
     stands for, where it is not the column itself (a cast of it); of those, ``stored_dates`` are casts of stored
-    dates to datetimes, which a comparison with a datetime literal skips (jobs.date_bounds)."""
-    return PolarsLowering(text, field, schema, dtypes, columns, stored_dates).lower(node)
+    dates to datetimes, which a comparison with a datetime literal skips (jobs.date_bounds), and so does a
+    comparison of two of them that is the whole expression (:func:`_two_stored_dates`)."""
+    alone = _two_stored_dates(node, stored_dates)
+    return alone if alone is not None else PolarsLowering(text, field, schema, dtypes, columns, stored_dates).lower(node)
+
+
+def _two_stored_dates(node: ir.Node, stored_dates: frozenset[str]) -> pl.Expr | None:
+    """A filter that only compares two stored dates, on the dates themselves; else None.
+
+    They compare as their casts to datetimes do (a date to its midnight is exact and keeps the order),
+    so neither is cast: TPC-H q04's and q21's ``l_commitdate < l_receiptdate`` (12 M casts at SF 1).
+    Only as the whole predicate: in a conjunction with a selective bound (q12), Polars' scan first reads
+    the bounded columns and the others only for the rows kept, while the casts' terms ran after it;
+    pushed into the scan with the rest, the two dates were read for every row (q12: +50 % CPU).
+    """
+    if isinstance(node, ir.Compare) and isinstance(node.left, ir.Col) and isinstance(node.right, ir.Col) \
+            and {node.left.name, node.right.name} <= stored_dates:
+        return _false_if_null(IEEE_COMPARE[node.op](pl.col(node.left.name), pl.col(node.right.name)))
+    return None

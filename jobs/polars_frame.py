@@ -41,6 +41,7 @@ from spillway.jobs.spec import (
     WindowStep,
 )
 from spillway.jobs.reshape import pivot_steps
+from spillway.jobs.scan_rows import source_rows
 from spillway.jobs.sql_check import SqlRefused
 from spillway.jobs.sql_nan import NanTermsTooLarge
 from spillway.jobs.sql_source import run_sql
@@ -157,10 +158,25 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
         self._step_dtypes: pl.Schema | None = None
         # The frames still one cast away from their scans (and filters and joins), by id.
         self._stored: dict[int, _Uncast] = {}
+        # Each frame's most rows of any parquet scan it was built from, by id (see _note_rows).
+        self._rows: dict[int, tuple[pl.LazyFrame, int]] = {}
 
     def read(self, source: SourceSpec, field: str) -> pl.LazyFrame:
         stored, casts = scan_source_as_stored(source, field=field)
-        return self._cast(stored, casts)
+        frame = self._cast(stored, casts)
+        if self.filters_before_casts:  # the CPU's plan: where a join's read casts run (_join_before_casts)
+            self._note_rows(frame, source_rows(source, field))
+        return frame
+
+    def _note_rows(self, frame: pl.LazyFrame, rows: int | None) -> None:
+        """Record that ``frame`` was built from scans of at most ``rows`` rows each (None: unknown, nothing recorded)."""
+        if rows is not None:
+            self._rows[id(frame)] = (frame, rows)
+
+    def _rows_of(self, frame: pl.LazyFrame) -> int | None:
+        """The most rows of any scan ``frame`` was built from, where every one of them is known."""
+        found = self._rows.get(id(frame))
+        return found[1] if found is not None and found[0] is frame else None
 
     def _cast(self, stored: pl.LazyFrame, casts: dict[str, pl.DataType], *, filtered: bool = False) -> pl.LazyFrame:
         frame = with_read_types(stored, casts)
@@ -207,7 +223,10 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
             field = f"{at}[{index}]"
             into_right = self._right_side_filters(step, steps, index, at) if isinstance(step, JoinStep) else []
             pushed.update(later for later, _ in into_right)
+            before = frame
             frame = self.apply_step(frame, step, field, ordered=ordered, right_filters=[(steps[later], name) for later, name in into_right])
+            if self._rows_of(frame) is None and not isinstance(step, (JoinStep, UnionStep, PivotStep)):  # a step over one frame
+                self._note_rows(frame, self._rows_of(before))
             ordered = isinstance(step, (SortStep, TopKStep)) or (ordered and isinstance(step, (FilterStep, SelectStep, AssignStep, RenameStep, LimitStep, DropDuplicatesStep)))
         return frame
 
@@ -348,7 +367,9 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
     def join(self, frame: pl.LazyFrame, step: JoinStep, field: str, right_filters: list[tuple[Step, str]]) -> pl.LazyFrame:
         right = self.frame_of(step.right, f"{field}.right")
         for filter_step, name in right_filters:  # the filters after this join that read only the right side (apply_steps)
-            right = self.apply_step(right, filter_step, name)
+            filtered = self.apply_step(right, filter_step, name)
+            self._note_rows(filtered, self._rows_of(right))
+            right = filtered
         if step.where is not None and step.how not in ("inner", "cross"):
             inner = step.model_copy(update={"how": "inner"})
             columns = list(self.plan.joined[field])
@@ -357,8 +378,15 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
         if self.filters_before_casts:
             before = self._join_before_casts(frame, right, step, field)
             if before is not None:
-                return before
-        return self.pairs(frame, right, step, field, self.plan.columns_after(field))
+                return self._joined_rows(before, frame, right)
+        return self._joined_rows(self.pairs(frame, right, step, field, self.plan.columns_after(field)), frame, right)
+
+    def _joined_rows(self, joined: pl.LazyFrame, frame: pl.LazyFrame, right: pl.LazyFrame) -> pl.LazyFrame:
+        """``joined`` (of ``frame`` and ``right``), noted as built from the larger of the two sides' scans."""
+        left_rows, right_rows = self._rows_of(frame), self._rows_of(right)
+        if left_rows is not None and right_rows is not None:
+            self._note_rows(joined, max(left_rows, right_rows))
+        return joined
 
     def pairs(self, frame: pl.LazyFrame, right: pl.LazyFrame, step: JoinStep, field: str, columns: list[str]) -> pl.LazyFrame:
         """``frame`` joined with ``right`` as ``step`` says (``where`` only for inner and cross), as ``columns``."""
@@ -391,13 +419,21 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
             joined = joined.filter(self.expr(f"{field}.where", step.where, self.plan.joined.get(field, {}), over=joined))
         return joined.select(columns)
 
+    def _fewer_rows(self, frame: pl.LazyFrame, right: pl.LazyFrame) -> bool:
+        """Whether ``right`` scans more rows than any table ``frame`` was built from (both known)."""
+        left_rows, right_rows = self._rows_of(frame), self._rows_of(right)
+        return left_rows is not None and right_rows is not None and left_rows < right_rows
+
     def _join_before_casts(self, frame: pl.LazyFrame, right: pl.LazyFrame, step: JoinStep, field: str) -> pl.LazyFrame | None:
-        """``frame`` joined with ``right`` before the read casts of the side a filtered side meets, or None.
+        """``frame`` joined with ``right`` before the read casts of the side a filtered or smaller side meets, or None.
 
         Polars casts every row a scan gives before the join drops those without a partner
         (TPC-H q17: all of lineitem's quantities and prices, for the lines of 200 parts). Where one
         side is a filtered scan, the other side's columns are cast after the join instead, on the
         rows it keeps; its keys are cast before, as they are compared in the language's types.
+        So are the right side's where it is a scan of more rows than any table the left side was
+        built from (TPC-H q05: lineitem's prices after its join with a year of one region's
+        orders; a fact table joined on the key of a smaller one keeps at most its own rows).
         Casts and joins commute (a cast is row by row, a join moves rows), so it is the same
         answer. Only an inner, left, semi or anti join on keys, without ``where``.
         """
@@ -405,7 +441,8 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
             return None
         left, other = self._uncast(frame), self._uncast(right)
         defer_left = left is not None and left.casts and other is not None and other.filtered and step.how in ("inner", "semi", "anti")
-        defer_right = other is not None and other.casts and left is not None and left.filtered and step.how in ("inner", "left")
+        defer_right = other is not None and other.casts and step.how in ("inner", "left") and (
+            (left is not None and left.filtered) or self._fewer_rows(frame, right))
         if not (defer_left or defer_right):
             return None
         deferred: dict[str, pl.DataType] = {}

@@ -181,3 +181,62 @@ def test_a_join_with_a_filtered_side_runs_before_the_other_sides_read_casts(tmp_
     for column in {"price", "total"} - set(after):
         cast_at = shown.find(f'col("{column}").strict_cast')
         assert cast_at == -1 or cast_at > join_at, shown
+
+
+def _facts_and_dims(tmp_path: Path, facts_rows: int, dims_rows: int, how: str = "inner") -> JobSpec:
+    """``dims`` (a key and a date) joined with ``facts`` (a key and a decimal), the right side, each with the rows asked for."""
+    dims, facts = tmp_path / "dims.parquet", tmp_path / "facts.parquet"
+    pq.write_table(pa.table({"k": pa.array(range(dims_rows), pa.int64()),
+                             "opened": pa.array([date(1994, 1, 1 + i % 28) for i in range(dims_rows)], pa.date32())}), dims)
+    pq.write_table(pa.table({"k": pa.array([i % (dims_rows + 2) for i in range(facts_rows)], pa.int64()),
+                             "amount": pa.array([Decimal(i) / 100 for i in range(facts_rows)], pa.decimal128(15, 2))}), facts)
+    return JobSpec.model_validate({"name": "t", "sources": {"dims": {"format": "parquet", "path": str(dims)},
+                                                            "facts": {"format": "parquet", "path": str(facts)}},
+                                   "source": "dims", "steps": [{"op": "join", "how": how, "right": "facts", "on": ["k"]}],
+                                   "sink": {"path": "/tmp/unused"}})
+
+
+@pytest.mark.parametrize(("facts_rows", "dims_rows", "how", "after"), [
+    (40, 10, "inner", True),  # the right side's scan holds more rows than the left's: its casts after the join (TPC-H q05)
+    (40, 10, "left", True),
+    (10, 40, "inner", False),  # fewer: before, where each of its rows is cast once
+    (40, 40, "inner", False),
+    (40, 10, "semi", False),  # only the left's columns come out
+])
+def test_a_larger_right_side_is_cast_after_the_join(tmp_path: Path, facts_rows: int, dims_rows: int, how: str, after: bool) -> None:
+    plan = plan_spec(_facts_and_dims(tmp_path, facts_rows, dims_rows, how))
+    cpu, kept = build_lazyframe(plan, filters_before_casts=True), build_lazyframe(plan)
+    assert cpu.collect_schema() == kept.collect_schema()
+    assert_frame_equal(cpu.collect(), kept.collect(), check_row_order=False)
+    shown = cpu.explain(optimized=False)
+    cast_at = shown.find('col("amount").strict_cast')
+    assert (-1 < cast_at < shown.index("JOIN")) is after, shown
+
+
+@pytest.mark.parametrize("op", ["<", "<=", ">", ">=", "==", "!="])
+def test_two_stored_dates_are_compared_as_dates(tmp_path: Path, op: str) -> None:
+    """Neither date is cast in the pushed predicate (TPC-H q04's ``l_commitdate < l_receiptdate``); the same rows, nulls out."""
+    path = tmp_path / "dates.parquet"
+    days = [date(1994, 1, 1), date(1994, 1, 2), None, date(1995, 3, 1)]
+    pq.write_table(pa.table({"a": pa.array(days, pa.date32()), "b": pa.array([days[1], days[1], days[0], None], pa.date32()),
+                             "price": pa.array([Decimal("1.00")] * 4, pa.decimal128(15, 2))}), path)
+    plan = plan_spec(_spec(path, f"a {op} b"))
+    cpu, kept = build_lazyframe(plan, filters_before_casts=True), build_lazyframe(plan)
+    predicate = cpu.explain().split("Parquet SCAN")[1]
+    assert "strict_cast" not in predicate and 'col("a")' in predicate, predicate
+    assert_frame_equal(cpu.collect(), kept.collect())
+    assert cpu.collect().height == {"<": 1, "<=": 2, ">": 0, ">=": 1, "==": 1, "!=": 1}[op]
+
+
+def test_two_stored_dates_in_a_conjunction_keep_their_casts(tmp_path: Path) -> None:
+    """With a bound beside them (TPC-H q12), Polars' scan reads the bounded column first and the dates only for the rows
+    it keeps, comparing their casts after the scan; compared as dates, the whole predicate went into the scan."""
+    path = tmp_path / "dates.parquet"
+    days = [date(1994, 1, 1), date(1994, 1, 2), None, date(1995, 3, 1)]
+    pq.write_table(pa.table({"a": pa.array(days, pa.date32()), "b": pa.array([days[1], days[1], days[0], None], pa.date32()),
+                             "price": pa.array([Decimal("1.00")] * 4, pa.decimal128(15, 2))}), path)
+    plan = plan_spec(_spec(path, "a < b and price > 0.5"))
+    cpu, kept = build_lazyframe(plan, filters_before_casts=True), build_lazyframe(plan)
+    assert 'col("a").strict_cast' in cpu.explain()
+    assert_frame_equal(cpu.collect(), kept.collect())
+    assert cpu.collect().height == 1
