@@ -2,23 +2,31 @@
 
 from __future__ import annotations
 
+import io
+import itertools
 import sys
 from collections.abc import Collection
+from dataclasses import dataclass
 from typing import Any
 
 import dask
 import dask.dataframe as dd
+import fsspec
+from fsspec.utils import read_block
 import numpy as np
 import pandas as pd
+import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from dask.dataframe.io.parquet.arrow import ArrowDatasetEngine
 
 from spillway.jobs.errors import TooManyPartitions
+from spillway.jobs.polars_io import READ_TYPES, parse_read_error, refuses
 from spillway.jobs.safe_open import RootBoundFileSystem, checked_url
 from spillway.jobs.sandbox import checked_file
-from spillway.jobs.sources import parquet_schema, plain_types, read_arrow_type, read_text_head, resolve_files, text_read_dtypes
+from spillway.jobs.sources import (CSV_NULLS, PANDAS_READ_DTYPES, parquet_schema, plain_types, read_arrow_type, read_type_mismatch,
+                                   resolve_files, text_read_types)
 from spillway.jobs.spec import JobSpec, SourceSpec, blocksize_bytes
 from spillway.jobs.storage import filesystem, storage_options
 
@@ -35,7 +43,8 @@ def read_source(source: SourceSpec, *, field: str = "source") -> dd.DataFrame:
     partition columns; everything on cuDF, whose reader gives decimals and dates natively)
     is cast afterwards. On pandas, integer columns of every format are read as pandas'
     nullable integers (``Int64``), so a column with nulls stays an integer, as on Polars
-    and cuDF, whose integers hold nulls already. Object-store options go into the graph as
+    and cuDF, whose integers hold nulls already. CSV and JSON lines are read on pandas in the
+    types the checker gives them (:class:`TextBlockReader`). Object-store options go into the graph as
     ``storage_options``, so the workers open the files exactly as the service listed them.
     """
     files = resolve_files(source, field=field)
@@ -58,37 +67,49 @@ def read_source(source: SourceSpec, *, field: str = "source") -> dd.DataFrame:
         # One cast per column: a frame-wide astype would need every column, so dask could
         # no longer push a job's column projection into the read.
         return frame.assign(**{column: frame[column].astype(dtype) for column, dtype in casts.items()}) if casts else frame
-    if source.format == "csv":
-        # A gzipped file cannot be split: one partition per file (dask warns and does the same).
-        blocksize = None if files[0].endswith(".gz") else source.blocksize or TEXT_BLOCKSIZE
-        urls, options = _text_reads(files, options, checked)
-        frame = dd.read_csv(urls, usecols=source.columns, blocksize=blocksize, storage_options=options, **_text_dtypes(source, urls[0], options))
-        # usecols keeps the file's column order; the spec's order is the one validation assumed.
-        return frame[list(source.columns)] if source.columns else frame
+    return _read_text(source, files, options, checked, field)
+
+
+def _read_text(source: SourceSpec, files: list[str], options: dict[str, Any] | None, checked: RootBoundFileSystem | None,
+               field: str) -> dd.DataFrame:
+    """A CSV or JSON-lines source: on pandas, each block read by a :class:`TextBlockReader` in the source's read types
+    (:func:`jobs.sources.text_read_types`), as the Polars engine reads them; on cuDF by dask-cudf's readers."""
     urls, options = _text_reads(files, options, checked)
-    frame = dd.read_json(urls, lines=True, blocksize=source.blocksize or TEXT_BLOCKSIZE, storage_options=options, **_text_dtypes(source, urls[0], options))
+    # A gzipped file cannot be split: one partition per file (dask warns and does the same).
+    blocksize = None if source.format == "csv" and files[0].endswith(".gz") else source.blocksize or TEXT_BLOCKSIZE
+    if dask.config.get("dataframe.backend") == "pandas":
+        reader = TextBlockReader(source.format, text_read_types(source, files[0], field=field), tuple(urls), options, field)
+        fs, _ = filesystem(files[0])
+        blocks = [TextBlock(url, start, length) for path, url in zip(files, urls, strict=True)
+                  for start, length in _block_ranges(fs.size(path) or 0, blocksize)]
+        frame = dd.from_map(reader, blocks, meta=reader.empty(reader.types), label=f"read-{source.format}", enforce_metadata=False)
+    else:  # cuDF infers the types itself (its integers and bools hold nulls), but a declared type is read as declared
+        declared = {"dtype": {column: "str" if t == "string" else t for column, t in source.types.items()}} if source.types else {}
+        if source.format == "csv":
+            frame = dd.read_csv(urls, usecols=source.columns, blocksize=blocksize, storage_options=options, **declared)
+        else:
+            frame = dd.read_json(urls, lines=True, blocksize=blocksize, storage_options=options, **declared)
     return frame[list(source.columns)] if source.columns else frame
 
 
-def _text_dtypes(source: SourceSpec, first: str, options: dict[str, Any] | None) -> dict[str, Any]:
-    """``dtype=`` for a CSV or JSON-lines read on pandas: :func:`jobs.sources.text_read_dtypes` of the first file's head.
+@dataclass(frozen=True)
+class TextBlock:
+    """Bytes of a CSV or JSON-lines file: from ``start`` (or the line after it), ``length`` of them (to the end of the
+    line they stop in); None: the whole file. A dataclass, not a tuple: dask reads tuples in task arguments as keys."""
 
-    pandas' own inference reads an integer column with an empty field as float64, a bool
-    column with one as float64 or text, and a block without one as int64 or bool (dask's
-    partitions would then disagree with their metadata); its nullable inference tells them
-    apart, as Polars' reader does. ``first`` and ``options`` are the URL and options dask reads
-    the file with. cuDF's reader keeps integers and bools with nulls as they are already.
-    """
-    if dask.config.get("dataframe.backend") != "pandas":
-        return {}
-    head = read_text_head(source.format, first, options)
-    wanted = set(source.columns) if source.columns else None
-    dtypes = {name: _PANDAS_READ_DTYPES[dtype] for name, dtype in text_read_dtypes(head, source.format).items() if wanted is None or name in wanted}
-    return {"dtype": dtypes} if dtypes else {}
+    url: str
+    start: int
+    length: int | None
 
 
-#: The pandas dtypes of :func:`jobs.sources.text_read_dtypes`' names: text as dask's own string columns (Arrow strings, NA for null).
-_PANDAS_READ_DTYPES: dict[str, Any] = {"Int64": pd.Int64Dtype(), "boolean": pd.BooleanDtype(), "string": pd.StringDtype("pyarrow")}
+def _block_ranges(size: int, blocksize: str | None) -> list[tuple[int, int | None]]:
+    """A file of ``size`` bytes as ``size // blocksize`` blocks of about one length (at least one), as dask's
+    ``read_bytes`` splits it (:func:`estimated_partitions` counts them so); the whole file without a blocksize."""
+    if blocksize is None:
+        return [(0, None)]
+    count = max(1, size // blocksize_bytes(blocksize))
+    bounds = [size * i // count for i in range(count + 1)]
+    return [(start, end - start) for start, end in itertools.pairwise(bounds)]
 
 
 def _checked_reads(files: list[str]) -> RootBoundFileSystem | None:
@@ -103,6 +124,134 @@ def _text_reads(files: list[str], options: dict[str, Any] | None, checked: RootB
     if checked is None:
         return files, options
     return [checked_url(path) for path in files], {"checked": tuple(checked.checked.values())}
+
+
+class _Unreadable(Exception):
+    """A value of ``column`` that ``read_type`` cannot hold (``value``: its text), found in a block or a file."""
+
+    def __init__(self, column: str, read_type: str, value: str) -> None:
+        super().__init__(column, read_type, value)
+        self.column, self.read_type, self.value = column, read_type, value
+
+
+@dataclass(frozen=True)
+class TextBlockReader:
+    """The Dask engine's reader (on pandas) of a CSV or JSON-lines source's :class:`TextBlock`, in the source's read types
+    (``types``: column → type name), of the columns a job reads: dask passes the ones it projects, as Polars reads
+    only those, so a value neither engine reads fails neither.
+
+    CSV is parsed by pandas, JSON lines by Polars' reader, the one the Polars engine reads them with (five times
+    pandas' speed, and the same text of a number in a ``string`` column). A value its column's type cannot hold
+    raises :class:`jobs.errors.ReadTypeMismatch`, the error the Polars engine raises too, naming the column, the file
+    (``files``' only one, or the first that holds such a value) and the source's ``field``. ``files`` and ``options``
+    are the URLs and fsspec options the files are opened with.
+    """
+
+    format: str
+    types: dict[str, str]
+    files: tuple[str, ...]
+    options: dict[str, Any] | None
+    field: str
+
+    def __call__(self, block: TextBlock, columns: list[str] | None = None) -> pd.DataFrame:
+        types = self.types if columns is None else {column: self.types[column] for column in columns}
+        with fsspec.open(block.url, "rb", compression="infer", **(self.options or {})) as handle:
+            data = handle.read() if block.length is None else read_block(handle, block.start, block.length, b"\n")
+        if not data.strip():
+            return self.empty(types)
+        # With no column asked for (a count of rows), one is read: pandas reads no rows without a column.
+        read = types or dict(itertools.islice(self.types.items(), 1))
+        try:
+            frame = self._csv_block(data, read, first=block.start == 0) if self.format == "csv" else self._json_block(data, read)
+        except _Unreadable as bad:
+            raise read_type_mismatch(bad.column, self._file_holding(bad), bad.read_type, bad.value, self.field) from None
+        return frame[list(types)]
+
+    @staticmethod
+    def empty(types: dict[str, str]) -> pd.DataFrame:
+        """No rows, in ``types``: the metadata dask is given, so no file is read for it while the graph is built."""
+        return pd.DataFrame({column: pd.Series([], dtype=PANDAS_READ_DTYPES[t]) for column, t in types.items()})
+
+    def _csv_block(self, data: bytes, types: dict[str, str], *, first: bool) -> pd.DataFrame:
+        # A file's later blocks have no header: they take the first file's column names, as dask's reader does.
+        layout: dict[str, Any] = {"header": 0} if first else {"header": None, "names": list(self.types)}
+        options = {"usecols": list(types), **layout, **CSV_NULLS}
+        # Text columns are left to pandas' inference, which reads text a third faster than a text dtype; a block where
+        # it made one something else (digits only, no value) is read again with the dtype. Dates are parsed after.
+        dtypes = {column: PANDAS_READ_DTYPES[t] for column, t in types.items() if t not in ("string", _DATETIME)}
+        texts = [column for column, t in types.items() if t in ("string", _DATETIME)]
+        try:
+            frame = pd.read_csv(io.BytesIO(data), dtype=dtypes, **options)
+            if not all(pd.api.types.is_string_dtype(frame[column].dtype) for column in texts):
+                frame = pd.read_csv(io.BytesIO(data), dtype={**dtypes, **dict.fromkeys(texts, str)}, **options)
+        except (ValueError, TypeError, OverflowError):  # pandas names neither the column nor the value: find them
+            _raise_unreadable(pd.read_csv(io.BytesIO(data), dtype=str, **options), types)
+            raise
+        dates = [column for column in texts if types[column] == _DATETIME]
+        _raise_unreadable(frame[dates], types)
+        frame = frame.astype({column: PANDAS_READ_DTYPES["string"] for column in texts if column not in dates})
+        return frame.assign(**{column: pd.to_datetime(frame[column], format="ISO8601") for column in dates})
+
+    def _json_block(self, data: bytes, types: dict[str, str]) -> pd.DataFrame:
+        try:
+            frame = pl.read_ndjson(io.BytesIO(data), schema={column: READ_TYPES[t] for column, t in types.items()})
+        except pl.exceptions.ComputeError as exc:
+            error = parse_read_error(str(exc))
+            # Polars names the value and the type, not the column: the one of that type that refuses it alone.
+            column = error and next((c for c, t in types.items() if t == error.read_type and refuses(data, error, c, str(exc))), None)
+            if error is None or column is None:
+                raise
+            raise _Unreadable(column, error.read_type, error.value) from None
+        table = frame.to_arrow(compat_level=pl.CompatLevel.oldest())  # large_string, which pandas' Arrow strings hold
+        return table.to_pandas(types_mapper=_NULLABLE_TYPES.get).astype({c: PANDAS_READ_DTYPES[t] for c, t in types.items()})
+
+    def _file_holding(self, bad: _Unreadable) -> str | None:
+        """The first of the source's files whose ``bad.column`` holds a value its type cannot hold (each read whole: only
+        when a job fails), or None if none does."""
+        if len(self.files) == 1:
+            return self.files[0]
+        return next((path for path in self.files if self._holds_unreadable(path, bad.column, bad.read_type)), None)
+
+    def _holds_unreadable(self, path: str, column: str, read_type: str) -> bool:
+        with fsspec.open(path, "rb", compression="infer", **(self.options or {})) as handle:
+            data = handle.read()
+        try:
+            if self.format == "csv":
+                _raise_unreadable(pd.read_csv(io.BytesIO(data), usecols=[column], dtype=str, **CSV_NULLS), {column: read_type})
+            else:
+                self._json_block(data, {column: read_type})
+        except _Unreadable:
+            return True
+        except ValueError:  # a CSV file without the column (pandas: usecols do not match)
+            return False
+        return False
+
+
+_DATETIME = "datetime64[ns]"
+
+
+def _raise_unreadable(texts: pd.DataFrame, types: dict[str, str]) -> None:
+    """Raise :class:`_Unreadable` for the first column of ``texts`` (CSV fields as text) holding a value its read type
+    cannot hold, as pandas' parser (and Polars') refuses it: a non-number, a fraction or a number past the range of an
+    integer type, a bool other than true or false in any case, a date-time outside ISO 8601."""
+    for column in texts.columns:
+        read_type = types.get(str(column), "string")
+        values = texts[column].astype(object)
+        present = values.notna()
+        if read_type == "string" or not present.any():
+            continue
+        if read_type == "bool":
+            bad = present & ~values.str.lower().isin(["true", "false"])
+        elif read_type == _DATETIME:
+            bad = present & pd.to_datetime(values, format="ISO8601", errors="coerce").isna()
+        else:
+            numbers = pd.to_numeric(values, errors="coerce")
+            bad = present & numbers.isna()
+            if read_type.startswith("int"):
+                info = np.iinfo(read_type)
+                bad |= present & ((numbers % 1 != 0) | (numbers < info.min) | (numbers > info.max))
+        if bad.any():
+            raise _Unreadable(str(column), read_type, str(values[bad].iloc[0]))
 
 
 def estimated_partitions(source: SourceSpec, *, field: str = "source") -> int:

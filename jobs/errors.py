@@ -106,6 +106,13 @@ class TextNotParsed(SpillwayError):
     code = "text_not_parsed"
 
 
+class ReadTypeMismatch(SpillwayError):
+    """A CSV or JSON-lines value its column's read type cannot hold, met while a job runs (``abc`` in an int64
+    column past the rows its type was inferred from): the column, the file and the fix are named, nothing is committed."""
+
+    code = "read_type_mismatch"
+
+
 class TooManyPartitions(SpecError):
     """A job's graph is over the configured partition limit (at submit, a 422 naming the blocksize)."""
 

@@ -2,7 +2,8 @@
 
 Sources are read as the Dask engine reads them, so both engines see the same columns:
 parquet decimals as float64, dates as ``datetime[us]``, hive ``key=value/`` folders as
-plain columns; CSV and JSON-lines types are inferred from the whole file. Files are the
+plain columns; CSV and JSON-lines columns in the types the checker gives them
+(:func:`jobs.sources.text_read_types`), never inferred here. Files are the
 ones :func:`jobs.sources.resolve_files` lists (a Spillway sink: exactly its manifest's; for a job
 the manager runs, each resolved and checked against the data roots, as the Dask engine reads them).
 
@@ -22,16 +23,20 @@ query runs is not seen (docs/guarantees.md).
 from __future__ import annotations
 
 import gzip
+import io
 import os
+import re
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, unquote
 
 import polars as pl
 
+from spillway.jobs.errors import ReadTypeMismatch
 from spillway.jobs.safe_open import open_checked, open_for_writing, verify_checked
 from spillway.jobs.sandbox import CheckedFile, checked_file
-from spillway.jobs.sources import resolve_files
+from spillway.jobs.sources import (SUFFIXES, inferred_text_types, read_type_mismatch, resolve_files,
+                                   text_read_types)
 from spillway.jobs.spec import SinkSpec, SourceSpec
 from spillway.jobs.storage import StorageSettings, is_url, storage_options
 
@@ -95,25 +100,112 @@ def scan_source_as_stored(source: SourceSpec, *, field: str = "source") -> tuple
     if source.format == "parquet":
         hive = any("=" in part for part in os.path.dirname(files[0]).replace("\\", "/").split("/")[-8:])
         frame = _scan_hive(files, options) if hive else pl.scan_parquet(files, storage_options=options)
-    elif source.format == "csv":
-        if files[0].endswith(".gz"):  # Polars' CSV scan does not decompress; read those whole
-            frame = pl.concat([_read_csv_now(f, options).lazy() for f in files], how="vertical_relaxed")
-        else:
-            frame = pl.scan_csv(files, infer_schema_length=None, storage_options=options)
     else:
-        frame = pl.scan_ndjson(files, infer_schema_length=None, storage_options=options)
+        frame = _scan_text(source, files, options, field)
     if source.columns:
         frame = frame.select(list(source.columns))
     return frame, read_casts(frame, exact_decimals=source.decimals == "exact") if source.format == "parquet" else {}
 
 
-def _read_csv_now(path: str, options: dict[str, str] | None) -> pl.DataFrame:
+#: The Polars type of each read type of a CSV or JSON-lines column (jobs.sources.text_read_types), as ``cast()`` gives it.
+READ_TYPES: dict[str, pl.DataType] = {
+    "int64": pl.Int64(), "int32": pl.Int32(), "float64": pl.Float64(), "float32": pl.Float32(), "bool": pl.Boolean(),
+    "datetime64[ns]": pl.Datetime("ns"), "string": pl.String(),
+}
+
+
+def _scan_text(source: SourceSpec, files: list[str], options: dict[str, str] | None, field: str) -> pl.LazyFrame:
+    """A CSV or JSON-lines source read in its read types (:func:`jobs.sources.text_read_types`), the ones the checker
+    and the Dask engine use: nothing is inferred here, so a value further on that a type cannot hold fails the query
+    (:func:`write_output` names it) instead of changing the column's type on this engine only."""
+    schema = {column: READ_TYPES[read_type] for column, read_type in text_read_types(source, files[0], field=field).items()}
+    if source.format == "jsonl":
+        return pl.scan_ndjson(files, schema=schema, storage_options=options)
+    if files[0].endswith(".gz"):  # Polars' CSV scan does not decompress; read those whole
+        return pl.concat([_read_csv_now(f, schema, options, field).lazy() for f in files], how="vertical")
+    # Every column typed by name; without inference, one the schema missed would be text.
+    return pl.scan_csv(files, schema_overrides=schema, infer_schema=False, storage_options=options)
+
+
+def _read_csv_now(path: str, schema: dict[str, pl.DataType], options: dict[str, str] | None, field: str) -> pl.DataFrame:
     """A whole CSV file read now (the data travels in the plan); a checked one from the fd :func:`open_checked` gives."""
     checked = checked_file(path)
-    if checked is None:
-        return pl.read_csv(path, infer_schema_length=None, storage_options=options)
-    with os.fdopen(open_checked(checked), "rb") as handle:
-        return pl.read_csv(handle, infer_schema_length=None)
+    try:
+        if checked is None:
+            return pl.read_csv(path, schema_overrides=schema, infer_schema=False, storage_options=options)
+        with os.fdopen(open_checked(checked), "rb") as handle:
+            return pl.read_csv(handle, schema_overrides=schema, infer_schema=False)
+    except pl.exceptions.ComputeError as exc:
+        error = parse_read_error(str(exc))
+        if error is None or error.column is None:
+            raise
+        raise read_type_mismatch(error.column, path, error.read_type, error.value, field) from None
+
+
+@dataclass(frozen=True)
+class PolarsReadError:
+    """What Polars' error says of a value a column's read type could not hold: the CSV reader names the column, the
+    JSON-lines reader only the value and the type."""
+
+    format: str
+    column: str | None
+    read_type: str
+    value: str
+
+
+# Polars 1.x's messages: "could not parse `abc` as dtype `i64` at column 'n' (column number 2)…" (CSV) and
+# "cannot parse 'abc' (string) as Int64" (JSON lines); their type names → the read types.
+_CSV_ERROR = re.compile(r"could not parse `(?P<value>.*?)` as dtype `(?P<dtype>[^`]+)` at column '(?P<column>.*?)' \(column number", re.S)
+_JSON_ERROR = re.compile(r"cannot parse '(?P<value>.*?)' \(\w+\) as (?P<dtype>\w+)", re.S)
+_CSV_TYPES = {"i64": "int64", "i32": "int32", "f64": "float64", "f32": "float32", "bool": "bool", "datetime[ns]": "datetime64[ns]"}
+_JSON_TYPES = {"Int64": "int64", "Int32": "int32", "Float64": "float64", "Float32": "float32", "Boolean": "bool", "Datetime": "datetime64[ns]"}
+
+
+def parse_read_error(text: str) -> PolarsReadError | None:
+    """The value, type and (CSV) column of Polars' error ``text`` for a value its read type cannot hold; None for other errors."""
+    if (csv := _CSV_ERROR.search(text)) and csv["dtype"] in _CSV_TYPES:
+        return PolarsReadError("csv", csv["column"], _CSV_TYPES[csv["dtype"]], csv["value"])
+    if (jsonl := _JSON_ERROR.search(text)) and jsonl["dtype"] in _JSON_TYPES:
+        return PolarsReadError("jsonl", None, _JSON_TYPES[jsonl["dtype"]], jsonl["value"])
+    return None
+
+
+def refuses(data: str | bytes, error: PolarsReadError, column: str, message: str) -> bool:
+    """Whether reading ``column`` alone of ``data`` (a file's path, or its bytes) as ``error``'s type fails as the read
+    that gave ``message`` did (JSON lines: with the same message, since another column may refuse that type for
+    another value). Only for naming a failure: the data is read again."""
+    source = io.BytesIO(data) if isinstance(data, bytes) else data
+    dtype = READ_TYPES[error.read_type]
+    try:
+        if error.format == "csv":
+            pl.read_csv(source, columns=[column], schema_overrides={column: dtype}, infer_schema=False)
+        else:
+            pl.read_ndjson(source, schema={column: dtype})
+    except pl.exceptions.ComputeError as exc:
+        return error.format == "csv" or str(exc) == message
+    except pl.exceptions.ColumnNotFoundError:
+        return False
+    return False
+
+
+def named_read_error(exc: pl.exceptions.ComputeError, checked: tuple[CheckedFile, ...]) -> ReadTypeMismatch | None:
+    """``exc`` as :class:`jobs.errors.ReadTypeMismatch` if it is Polars refusing a CSV or JSON-lines value its column's
+    read type cannot hold; else None.
+
+    Polars names neither the file nor (JSON lines) the column: they are looked for in the job's ``checked`` source
+    files (a job the manager runs under data roots; none for object stores), the first that holds such a value
+    (each read again, one column at a time: only when a job fails). The Dask engine raises the same error.
+    """
+    error = parse_read_error(str(exc))
+    if error is None:
+        return None
+    for file in checked:
+        if not file.path.endswith(SUFFIXES[error.format]):
+            continue
+        for column in [error.column] if error.column is not None else inferred_text_types(error.format, file.path):
+            if refuses(file.path, error, column, str(exc)):
+                return read_type_mismatch(column, file.path, error.read_type, error.value, file.field.removesuffix(".path"))
+    return read_type_mismatch(error.column, None, error.read_type, error.value, None)
 
 
 def _scan_hive(files: list[str], options: dict[str, str] | None) -> pl.LazyFrame:
@@ -210,11 +302,19 @@ def write_output(frame: pl.LazyFrame, target: OutputTarget, engine: Any = "auto"
         A checked source file is now reached through a link (nothing is written).
     SourceChanged
         A checked source file was replaced by another (nothing is written).
+    ReadTypeMismatch
+        A CSV or JSON-lines value its column's read type cannot hold (nothing is written).
     """
     sink = target.sink
     codec = sink.codec or "uncompressed"
     verify_checked(target.checked)
-    table = frame.collect(engine=engine)
+    try:
+        table = frame.collect(engine=engine)
+    except pl.exceptions.ComputeError as exc:
+        verify_checked(target.checked)  # the files read again to name the value must still be those checked
+        if (named := named_read_error(exc, target.checked)) is not None:
+            raise named from None
+        raise
     verify_checked(target.checked)
     if sink.partition_on:
         keys = list(sink.partition_on)

@@ -48,11 +48,17 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+#: The types a CSV or JSON-lines column can be declared as: the names ``cast()`` takes (jobs/expr.py CAST_TYPES,
+#: less decimals; tests/test_text_types.py keeps the two lists alike).
+ReadType = Literal["int64", "int32", "float64", "float32", "bool", "datetime64[ns]", "string"]
+
+
 class SourceSpec(_Strict):
     """Where input rows come from: parquet, CSV or JSON-lines files, a path, directory or glob.
 
     A parquet directory laid out as ``key=value/`` folders (hive partitioning) adds
-    each key as a column.
+    each key as a column. A CSV or JSON-lines column's type comes from the first file's
+    first rows (jobs.sources.text_read_types) unless ``types`` declares it.
     """
 
     format: Literal["parquet", "csv", "jsonl"] = Field(description="File format of the source; `jsonl` is one JSON object per line.")
@@ -72,6 +78,11 @@ class SourceSpec(_Strict):
         description="Parquet decimal columns read as float64 (the default, on every engine) or kept `exact`: decimal(p, s) through "
         "every step to the sink, on the Polars engine only (docs/spec.md, 'Exact decimals').",
     )
+    types: dict[ColumnName, ReadType] | None = Field(
+        default=None,
+        description="CSV and JSON lines: column → the type both engines read it as (`int64`, `int32`, `float64`, `float32`, `bool`, "
+        "`datetime64[ns]`, `string`), instead of the type its first file's first 1000 rows suggest; e.g. `{zip: string}`.",
+    )
 
     @model_validator(mode="after")
     def _exact_decimals_are_parquet(self) -> SourceSpec:
@@ -79,6 +90,15 @@ class SourceSpec(_Strict):
             raise ValueError(f"decimals: exact reads parquet decimal columns; a {self.format} source has none (its numbers are "
                              "read as int64 or float64): cast(x, 'decimal(p, s)') makes them exact")
         return self
+
+    @field_validator("types")
+    @classmethod
+    def _types_are_for_text(cls, value: dict[str, str] | None, info: ValidationInfo) -> dict[str, str] | None:
+        # A field validator, not the model's: the error then names source.types, not the whole source.
+        if value is not None and info.data.get("format") == "parquet":
+            raise ValueError("types declares the column types of a CSV or JSON-lines source; a parquet file carries its own "
+                             "(cast(x, 'string') converts a column in a step)")
+        return value
 
     @field_validator("blocksize")
     @classmethod

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from spillway.jobs.errors import TypeMismatch
 from spillway.jobs.pipeline import backend_config, build_frame
 from spillway.jobs.polars_frame import build_lazyframe, join_key_type
 from spillway.jobs.spec import JobSpec
@@ -218,9 +219,14 @@ _ALONE = {"inner": (False, False), "left": (True, False), "right": (False, True)
 @pytest.mark.parametrize(("left", "right", "keys"), [("nulls.jsonl", "ints", {"on": ["k"]}), ("ints", "nulls.jsonl", {"on": ["k"]}),
                                                     ("nulls.jsonl", "floats", {"left_on": ["k"], "right_on": ["kf"]})])
 def test_a_json_key_of_nulls_only_matches_nothing_on_both_engines(data: Path, left: str, right: str, keys: dict[str, list[str]], how: str) -> None:
-    """Polars reads a JSON-lines key without a value as type Null and refused to join it (SchemaError); pandas' merge
-    runs and matches nothing. The Null side now takes the other's type, so Polars matches nothing too."""
-    on_dask, on_polars = run_both(join_job(data, left, right, how=how, **keys))
+    """A JSON-lines column without a value is text (docs/spec.md, "CSV and JSON lines"): joined with a number key it is
+    refused at submit, naming the step. Declared an integer (``types``), it joins and matches nothing on both engines."""
+    with pytest.raises(TypeMismatch, match="join keys must have matching kinds"):
+        plan_spec(join_job(data, left, right, how=how, **keys))
+    spec = join_job(data, left, right, how=how, **keys).model_dump(by_alias=True, exclude_none=True)
+    json_side = spec["source"] if left == "nulls.jsonl" else spec["steps"][-1]["right"]
+    json_side["types"] = {"k": "int64"}
+    on_dask, on_polars = run_both(JobSpec.model_validate(spec))
     assert_same_rows(on_dask, on_polars, ordered=False)
     keep_left, keep_right = _ALONE[how]
     assert len(on_polars) == (3 if left == "nulls.jsonl" else 4) * keep_left + (3 if right == "nulls.jsonl" else 4) * keep_right

@@ -2,7 +2,7 @@
 
 Each case is a file the readers once disagreed on: a parquet column of Arrow type null (Polars' Null took no
 string function), bools with nulls in JSON lines, CSV and parquet (pandas: float64, text or object), a CSV column
-without a value (Polars: text, pandas: float64), a zoned parquet timestamp compared with a datetime literal
+without a value (Polars: text, pandas: float64) and a JSON-lines one (Polars: Null, pandas: float64), a zoned parquet timestamp compared with a datetime literal
 (refused by both engines); and what the sinks write of bools (CSV text) and of a mean of integers (parquet types).
 """
 
@@ -32,7 +32,7 @@ D = datetime.datetime
 def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("readers")
     pq.write_table(pa.table({"id": [1, 2, 3], "s": pa.nulls(3), "t": ["a", "b", None]}), root / "nulls.parquet")
-    (root / "flags.jsonl").write_text('{"id": 1, "b": true}\n{"id": 2, "b": null}\n{"id": 3, "b": false}\n')
+    (root / "flags.jsonl").write_text('{"id": 1, "b": true, "e": null}\n{"id": 2, "b": null, "e": null}\n{"id": 3, "b": false}\n')
     (root / "flags.csv").write_text("id,b,e\n1,True,\n2,,\n3,False,\n")
     zoned = pa.array([D(2023, 12, 31, 23), D(2024, 1, 1, 1), None, D(2024, 3, 1)], pa.timestamp("us", tz="UTC")).cast(pa.timestamp("us", tz="Europe/Paris"))
     pq.write_table(pa.table({"id": [1, 2, 3, 4], "k": zoned, "g": ["a", "a", "b", "b"], "n": pa.array([1, 2, 4, None], pa.int64()),
@@ -99,11 +99,11 @@ def test_a_filter_on_a_column_of_type_null_keeps_the_same_rows(data: Path) -> No
     assert len(on_dask) == 3  # a comparison with a null is false, so its negation keeps every row
 
 
-# 2. Bools with nulls, and a CSV column without a value.
+# 2. Bools with nulls, and a column without a value.
 
 
 @pytest.mark.parametrize(("name", "column", "kind"), [("flags.jsonl", "b", "bool"), ("flags.csv", "b", "bool"), ("flags.csv", "e", "string"),
-                                                     ("zoned.parquet", "bn", "bool")])
+                                                     ("flags.jsonl", "e", "string"), ("zoned.parquet", "bn", "bool")])
 def test_the_checker_and_both_engines_read_the_same_kind(data: Path, name: str, column: str, kind: str) -> None:
     checker, polars_kinds, dask_kinds = kinds_of(data, name)
     assert (checker[column], polars_kinds[column], dask_kinds[column]) == (kind, kind, kind)
@@ -139,9 +139,10 @@ def test_a_bool_cast_to_text_is_true_or_false_on_both_engines(data: Path) -> Non
     assert on_dask.sort_values("id")["x"].tolist()[::2] == ["true", "false"]
 
 
+@pytest.mark.parametrize("name", ["flags.csv", "flags.jsonl"])
 @pytest.mark.parametrize("expr", ["upper(e)", "isnull(e)", "coalesce(e, 'none')", "cast(e, 'float64')"])
-def test_a_csv_column_without_a_value_is_text_on_both_engines(data: Path, expr: str) -> None:
-    assert_same(job(data, "flags.csv", [{"op": "assign", "column": "x", "expr": expr}]))
+def test_a_column_without_a_value_is_text_on_both_engines(data: Path, name: str, expr: str) -> None:
+    assert_same(job(data, name, [{"op": "assign", "column": "x", "expr": expr}]))
 
 
 # 6. Zoned timestamps against datetime literals: the literal is a UTC instant.

@@ -1,0 +1,363 @@
+"""CSV and JSON-lines column types: one rule for the checker and both engines, and the source's ``types``.
+
+The types come from a file's first ``TEXT_HEAD_ROWS`` rows (a source's first file), unless the source declares
+them in ``types``; both engines read exactly those types. A value further down that its column's type cannot
+hold fails the job on both engines alike, naming the column and the file and saying how to declare it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import typing
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import dask
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pydantic import ValidationError
+
+from spillway.cluster.polars_job import output_columns
+from spillway.jobs.dask_read import TextBlock, TextBlockReader
+from spillway.jobs.errors import SpecError, SpillwayError, TypeMismatch, UnknownColumn
+from spillway.jobs.expr import CAST_TYPES
+from spillway.jobs.pipeline import backend_config, build_frame
+from spillway.jobs.polars_frame import build_lazyframe
+from spillway.jobs.polars_io import write_output
+from spillway.jobs.sandbox import enforce_roots
+from spillway.jobs.sink import SinkWriter
+from spillway.jobs.sources import TEXT_HEAD_ROWS, read_schema
+from spillway.jobs.spec import JobSpec, ReadType, SinkSpec, SourceSpec
+from spillway.jobs.status import JobStatus
+from spillway.jobs.validate import plan_spec
+from spillway.service.client import SpillwayClient
+from tests.conftest import ServiceProcess, wait_terminal
+from tests.test_bad_input import error_of, post
+from tests.test_engines import assert_same_rows, run_both
+from tests.test_reader_agreement import kinds_of
+
+#: Rows of the files whose column changes after the head: past the head, and the change well past it.
+ROWS = TEXT_HEAD_ROWS + 100
+LATE = TEXT_HEAD_ROWS + 10
+
+
+def _late_values(late: Any) -> list[Any]:
+    return [late if i == LATE else i for i in range(ROWS)]
+
+
+def values(column: pd.Series) -> list[Any]:
+    """A result column's values, nulls as None."""
+    return column.astype(object).where(column.notna(), None).tolist()
+
+
+def _write_csv(path: Path, columns: dict[str, list[Any]]) -> None:
+    """Each value as its text (pandas would write a column of integers with a gap as floats), a null as nothing."""
+    rows = zip(*columns.values(), strict=True)
+    path.write_text("\n".join([",".join(columns), *(",".join("" if v is None else str(v) for v in row) for row in rows)]) + "\n")
+
+
+def _write_jsonl(path: Path, columns: dict[str, list[Any]]) -> None:
+    names = list(columns)
+    with open(path, "w") as out:
+        for values in zip(*columns.values(), strict=True):
+            out.write(json.dumps(dict(zip(names, values, strict=True))) + "\n")
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("text_types")
+    ids = list(range(ROWS))
+    for name, late in (("late_text", "abc"), ("late_float", 1.5), ("late_bool", True)):
+        _write_jsonl(root / f"{name}.jsonl", {"id": ids, "n": _late_values(late)})
+    for name, late in (("late_text", "abc"), ("late_float", "1.5")):
+        _write_csv(root / f"{name}.csv", {"id": ids, "n": _late_values(late)})
+    for fmt, write in (("csv", _write_csv), ("jsonl", _write_jsonl)):  # the head's file is fine, the second file is not
+        (root / f"many_{fmt}").mkdir()
+        write(root / f"many_{fmt}" / f"a.{fmt}", {"id": [1, 2], "n": [1, 2]})
+        write(root / f"many_{fmt}" / f"b.{fmt}", {"id": [3, 4], "n": [3, "x"]})
+    with gzip.open(root / "late_text.csv.gz", "wt") as out:
+        out.write((root / "late_text.csv").read_text())
+    _write_csv(root / "days.csv", {"id": [1, 2, 3], "day": ["2024-01-05", None, "2024-02-29 10:30:00"], "na": ["NA", "null", None]})
+    _write_jsonl(root / "days.jsonl", {"id": [1, 2, 3], "day": ["2024-01-05", None, "2024-02-29 10:30:00"]})
+    _write_csv(root / "bad_day.csv", {"id": [1, 2], "day": ["2024-01-05", "soon"]})
+    _write_jsonl(root / "nulls.jsonl", {"id": [1, 2, 3], "e": [None, None, None], "t": ["a", None, "c"]})
+    _write_csv(root / "ints.csv", {"id": [1, 2, 3], "n": [7, None, 9]})
+    _write_jsonl(root / "ints.jsonl", {"id": [1, 2, 3], "n": [7, None, 9]})
+    pq.write_table(pa.table({"id": [1, 2], "n": [3, 4]}), root / "ints.parquet")
+    return root
+
+
+def job(data: Path, name: str, steps: list[dict[str, Any]] | None = None, *, types: dict[str, str] | None = None,
+        sink: dict[str, Any] | None = None, blocksize: str | None = None) -> JobSpec:
+    source: dict[str, Any] = {"format": "jsonl" if "jsonl" in name else "csv" if "csv" in name else "parquet", "path": str(data / name)}
+    if types is not None:
+        source["types"] = types
+    if blocksize is not None:
+        source["blocksize"] = blocksize
+    return JobSpec.model_validate({"source": source, "steps": steps or [], "sink": sink or {"path": str(data / "unused")}})
+
+
+@pytest.fixture()
+def within_roots(data: Path) -> Iterator[None]:
+    """The data roots a job the manager runs has: the files the engines read are the checked ones."""
+    with enforce_roots([str(data)]):
+        yield
+
+
+def run_on(engine: str, spec: JobSpec, out: Path) -> None:
+    """``spec`` run to its sink as the engine's worker task runs it (the Polars engine: :func:`write_output`)."""
+    plan = plan_spec(spec)
+    writer = SinkWriter(SinkSpec(path=str(out / engine)), engine)
+    if engine == "dask":
+        with backend_config("pandas"), dask.config.set(scheduler="sync"):
+            dask.compute(writer.write_graph(build_frame(spec, plan)))
+    else:
+        frame = build_lazyframe(plan, filters_before_casts=True)
+        write_output(frame, writer.polars_target(output_columns(frame)))
+
+
+# 1. A column that changes after the head: both engines fail alike, naming it; declared as text, the same rows.
+
+
+@pytest.mark.parametrize("engine", ["dask", "polars"])
+@pytest.mark.parametrize("name", ["late_text.csv", "late_text.jsonl", "late_float.csv", "late_float.jsonl", "late_bool.jsonl"])
+def test_a_value_the_head_type_cannot_hold_fails_the_job_naming_the_column_and_file(
+        data: Path, name: str, engine: str, within_roots: None, tmp_path: Path) -> None:
+    with pytest.raises(SpillwayError) as failed:
+        run_on(engine, job(data, name), tmp_path)
+    error = failed.value
+    assert error.code == "read_type_mismatch"
+    assert "column 'n'" in error.message and name in error.message and "int64" in error.message
+    assert "types: {n: string}" in error.message
+    assert error.field == "source.types"
+
+
+@pytest.mark.parametrize("engine", ["dask", "polars"])
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_the_file_named_is_the_one_holding_the_value(data: Path, fmt: str, engine: str, within_roots: None, tmp_path: Path) -> None:
+    with pytest.raises(SpillwayError) as failed:
+        run_on(engine, job(data, f"many_{fmt}"), tmp_path)
+    message = failed.value.message
+    assert failed.value.code == "read_type_mismatch" and f"b.{fmt}" in message and f"a.{fmt}" not in message and "'x'" in message
+
+
+@pytest.mark.parametrize("engine", ["dask", "polars"])
+def test_a_gzipped_csv_file_fails_alike(data: Path, engine: str, within_roots: None, tmp_path: Path) -> None:
+    with pytest.raises(SpillwayError) as failed:
+        run_on(engine, job(data, "late_text.csv.gz"), tmp_path)
+    assert failed.value.code == "read_type_mismatch" and "late_text.csv.gz" in failed.value.message and "column 'n'" in failed.value.message
+
+
+@pytest.mark.parametrize("name", ["late_text.csv", "late_text.jsonl"])
+@pytest.mark.parametrize("steps", [
+    [{"op": "select", "columns": ["id"]}],
+    [{"op": "groupby", "by": [], "aggs": {"rows": {"func": "size"}, "top": {"func": "max", "column": "id"}}}],
+])
+def test_a_column_the_job_does_not_read_fails_neither_engine(data: Path, name: str, steps: list[dict[str, Any]]) -> None:
+    """Polars parses only the columns a query reads; the Dask engine's reader is given dask's projection, so it does too."""
+    on_dask, on_polars = run_both(job(data, name, steps))
+    assert_same_rows(on_dask, on_polars, ordered=False)
+
+
+@pytest.mark.parametrize("name", ["late_text.csv", "late_text.jsonl", "late_float.csv", "late_float.jsonl", "late_bool.jsonl"])
+def test_declared_as_text_the_changing_column_reads_the_same_rows_on_both_engines(data: Path, name: str) -> None:
+    spec = job(data, name, [{"op": "assign", "column": "m", "expr": "n + '!'"}], types={"n": "string"})
+    assert read_schema(spec.source)["n"] == "string"  # type: ignore[arg-type]
+    on_dask, on_polars = run_both(spec)
+    assert_same_rows(on_dask, on_polars, ordered=False)
+    assert len(on_dask) == ROWS
+    assert on_dask.set_index("id").loc[7, "m"] == "7!"
+
+
+@pytest.mark.parametrize("name", ["late_float.csv", "late_float.jsonl"])
+def test_declared_as_float_the_changing_column_reads_the_same_numbers_on_both_engines(data: Path, name: str) -> None:
+    spec = job(data, name, [{"op": "filter", "expr": "n != floor(n)"}], types={"n": "float64"})
+    on_dask, on_polars = run_both(spec)
+    assert_same_rows(on_dask, on_polars, ordered=False)
+    assert on_dask["n"].tolist() == [1.5]
+
+
+@pytest.mark.parametrize("name", ["late_text.csv", "late_text.jsonl"])
+def test_a_file_read_in_many_blocks_reads_the_same_rows_and_fails_alike(data: Path, name: str, within_roots: None, tmp_path: Path) -> None:
+    """Blocks after a file's first have no header (CSV) and start mid-file: the Dask engine reads each one itself."""
+    spec = job(data, name, [{"op": "assign", "column": "m", "expr": "n + '!'"}], types={"n": "string"}, blocksize="1KiB")
+    on_dask, on_polars = run_both(spec)
+    assert_same_rows(on_dask, on_polars, ordered=False)
+    assert len(on_dask) == ROWS and on_dask["id"].nunique() == ROWS
+    for engine in ("dask", "polars"):
+        with pytest.raises(SpillwayError) as failed:
+            run_on(engine, job(data, name, blocksize="1KiB"), tmp_path)
+        assert failed.value.code == "read_type_mismatch" and "column 'n'" in failed.value.message and name in failed.value.message
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_a_block_read_for_its_rows_alone_keeps_them(data: Path, fmt: str) -> None:
+    """dask may ask for no column (a count of rows): pandas would read no rows."""
+    path = str(data / f"late_text.{fmt}")
+    reader = TextBlockReader(fmt, {"id": "int64", "n": "string"}, (path,), None, "source")
+    assert reader(TextBlock(path, 0, None), columns=[]).shape == (ROWS, 0)
+
+
+@pytest.mark.parametrize("name", ["days.csv", "days.jsonl"])
+def test_a_column_declared_datetime_reads_the_same_instants_on_both_engines(data: Path, name: str) -> None:
+    spec = job(data, name, [{"op": "assign", "column": "m", "expr": "month(day)"}], types={"day": "datetime64[ns]"})
+    assert read_schema(spec.source)["day"] == "datetime"  # type: ignore[arg-type]
+    on_dask, on_polars = run_both(spec)
+    assert_same_rows(on_dask, on_polars, ordered=False)
+    assert values(on_dask.sort_values("id")["m"]) == [1, None, 2]
+
+
+@pytest.mark.parametrize("engine", ["dask", "polars"])
+def test_a_date_time_that_does_not_parse_fails_alike(data: Path, engine: str, within_roots: None, tmp_path: Path) -> None:
+    with pytest.raises(SpillwayError) as failed:
+        run_on(engine, job(data, "bad_day.csv", types={"day": "datetime64[ns]"}), tmp_path)
+    assert failed.value.code == "read_type_mismatch" and "column 'day'" in failed.value.message and "'soon'" in failed.value.message
+
+
+def test_only_an_empty_csv_field_is_null_on_both_engines(data: Path) -> None:
+    """pandas' default also nulls NA, null, n/a…, which Polars reads as text."""
+    spec = job(data, "days.csv", [{"op": "assign", "column": "x", "expr": "isnull(na)"}])
+    assert read_schema(spec.source)["na"] == "string"  # type: ignore[arg-type]
+    on_dask, on_polars = run_both(spec)
+    assert_same_rows(on_dask, on_polars, ordered=False)
+    assert on_dask.sort_values("id")["x"].tolist() == [False, False, True]
+
+
+def test_the_declarable_types_are_the_cast_types() -> None:
+    assert set(typing.get_args(ReadType)) == set(CAST_TYPES)
+
+
+# 2. A JSON-lines column of only nulls is text, as a CSV column without a value and a parquet column of type null are.
+
+
+def test_a_json_lines_column_of_only_nulls_is_text_on_the_checker_and_both_engines(data: Path) -> None:
+    checker, polars_kinds, dask_kinds = kinds_of(data, "nulls.jsonl")
+    assert (checker["e"], polars_kinds["e"], dask_kinds["e"]) == ("string", "string", "string")
+
+
+@pytest.mark.parametrize("expr", ["upper(e)", "coalesce(e, t)", "isnull(e)", "e == 'a'"])
+def test_text_functions_on_a_json_lines_column_of_only_nulls_agree(data: Path, expr: str) -> None:
+    on_dask, on_polars = run_both(job(data, "nulls.jsonl", [{"op": "assign", "column": "x", "expr": expr}]))
+    assert_same_rows(on_dask, on_polars, ordered=False)
+
+
+def test_arithmetic_on_a_json_lines_column_of_only_nulls_is_refused_before_the_job(data: Path) -> None:
+    with pytest.raises(TypeMismatch) as refused:
+        plan_spec(job(data, "nulls.jsonl", [{"op": "assign", "column": "x", "expr": "e + 1"}]))
+    assert refused.value.field == "steps[0].expr"
+
+
+# 3. Declared types: they win over the head on the checker and both engines.
+
+
+@pytest.mark.parametrize("name", ["ints.csv", "ints.jsonl"])
+@pytest.mark.parametrize(("declared", "kind", "expr", "want"), [
+    ("string", "string", "n + '!'", ["7!", None, "9!"]),
+    ("float64", "numeric", "n / 2", [3.5, None, 4.5]),
+    ("int64", "numeric", "n * 2", [14, None, 18]),
+    ("int32", "numeric", "n * 2", [14, None, 18]),
+])
+def test_a_declared_type_is_what_the_checker_and_both_engines_read(
+        data: Path, name: str, declared: str, kind: str, expr: str, want: list[Any]) -> None:
+    spec = job(data, name, [{"op": "assign", "column": "x", "expr": expr}], types={"n": declared})
+    assert read_schema(spec.source)["n"] == kind  # type: ignore[arg-type]
+    on_dask, on_polars = run_both(spec)
+    assert_same_rows(on_dask, on_polars, ordered=False)
+    assert values(on_dask.sort_values("id")["x"]) == want
+
+
+@pytest.mark.parametrize("engine", ["dask", "polars"])
+def test_an_integer_column_declared_bool_fails_on_both_engines(data: Path, engine: str, within_roots: None, tmp_path: Path) -> None:
+    assert read_schema(SourceSpec(format="csv", path=str(data / "ints.csv"), types={"n": "bool"}))["n"] == "bool"  # type: ignore[call-arg]
+    with pytest.raises(SpillwayError) as failed:
+        run_on(engine, job(data, "ints.csv", types={"n": "bool"}), tmp_path)
+    assert failed.value.code == "read_type_mismatch" and "column 'n'" in failed.value.message and "bool" in failed.value.message
+
+
+def test_declared_types_of_a_named_source_are_read_by_both_engines(data: Path) -> None:
+    spec = JobSpec.model_validate({
+        "sources": {"c": {"format": "csv", "path": str(data / "late_text.csv"), "types": {"n": "string"}}},
+        "source": "c", "steps": [{"op": "filter", "expr": "n == 'abc'"}], "sink": {"path": str(data / "unused")},
+    })
+    on_dask, on_polars = run_both(spec)
+    assert_same_rows(on_dask, on_polars, ordered=False)
+    assert on_dask["id"].tolist() == [LATE]
+
+
+# 4. Checking types at submit: a 422 naming the field.
+
+
+def test_an_unknown_type_name_is_refused_naming_the_column(data: Path) -> None:
+    with pytest.raises(ValidationError) as refused:
+        job(data, "ints.csv", types={"n": "integer"})
+    (error,) = refused.value.errors()
+    assert error["loc"] == ("source", "types", "n") and "'int64'" in error["msg"]
+
+
+def test_types_on_a_parquet_source_are_refused(data: Path) -> None:
+    with pytest.raises(ValidationError) as refused:
+        job(data, "ints.parquet", types={"n": "string"})
+    (error,) = refused.value.errors()
+    assert error["loc"] == ("source", "types") and "parquet" in error["msg"]
+
+
+def test_a_declared_column_the_file_does_not_have_is_refused_naming_it(data: Path) -> None:
+    with pytest.raises(UnknownColumn) as refused:
+        plan_spec(job(data, "ints.csv", types={"nope": "string"}))
+    assert refused.value.field == "source.types.nope" and "'nope'" in refused.value.message
+
+
+def test_a_named_source_names_its_own_field(data: Path) -> None:
+    spec = JobSpec.model_validate({
+        "sources": {"c": {"format": "csv", "path": str(data / "ints.csv"), "types": {"nope": "string"}}},
+        "source": "c", "sink": {"path": str(data / "unused")},
+    })
+    with pytest.raises(SpecError) as refused:
+        plan_spec(spec)
+    assert refused.value.field == "sources.c.types.nope"
+
+
+def test_a_json_key_first_met_after_the_head_is_read_where_declared(data: Path, tmp_path: Path) -> None:
+    """A key the first rows lack is no column unless ``types`` declares it; declared, both engines read its values."""
+    path = tmp_path / "late_key.jsonl"
+    path.write_text("".join(json.dumps({"id": i, **({"late": 7} if i == LATE else {})}) + "\n" for i in range(ROWS)))
+    steps = [{"op": "filter", "expr": "late == 7"}]
+    with pytest.raises(UnknownColumn):
+        plan_spec(JobSpec.model_validate({"source": {"format": "jsonl", "path": str(path)}, "steps": steps, "sink": {"path": str(data / "unused")}}))
+    spec = JobSpec.model_validate({"source": {"format": "jsonl", "path": str(path), "types": {"late": "int64"}}, "steps": steps,
+                                   "sink": {"path": str(data / "unused")}})
+    on_dask, on_polars = run_both(spec)
+    assert_same_rows(on_dask, on_polars, ordered=True)
+    assert values(on_polars["id"]) == [LATE] and values(on_polars["late"]) == [7]
+
+
+@pytest.mark.parametrize(("types", "fmt", "field"), [
+    ({"n": "integer"}, "csv", "source.types.n"),
+    ({"nope": "string"}, "csv", "source.types.nope"),
+    ({"n": "string"}, "parquet", "source.types"),
+])
+def test_bad_types_are_a_422_naming_the_field(service: ServiceProcess, data: Path, types: dict[str, str], fmt: str, field: str,
+                                              tmp_path: Path) -> None:
+    spec = {"source": {"format": fmt, "path": str(data / f"ints.{fmt}"), "types": types}, "sink": {"path": str(tmp_path / "out")}}
+    error = error_of(post(service, json=spec), 422)
+    assert error["field"] == field
+
+
+# 5. Through the service, on each engine: the job fails with the error a user reads.
+
+
+@pytest.mark.parametrize("name", ["late_text.csv", "late_text.jsonl"])
+def test_through_the_service_a_late_value_fails_the_job_naming_column_and_file(api: SpillwayClient, engine: str, data: Path, name: str,
+                                                                                tmp_path: Path) -> None:
+    spec = job(data, name, sink={"path": str(tmp_path / "out")}).model_dump(mode="json", exclude_none=True)
+    done = wait_terminal(api, api.submit(spec).id)
+    assert done.state == JobStatus.FAILED and done.error is not None
+    assert (done.error.code, done.error.field) == ("read_type_mismatch", "source.types"), done.error
+    assert "column 'n'" in done.error.message and name in done.error.message and "types: {n: string}" in done.error.message
+    assert not (tmp_path / "out").exists()
+    declared = {**spec, "source": {**spec["source"], "types": {"n": "string"}}, "sink": {"path": str(tmp_path / "declared")}}
+    assert wait_terminal(api, api.submit(declared).id).state == JobStatus.SUCCEEDED
