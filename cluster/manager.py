@@ -49,6 +49,7 @@ from spillway.jobs.sink import SinkWriter
 from spillway.jobs.spec import JobSpec
 from spillway.jobs.status import PROGRESS_TOPIC, EngineChoice, ErrorDetail, JobProgress, JobStatus, ResultManifest, StageProgress
 from spillway.jobs.validate import plan_spec
+from spillway.jobs.sources import files_listed_once
 
 if TYPE_CHECKING:
     import polars as pl
@@ -667,6 +668,12 @@ class JobManager:
         """In the job's planning thread (one thread for all of it): the spec checked again against its paths and
         sources as they are now (they may have changed while it queued), its engine, and on Polars its query
         with its output target, its reads and (on the GPU) its placement."""
+        with files_listed_once():
+            return self._plan_query_listed(job, active, device_limit)
+
+    def _plan_query_listed(
+        self, job: JobView, active: _ActiveJob, device_limit: int | None,
+    ) -> tuple[LogicalPlan, EngineChoice, _PolarsQuery | None]:
         spec = job.spec
         if self.allowed_roots is not None:  # a link may have been swapped in while the job queued
             check_paths(spec, self.allowed_roots)

@@ -12,12 +12,14 @@ types than the files hold (see its docstring). CSV and JSON-lines files carry no
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import glob
 import itertools
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import fsspec
@@ -43,6 +45,23 @@ SUFFIXES = {
 }
 
 
+#: (format, path) → the files :func:`resolve_files` listed, while :func:`files_listed_once` is on.
+_LISTED: contextvars.ContextVar[dict[tuple[str, str], tuple[str, ...]] | None] = contextvars.ContextVar("spillway_listed", default=None)
+
+
+@contextlib.contextmanager
+def files_listed_once() -> Iterator[None]:
+    """Within it, each source path is listed (and checked) once: planning a job asks for a source's files
+    for its paths' check, its schema, its scan, its size and its progress (TPC-H q05: 30 listings of 6
+    sources, each a directory walk, a manifest probe and the data roots' checks). For one pass of planning only:
+    a file may be swapped for a link later, and each open checks it again (jobs.safe_open)."""
+    token = _LISTED.set({})
+    try:
+        yield
+    finally:
+        _LISTED.reset(token)
+
+
 def resolve_files(source: SourceSpec, *, field: str = "source") -> list[str]:
     """The files a source reads, in name order; a directory means every data file inside it.
 
@@ -62,10 +81,16 @@ def resolve_files(source: SourceSpec, *, field: str = "source") -> list[str]:
     PathNotAllowed
         If a file now leads outside the enforced data roots.
     """
+    listed = _LISTED.get()
+    if listed is not None and (source.format, source.path) in listed:
+        return list(listed[source.format, source.path])
     files = _url_files(source, field) if is_url(source.path) else _local_files(source, field)
     if not files:
         raise SourceNotFound(f"no {source.format} file matches '{source.path}'", field=f"{field}.path")
-    return checked_files(files, field=f"{field}.path")
+    files = checked_files(files, field=f"{field}.path")
+    if listed is not None:
+        listed[source.format, source.path] = tuple(files)
+    return files
 
 
 def _local_files(source: SourceSpec, field: str) -> list[str]:

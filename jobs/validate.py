@@ -17,7 +17,7 @@ from spillway.jobs.expr import parse_expression, shorten
 from spillway.jobs.key_types import kept_type, source_type, types_clash
 from spillway.jobs.kinds import kinds_compatible
 from spillway.jobs.logical import LogicalPlan
-from spillway.jobs.sources import Schema, read_schema
+from spillway.jobs.sources import Schema, files_listed_once, read_schema
 from spillway.jobs.spec import (
     NUMERIC_AGGS,
     PAIR_AGGS,
@@ -436,13 +436,14 @@ def validate_submission(
     from spillway.jobs.sandbox import check_paths
     from spillway.jobs.sink import ensure_sink_free
 
-    check_paths(spec, allowed_roots)
-    plan = plan_spec(spec)
-    ensure_sink_free(spec.sink, columns=plan.output)
-    # The backend changes the device, never the engine: "pandas" stands for either.
-    if choose_engine(spec, default_engine, "pandas").engine == "dask":
-        for field in decimal_casts(plan.expressions):
-            raise refuse_on_dask(field)
-        if max_partitions is not None:
-            check_partitions(spec, max_partitions)
+    with files_listed_once():
+        check_paths(spec, allowed_roots)
+        plan = plan_spec(spec)
+        ensure_sink_free(spec.sink, columns=plan.output)
+        # The backend changes the device, never the engine: "pandas" stands for either.
+        if choose_engine(spec, default_engine, "pandas").engine == "dask":
+            for field in decimal_casts(plan.expressions):
+                raise refuse_on_dask(field)
+            if max_partitions is not None:
+                check_partitions(spec, max_partitions)
     return plan
