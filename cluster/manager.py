@@ -46,10 +46,10 @@ from spillway.jobs.polars_frame import build_lazyframe
 from spillway.jobs.read_progress import SourceRead, source_reads
 from spillway.jobs.sandbox import check_paths, enforce_roots
 from spillway.jobs.sink import SinkWriter
+from spillway.jobs.sources import files_listed_once
 from spillway.jobs.spec import JobSpec
 from spillway.jobs.status import PROGRESS_TOPIC, EngineChoice, ErrorDetail, JobProgress, JobStatus, ResultManifest, StageProgress
 from spillway.jobs.validate import plan_spec
-from spillway.jobs.sources import files_listed_once
 
 if TYPE_CHECKING:
     import polars as pl
