@@ -445,9 +445,21 @@ def serve(
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level.lower(),
+        log_config=_uvicorn_log_config(),
         loop=settings.server_loop,
         http=settings.server_http,
     )
+
+
+def _uvicorn_log_config() -> dict[str, Any]:
+    """uvicorn's own logging set-up, its access line formatted by :class:`service.http_metrics.AccessLine` (the same text)."""
+    import copy
+
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)  # uvicorn writes into the dict it is given
+    config["formatters"]["access"]["()"] = "spillway.service.http_metrics.AccessLine"
+    return config
 
 
 def _absolute_sqlite(url: str) -> str:

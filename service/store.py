@@ -17,7 +17,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,6 +49,7 @@ from spillway.jobs.status import ALLOWED_TRANSITIONS, ErrorDetail, JobProgress, 
 from spillway.service.schemas import JobView
 
 if TYPE_CHECKING:
+    from spillway.service.status_reads import StatusReads
     from spillway.service.replicas import ReplicaStore
     from spillway.service.tokens import TokenStore
 
@@ -227,7 +228,16 @@ class JobStore:
 
         return TokenStore(self.engine, clock=self.clock)
 
+    @functools.cached_property
+    def status_reads(self) -> StatusReads:
+        """:meth:`get` for coroutines: the reads that queue up together made in one query (see :class:`StatusReads`)."""
+        from spillway.service.status_reads import StatusReads
+
+        return StatusReads(self)
+
     def close(self) -> None:
+        if (reads := self.__dict__.get("status_reads")) is not None:
+            reads.close()
         self.engine.dispose()
 
     def subscribe(self, listener: Callable[[str], None]) -> None:
@@ -308,7 +318,7 @@ class JobStore:
         if owner is not None:  # a key stored before keys were per owner, by this owner
             match = or_(match, (jobs_table.c.idempotency_key == key) & (jobs_table.c.owner == owner))
         with self.engine.connect() as conn:
-            row = conn.execute(select(jobs_table).where(match)).mappings().first()
+            row = conn.execute(select(*_VIEW_COLUMNS).where(match)).mappings().first()
         if row is None:
             raise JobNotFound(f"no job with idempotency key '{key}'", field="Idempotency-Key")
         return _to_view(row)
@@ -319,14 +329,26 @@ class JobStore:
         with self.engine.connect() as conn:
             row = conn.execute(_get_statement(owner is not None), params).mappings().first()
         if row is None:
-            raise JobNotFound(f"no job with id '{job_id}'", field="id")
+            raise _not_found(job_id)
         return _to_view(row)
+
+    def get_many(self, reads: Sequence[tuple[str, str | None]]) -> list[JobView | JobNotFound]:
+        """Many :meth:`get` in one query: for each ``(job_id, owner)``, the job, or the
+        :class:`JobNotFound` that :meth:`get` raises for it (another owner's job is not found)."""
+        with self.engine.connect() as conn:
+            found = conn.execute(_get_many_statement(), {"ids": sorted({job_id for job_id, _ in reads})}).mappings()
+            rows = {row["id"]: row for row in found}
+        views: list[JobView | JobNotFound] = []
+        for job_id, owner in reads:
+            row = rows.get(job_id)
+            views.append(_to_view(row) if row is not None and (owner is None or row["owner"] == owner) else _not_found(job_id))
+        return views
 
     def list(
         self, *, state: JobStatus | None = None, limit: int = 50, offset: int = 0, owner: str | None = None
     ) -> tuple[list[JobView], int]:
         """A page of jobs (of ``owner``, when given), newest first, and the total count matching the filter."""
-        query = _owned(select(jobs_table), owner)
+        query = _owned(select(*_VIEW_COLUMNS), owner)
         count = _owned(select(func.count()).select_from(jobs_table), owner)
         if state is not None:
             query = query.where(jobs_table.c.state == state.value)
@@ -497,12 +519,34 @@ class JobStore:
         return counts
 
 
+#: What a :class:`JobView` is made of. Reads of jobs leave out the log, a JSON list of up to 64 KiB
+#: that only ``GET /jobs/{id}/logs`` shows (:meth:`JobStore.logs` reads it), which each status read
+#: decoded and dropped, and the columns only the store itself uses.
+_VIEW_COLUMNS = tuple(
+    jobs_table.c[name]
+    for name in (
+        "id", "name", "state", "backend", "spec", "created_at", "started_at", "finished_at",
+        "updated_at", "progress", "error", "result", "resources", "owner", "replica_id",
+    )
+)
+
+
 @functools.cache
 def _get_statement(owned: bool) -> Select[Any]:
-    """``SELECT * ... WHERE id = :job_id`` (``AND owner = :owner``): built once, so a status read,
-    the most frequent request, does not build and key a new statement each time."""
-    query = select(jobs_table).where(jobs_table.c.id == bindparam("job_id"))
+    """``SELECT <view columns> ... WHERE id = :job_id`` (``AND owner = :owner``): built once, so a
+    status read, the most frequent request, does not build and key a new statement each time."""
+    query = select(*_VIEW_COLUMNS).where(jobs_table.c.id == bindparam("job_id"))
     return query.where(jobs_table.c.owner == bindparam("owner")) if owned else query
+
+
+@functools.cache
+def _get_many_statement() -> Select[Any]:
+    """``SELECT <view columns> ... WHERE id IN (:ids)``, built once (the ids expand at execution)."""
+    return select(*_VIEW_COLUMNS).where(jobs_table.c.id.in_(bindparam("ids", expanding=True)))
+
+
+def _not_found(job_id: str) -> JobNotFound:
+    return JobNotFound(f"no job with id '{job_id}'", field="id")
 
 
 def _owned(query: Select[Any], owner: str | None) -> Select[Any]:
@@ -542,7 +586,9 @@ def _insert_below_statement(names: tuple[str, ...]) -> Any:
 
 
 def _to_view(row: Any) -> JobView:
-    return JobView(
+    # Built from the parts validated here, not validated again as a whole: that re-checked values
+    # of typed columns and ran every validator of the (cached) spec again at each read.
+    return JobView.model_construct(
         id=row["id"],
         name=row["name"],
         state=JobStatus(row["state"]),

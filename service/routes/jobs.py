@@ -21,11 +21,11 @@ from spillway.jobs.sink_delete import delete_output
 from spillway.jobs.spec import JobSpec
 from spillway.jobs.status import JobStatus
 from spillway.jobs.validate import validate_submission
-from spillway.service.auth import CallerDep, Scope, accepts_query_token, require
+from spillway.service.auth import CallerDep, Scope, accepts_query_token, current_caller, require
 from spillway.service.retention import JobActive
 from spillway.service.retention import delete_job as delete_record
 from spillway.service.routes.dashboard import dashboard_link
-from spillway.service.routes.deps import MAX_OFFSET, ServicesDep, submission_limits
+from spillway.service.routes.deps import MAX_OFFSET, ServicesDep, get_services, submission_limits
 from spillway.service.schemas import ErrorBody, JobAccepted, JobDeleted, JobLinks, JobLogs, JobPage, JobView, OutputDeletion
 from spillway.service.store import job_version
 
@@ -139,9 +139,13 @@ async def list_jobs(
 
 
 @router.get("/{job_id}", response_model=JobView, responses=_ERRORS)
-async def get_job(job_id: str, services: ServicesDep, request: Request, caller: CallerDep) -> JobView:
+async def get_job(job_id: str, request: Request) -> JobView:
     """State, timestamps, progress per stage, the error or the result manifest."""
-    return _with_links(await asyncio.to_thread(services.store.get, job_id, owner=caller.sees), services, request)
+    # The most frequent request calls the functions behind ServicesDep and CallerDep itself: as two
+    # more dependencies, FastAPI's solving of them was 6 % of a status read's work in the app
+    # (bench/RESULTS.md, issue 16 item 14). The scope check stays the router's dependency.
+    services, caller = await get_services(request), await current_caller(request)
+    return _with_links(await services.store.status_reads.get(job_id, owner=caller.sees), services, request)
 
 
 @router.get("/{job_id}/logs", response_model=JobLogs, responses=_ERRORS)
