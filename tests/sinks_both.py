@@ -23,15 +23,19 @@ def write_on_both_engines(spec_for: Callable[[dict[str, Any]], JobSpec], fmt: st
     written = []
     for engine in ("dask", "polars"):
         sink = SinkSpec(format=fmt, path=str(out / f"{fmt}_{engine}"))
-        spec = spec_for(sink.model_dump())
-        plan = plan_spec(spec)
         writer = SinkWriter(sink, engine)
-        if engine == "dask":
-            with backend_config("pandas"), dask.config.set(scheduler="sync"):
-                dask.compute(writer.write_graph(build_frame(spec, plan)))
-        else:
-            frame = build_lazyframe(plan, filters_before_casts=True)
-            write_output(frame, writer.polars_target(output_columns(frame)))
+        write_with(engine, spec_for(sink.model_dump()), writer)
         writer.commit()
         written.append(Path(sink.path))
     return written[0], written[1]
+
+
+def write_with(engine: str, spec: JobSpec, writer: SinkWriter) -> None:
+    """``spec`` written by ``writer`` (not committed) as the engine's worker task writes it (the Polars engine: :func:`write_output`)."""
+    plan = plan_spec(spec)
+    if engine == "dask":
+        with backend_config("pandas"), dask.config.set(scheduler="sync"):
+            dask.compute(writer.write_graph(build_frame(spec, plan)))
+    else:
+        frame = build_lazyframe(plan, filters_before_casts=True)
+        write_output(frame, writer.polars_target(output_columns(frame)))

@@ -14,20 +14,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import dask
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pydantic import ValidationError
 
-from spillway.cluster.polars_job import output_columns
 from spillway.jobs.dask_read import TextBlock, TextBlockReader
 from spillway.jobs.errors import SpecError, SpillwayError, TypeMismatch, UnknownColumn
 from spillway.jobs.expr import CAST_TYPES
-from spillway.jobs.pipeline import backend_config, build_frame
-from spillway.jobs.polars_frame import build_lazyframe
-from spillway.jobs.polars_io import write_output
 from spillway.jobs.sandbox import enforce_roots
 from spillway.jobs.sink import SinkWriter
 from spillway.jobs.sources import TEXT_HEAD_ROWS, read_schema
@@ -37,6 +32,7 @@ from spillway.jobs.validate import plan_spec
 from spillway.service.client import SpillwayClient
 from tests.conftest import ServiceProcess, wait_terminal
 from tests.test_bad_input import error_of, post
+from tests.sinks_both import write_with
 from tests.test_engines import assert_same_rows, run_both
 from tests.test_reader_agreement import kinds_of
 
@@ -109,15 +105,8 @@ def within_roots(data: Path) -> Iterator[None]:
 
 
 def run_on(engine: str, spec: JobSpec, out: Path) -> None:
-    """``spec`` run to its sink as the engine's worker task runs it (the Polars engine: :func:`write_output`)."""
-    plan = plan_spec(spec)
-    writer = SinkWriter(SinkSpec(path=str(out / engine)), engine)
-    if engine == "dask":
-        with backend_config("pandas"), dask.config.set(scheduler="sync"):
-            dask.compute(writer.write_graph(build_frame(spec, plan)))
-    else:
-        frame = build_lazyframe(plan, filters_before_casts=True)
-        write_output(frame, writer.polars_target(output_columns(frame)))
+    """``spec`` run to its sink as the engine's worker task runs it (tests.sinks_both.write_with)."""
+    write_with(engine, spec, SinkWriter(SinkSpec(path=str(out / engine)), engine))
 
 
 # 1. A column that changes after the head: both engines fail alike, naming it; declared as text, the same rows.
