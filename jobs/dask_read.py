@@ -12,7 +12,7 @@ from typing import Any
 import dask
 import dask.dataframe as dd
 import fsspec
-from fsspec.utils import read_block
+from fsspec.utils import infer_compression, read_block
 import numpy as np
 import pandas as pd
 import polars as pl
@@ -75,21 +75,27 @@ def _read_text(source: SourceSpec, files: list[str], options: dict[str, Any] | N
     """A CSV or JSON-lines source: on pandas, each block read by a :class:`TextBlockReader` in the source's read types
     (:func:`jobs.sources.text_read_types`), as the Polars engine reads them; on cuDF by dask-cudf's readers."""
     urls, options = _text_reads(files, options, checked)
-    # A gzipped file cannot be split: one partition per file (dask warns and does the same).
-    blocksize = None if source.format == "csv" and files[0].endswith(".gz") else source.blocksize or TEXT_BLOCKSIZE
+    blocksize = source.blocksize or TEXT_BLOCKSIZE
     if dask.config.get("dataframe.backend") == "pandas":
-        reader = TextBlockReader(source.format, text_read_types(source, files[0], field=field), tuple(urls), options, field)
+        reader = TextBlockReader(source.format, text_read_types(source, files[0], field=field), options, field)
         fs, _ = filesystem(files[0])
+        # A compressed file cannot be split (its size is not its text's): each is one block, read whole.
         blocks = [TextBlock(url, start, length) for path, url in zip(files, urls, strict=True)
-                  for start, length in _block_ranges(fs.size(path) or 0, blocksize)]
+                  for start, length in _block_ranges(fs.size(path) or 0, None if compressed(path) else blocksize)]
         frame = dd.from_map(reader, blocks, meta=reader.empty(reader.types), label=f"read-{source.format}", enforce_metadata=False)
     else:  # cuDF infers the types itself (its integers and bools hold nulls), but a declared type is read as declared
         declared = {"dtype": {column: "str" if t == "string" else t for column, t in source.types.items()}} if source.types else {}
+        blocksize = None if any(map(compressed, files)) else blocksize  # dask's readers refuse to split a compressed file
         if source.format == "csv":
             frame = dd.read_csv(urls, usecols=source.columns, blocksize=blocksize, storage_options=options, **declared)
         else:
             frame = dd.read_json(urls, lines=True, blocksize=blocksize, storage_options=options, **declared)
     return frame[list(source.columns)] if source.columns else frame
+
+
+def compressed(path: str) -> bool:
+    """Whether ``path`` names a compressed file (``.gz``, ``.bz2``, ``.zst``…), which is read whole: its bytes are not its text's."""
+    return infer_compression(path) is not None
 
 
 @dataclass(frozen=True)
@@ -143,13 +149,11 @@ class TextBlockReader:
     CSV is parsed by pandas, JSON lines by Polars' reader, the one the Polars engine reads them with (five times
     pandas' speed, and the same text of a number in a ``string`` column). A value its column's type cannot hold
     raises :class:`jobs.errors.ReadTypeMismatch`, the error the Polars engine raises too, naming the column, the file
-    (``files``' only one, or the first that holds such a value) and the source's ``field``. ``files`` and ``options``
-    are the URLs and fsspec options the files are opened with.
+    of the block that holds it and the source's ``field``. ``options`` are the fsspec options the files are opened with.
     """
 
     format: str
     types: dict[str, str]
-    files: tuple[str, ...]
     options: dict[str, Any] | None
     field: str
 
@@ -164,7 +168,7 @@ class TextBlockReader:
         try:
             frame = self._csv_block(data, read, first=block.start == 0) if self.format == "csv" else self._json_block(data, read)
         except _Unreadable as bad:
-            raise read_type_mismatch(bad.column, self._file_holding(bad), bad.read_type, bad.value, self.field) from None
+            raise read_type_mismatch(bad.column, block.url, bad.read_type, bad.value, self.field) from None
         return frame[list(types)]
 
     @staticmethod
@@ -190,7 +194,9 @@ class TextBlockReader:
         dates = [column for column in texts if types[column] == _DATETIME]
         _raise_unreadable(frame[dates], types)
         frame = frame.astype({column: PANDAS_READ_DTYPES["string"] for column in texts if column not in dates})
-        return frame.assign(**{column: pd.to_datetime(frame[column], format="ISO8601") for column in dates})
+        # An offset makes a time that instant in UTC, as Polars reads it; the column stays naive, in nanoseconds.
+        return frame.assign(**{column: pd.to_datetime(frame[column], format="ISO8601", utc=True).dt.tz_localize(None).astype(_DATETIME)
+                               for column in dates})
 
     def _json_block(self, data: bytes, types: dict[str, str]) -> pd.DataFrame:
         try:
@@ -204,27 +210,6 @@ class TextBlockReader:
             raise _Unreadable(column, error.read_type, error.value) from None
         table = frame.to_arrow(compat_level=pl.CompatLevel.oldest())  # large_string, which pandas' Arrow strings hold
         return table.to_pandas(types_mapper=_NULLABLE_TYPES.get).astype({c: PANDAS_READ_DTYPES[t] for c, t in types.items()})
-
-    def _file_holding(self, bad: _Unreadable) -> str | None:
-        """The first of the source's files whose ``bad.column`` holds a value its type cannot hold (each read whole: only
-        when a job fails), or None if none does."""
-        if len(self.files) == 1:
-            return self.files[0]
-        return next((path for path in self.files if self._holds_unreadable(path, bad.column, bad.read_type)), None)
-
-    def _holds_unreadable(self, path: str, column: str, read_type: str) -> bool:
-        with fsspec.open(path, "rb", compression="infer", **(self.options or {})) as handle:
-            data = handle.read()
-        try:
-            if self.format == "csv":
-                _raise_unreadable(pd.read_csv(io.BytesIO(data), usecols=[column], dtype=str, **CSV_NULLS), {column: read_type})
-            else:
-                self._json_block(data, {column: read_type})
-        except _Unreadable:
-            return True
-        except ValueError:  # a CSV file without the column (pandas: usecols do not match)
-            return False
-        return False
 
 
 _DATETIME = "datetime64[ns]"
@@ -243,7 +228,7 @@ def _raise_unreadable(texts: pd.DataFrame, types: dict[str, str]) -> None:
         if read_type == "bool":
             bad = present & ~values.str.lower().isin(["true", "false"])
         elif read_type == _DATETIME:
-            bad = present & pd.to_datetime(values, format="ISO8601", errors="coerce").isna()
+            bad = present & pd.to_datetime(values, format="ISO8601", errors="coerce", utc=True).isna()
         else:
             numbers = pd.to_numeric(values, errors="coerce")
             bad = present & numbers.isna()
@@ -270,7 +255,7 @@ def estimated_partitions(source: SourceSpec, *, field: str = "source") -> int:
     block = blocksize_bytes(source.blocksize or TEXT_BLOCKSIZE)
     total = 0
     for path in files:
-        if source.format != "parquet" and path.endswith(".gz"):
+        if source.format != "parquet" and compressed(path):
             total += 1
             continue
         size = fs.size(path) or 0
