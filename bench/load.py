@@ -51,7 +51,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from spillway.jobs.samples import write_sample_data  # noqa: E402
-from spillway.service.launcher import launch_service  # noqa: E402
+from spillway.service.launcher import ServiceProcess, launch_service  # noqa: E402
 
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 HOLD_EVENT = "spillway-bench-hold"
@@ -303,6 +303,14 @@ async def run(url: str, pid: int, data: Path, out: Path, args: argparse.Namespac
     return result
 
 
+def start_load_service(work: Path, extra: dict[str, str]) -> tuple[ServiceProcess, Path]:
+    """The service the load benchmarks measure, and the sample data its jobs read: under ``work``, SQLite, 2 CPU
+    workers, 4 jobs at once, with the ``SPILLWAY_*`` settings of ``extra`` added."""
+    data = write_sample_data(work / "data", rows=20_000, files=2)["sales"]
+    env = {"SPILLWAY_ALLOWED_ROOTS": json.dumps([str(work)]), "SPILLWAY_CLUSTER__DASHBOARD_ADDRESS": "127.0.0.1:0", "SPILLWAY_MAX_CONCURRENT_JOBS": "4"}
+    return launch_service(work / "svc", {**env, **extra}), data
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=200, help="Submissions in flight at once.")
@@ -319,10 +327,8 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        data = write_sample_data(work / "data", rows=20_000, files=2)["sales"]
-        env = {"SPILLWAY_ALLOWED_ROOTS": json.dumps([str(work)]), "SPILLWAY_CLUSTER__DASHBOARD_ADDRESS": "127.0.0.1:0", "SPILLWAY_MAX_CONCURRENT_JOBS": "4"}
         extra = dict(item.split("=", 1) for item in args.service_env)
-        service = launch_service(work / "svc", {**env, **extra})
+        service, data = start_load_service(work, extra)
         try:
             result = asyncio.run(run(service.url, service.process.pid, data, work / "out", args))
             result["service_env"] = extra

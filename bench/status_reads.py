@@ -33,9 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import psutil  # noqa: E402
 
-from bench.load import poll_all, read_throughput, server_stack, submit_all  # noqa: E402
-from spillway.jobs.samples import write_sample_data  # noqa: E402
-from spillway.service.launcher import launch_service  # noqa: E402
+from bench.load import poll_all, read_throughput, server_stack, start_load_service, submit_all  # noqa: E402
 
 
 async def run(url: str, pid: int, data: Path, out: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -81,10 +79,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        data = write_sample_data(work / "data", rows=20_000, files=2)["sales"]
-        env = {"SPILLWAY_ALLOWED_ROOTS": json.dumps([str(work)]), "SPILLWAY_CLUSTER__DASHBOARD_ADDRESS": "127.0.0.1:0", "SPILLWAY_MAX_CONCURRENT_JOBS": "4"}
-        env.update(item.split("=", 1) for item in args.service_env)
-        service = launch_service(work / "svc", env)
+        service, data = start_load_service(work, dict(item.split("=", 1) for item in args.service_env))
         try:
             print(json.dumps({"label": args.label, "service_pid": service.process.pid, "service_server": server_stack(service.process.pid)}), flush=True)
             rounds = asyncio.run(run(service.url, service.process.pid, data, work / "out", args))
