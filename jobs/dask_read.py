@@ -25,7 +25,7 @@ from spillway.jobs.errors import TooManyPartitions
 from spillway.jobs.polars_io import READ_TYPES, parse_read_error, refuses
 from spillway.jobs.safe_open import RootBoundFileSystem, checked_url
 from spillway.jobs.sandbox import checked_file
-from spillway.jobs.sources import (CSV_NULLS, PANDAS_READ_DTYPES, parquet_schema, plain_types, read_arrow_type, read_type_mismatch,
+from spillway.jobs.sources import (PANDAS_READ_DTYPES, parquet_schema, plain_types, read_arrow_type, read_type_mismatch,
                                    resolve_files, text_read_types)
 from spillway.jobs.spec import JobSpec, SourceSpec, blocksize_bytes
 from spillway.jobs.storage import filesystem, storage_options
@@ -146,8 +146,9 @@ class TextBlockReader:
     (``types``: column → type name), of the columns a job reads: dask passes the ones it projects, as Polars reads
     only those, so a value neither engine reads fails neither.
 
-    CSV is parsed by pandas, JSON lines by Polars' reader, the one the Polars engine reads them with (five times
-    pandas' speed, and the same text of a number in a ``string`` column). A value its column's type cannot hold
+    Both formats are parsed by Polars' readers, the ones the Polars engine reads them with, then handed to pandas: the
+    same fields are numbers, bools, date-times and nulls on both engines, and a number's text in a ``string`` column is
+    the same; Polars' CSV reader is also a few times pandas' speed. A value its column's type cannot hold
     raises :class:`jobs.errors.ReadTypeMismatch`, the error the Polars engine raises too, naming the column, the file
     of the block that holds it and the source's ``field``. ``options`` are the fsspec options the files are opened with.
     """
@@ -163,7 +164,7 @@ class TextBlockReader:
             data = handle.read() if block.length is None else read_block(handle, block.start, block.length, b"\n")
         if not data.strip():
             return self.empty(types)
-        # With no column asked for (a count of rows), one is read: pandas reads no rows without a column.
+        # With no column asked for (a count of rows), one is read: a reader gives no rows without a column.
         read = types or dict(itertools.islice(self.types.items(), 1))
         try:
             frame = self._csv_block(data, read, first=block.start == 0) if self.format == "csv" else self._json_block(data, read)
@@ -177,26 +178,22 @@ class TextBlockReader:
         return pd.DataFrame({column: pd.Series([], dtype=PANDAS_READ_DTYPES[t]) for column, t in types.items()})
 
     def _csv_block(self, data: bytes, types: dict[str, str], *, first: bool) -> pd.DataFrame:
-        # A file's later blocks have no header: they take the first file's column names, as dask's reader does.
-        layout: dict[str, Any] = {"header": 0} if first else {"header": None, "names": list(self.types)}
-        options = {"usecols": list(types), **layout, **CSV_NULLS}
-        # Text columns are left to pandas' inference, which reads text a third faster than a text dtype; a block where
-        # it made one something else (digits only, no value) is read again with the dtype. Dates are parsed after.
-        dtypes = {column: PANDAS_READ_DTYPES[t] for column, t in types.items() if t not in ("string", _DATETIME)}
-        texts = [column for column, t in types.items() if t in ("string", _DATETIME)]
+        # Parsed by Polars' reader, as the Polars engine parses the file: the same fields are numbers, bools, date-times
+        # and nulls (only an empty field) on both engines. A file's later blocks have no header: they take the first
+        # file's column names in order, as dask's reader does.
+        schema = {column: READ_TYPES[t] for column, t in self.types.items()}
         try:
-            frame = pd.read_csv(io.BytesIO(data), dtype=dtypes, **options)
-            if not all(pd.api.types.is_string_dtype(frame[column].dtype) for column in texts):
-                frame = pd.read_csv(io.BytesIO(data), dtype={**dtypes, **dict.fromkeys(texts, str)}, **options)
-        except (ValueError, TypeError, OverflowError):  # pandas names neither the column nor the value: find them
-            _raise_unreadable(pd.read_csv(io.BytesIO(data), dtype=str, **options), types)
-            raise
-        dates = [column for column in texts if types[column] == _DATETIME]
-        _raise_unreadable(frame[dates], types)
-        frame = frame.astype({column: PANDAS_READ_DTYPES["string"] for column in texts if column not in dates})
-        # An offset makes a time that instant in UTC, as Polars reads it; the column stays naive, in nanoseconds.
-        return frame.assign(**{column: pd.to_datetime(frame[column], format="ISO8601", utc=True).dt.tz_localize(None).astype(_DATETIME)
-                               for column in dates})
+            if first:
+                frame = pl.read_csv(io.BytesIO(data), columns=list(types), schema_overrides=schema, infer_schema=False)
+            else:
+                order = list(self.types)
+                frame = pl.read_csv(io.BytesIO(data), has_header=False, schema=schema, columns=[order.index(c) for c in types])
+        except pl.exceptions.ComputeError as exc:
+            error = parse_read_error(str(exc))
+            if error is None or error.column is None:
+                raise
+            raise _Unreadable(error.column, error.read_type, error.value) from None
+        return self._pandas(frame, types)
 
     def _json_block(self, data: bytes, types: dict[str, str]) -> pd.DataFrame:
         try:
@@ -208,35 +205,12 @@ class TextBlockReader:
             if error is None or column is None:
                 raise
             raise _Unreadable(column, error.read_type, error.value) from None
+        return self._pandas(frame, types)
+
+    @staticmethod
+    def _pandas(frame: pl.DataFrame, types: dict[str, str]) -> pd.DataFrame:
         table = frame.to_arrow(compat_level=pl.CompatLevel.oldest())  # large_string, which pandas' Arrow strings hold
         return table.to_pandas(types_mapper=_NULLABLE_TYPES.get).astype({c: PANDAS_READ_DTYPES[t] for c, t in types.items()})
-
-
-_DATETIME = "datetime64[ns]"
-
-
-def _raise_unreadable(texts: pd.DataFrame, types: dict[str, str]) -> None:
-    """Raise :class:`_Unreadable` for the first column of ``texts`` (CSV fields as text) holding a value its read type
-    cannot hold, as pandas' parser (and Polars') refuses it: a non-number, a fraction or a number past the range of an
-    integer type, a bool other than true or false in any case, a date-time outside ISO 8601."""
-    for column in texts.columns:
-        read_type = types.get(str(column), "string")
-        values = texts[column].astype(object)
-        present = values.notna()
-        if read_type == "string" or not present.any():
-            continue
-        if read_type == "bool":
-            bad = present & ~values.str.lower().isin(["true", "false"])
-        elif read_type == _DATETIME:
-            bad = present & pd.to_datetime(values, format="ISO8601", errors="coerce", utc=True).isna()
-        else:
-            numbers = pd.to_numeric(values, errors="coerce")
-            bad = present & numbers.isna()
-            if read_type.startswith("int"):
-                info = np.iinfo(read_type)
-                bad |= present & ((numbers % 1 != 0) | (numbers < info.min) | (numbers > info.max))
-        if bad.any():
-            raise _Unreadable(str(column), read_type, str(values[bad].iloc[0]))
 
 
 def estimated_partitions(source: SourceSpec, *, field: str = "source") -> int:
