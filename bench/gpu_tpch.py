@@ -208,10 +208,12 @@ def spillway_engine(service: ServiceProcess, data: Path, scratch: Path, timeout:
         lines = client.logs(job.id)
         phases = next((line.split(" ", 1)[1] for line in lines if ", compute " in line), None)
         trip = next((line.rsplit("; ", 1)[1] for line in lines if "to the worker " in line), None)
+        # Across the GPU workers: the run's own steps (engine, query, files, statistics).
+        steps = next((line.split(" s (", 1)[1].split("), of which", 1)[0] for line in lines if "DaskEngine ran on" in line and " s (" in line), None)
         execute.jobs.append({  # type: ignore[attr-defined]
             "query": query, "run_s": (job.finished_at - job.started_at).total_seconds(),
             "queue_s": (job.started_at - job.created_at).total_seconds(),
-            "submit_s": round(submitted - start, 4), "wait_s": round(ended - submitted, 4), "read_s": round(read_s, 4), "phases": phases, "trip": trip,
+            "submit_s": round(submitted - start, 4), "wait_s": round(ended - submitted, 4), "read_s": round(read_s, 4), "phases": phases, "trip": trip, "multi_gpu_steps": steps,
             "tasks_per_worker": job.progress.tasks_per_worker,
             "engine": job.progress.engine.model_dump() if job.progress.engine else None, "engine_s": job.progress.elapsed_s,
         })

@@ -795,8 +795,8 @@ class JobManager:
         active.progress = _all_done(active.progress)
         spilled = f", spilled {result.spilled_bytes} bytes device → host" if result.spilled_bytes is not None else ""
         active.log.add(f"{self._now()} cudf-polars' DaskEngine ran on {result.ranks} rank(s) ({', '.join(active.across_workers)}): "
-                       f"{result.rows} rows in {result.files} file(s) in {result.seconds:.3f} s, of which engine start "
-                       f"{result.bootstrap_s:.3f} s{spilled}")
+                       f"{result.rows} rows in {result.files} file(s) in {result.seconds:.3f} s ({result.steps_text()}), of which "
+                       f"engine start {result.bootstrap_s:.3f} s{spilled}")
         await self._commit(job, active, f"plan {planned_s:.3f} s, compute {computed_s:.3f} s")
 
     @contextlib.asynccontextmanager

@@ -9,6 +9,7 @@ GPU 0 with ``gpu_multi_worker=always``, are marked ``gpu``.
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 import threading
 from collections.abc import Iterator
@@ -234,6 +235,7 @@ def test_a_job_runs_across_both_workers_and_commits_the_ranks_files(across_servi
         assert job.state == JobStatus.SUCCEEDED, (job.error, log)
         assert job.progress.engine is not None and "across 2 GPU worker(s)" in job.progress.engine.reason, job.progress.engine
         assert "DaskEngine ran on 2 rank(s)" in log, log
+        assert re.search(r"\(engine [\d.]+ s, query [\d.]+ s, files [\d.]+ s, statistics [\d.]+ s\)", log), log
         assert job.result is not None and all(f.path.startswith("part.") for f in job.result.files)
         assert job.result.total_rows == pq.read_table(out).num_rows
         check_slow_output("polars", big_data, out)
