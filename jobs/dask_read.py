@@ -12,7 +12,7 @@ from typing import Any
 import dask
 import dask.dataframe as dd
 import fsspec
-from fsspec.utils import infer_compression, read_block
+from fsspec.utils import read_block
 import numpy as np
 import pandas as pd
 import polars as pl
@@ -22,13 +22,13 @@ import pyarrow.parquet as pq
 from dask.dataframe.io.parquet.arrow import ArrowDatasetEngine
 
 from spillway.jobs.errors import TooManyPartitions
-from spillway.jobs.polars_io import READ_TYPES, parse_read_error, refuses
 from spillway.jobs.safe_open import RootBoundFileSystem, checked_url
 from spillway.jobs.sandbox import checked_file
-from spillway.jobs.sources import (PANDAS_READ_DTYPES, parquet_schema, plain_types, read_arrow_type, read_type_mismatch,
+from spillway.jobs.sources import (PANDAS_READ_DTYPES, check_csv_headers, parquet_schema, plain_types, read_arrow_type, read_type_mismatch,
                                    resolve_files, text_read_types)
 from spillway.jobs.spec import JobSpec, SourceSpec, blocksize_bytes
 from spillway.jobs.storage import filesystem, storage_options
+from spillway.jobs.text_reading import READ_FAILURES, READ_TYPES, compressed, csv_header_of, parse_read_error, refuses, unreadable
 
 #: dask's default blocksize for CSV and JSON lines, which :func:`read_source` passes when a source sets none.
 TEXT_BLOCKSIZE = "64MiB"
@@ -74,6 +74,7 @@ def _read_text(source: SourceSpec, files: list[str], options: dict[str, Any] | N
                field: str) -> dd.DataFrame:
     """A CSV or JSON-lines source: on pandas, each block read by a :class:`TextBlockReader` in the source's read types
     (:func:`jobs.sources.text_read_types`), as the Polars engine reads them; on cuDF by dask-cudf's readers."""
+    check_csv_headers(source, files, field=field)  # on cuDF too: a file of other columns is refused as on the other engines
     urls, options = _text_reads(files, options, checked)
     blocksize = source.blocksize or TEXT_BLOCKSIZE
     if dask.config.get("dataframe.backend") == "pandas":
@@ -91,11 +92,6 @@ def _read_text(source: SourceSpec, files: list[str], options: dict[str, Any] | N
         else:
             frame = dd.read_json(urls, lines=True, blocksize=blocksize, storage_options=options, **declared)
     return frame[list(source.columns)] if source.columns else frame
-
-
-def compressed(path: str) -> bool:
-    """Whether ``path`` names a compressed file (``.gz``, ``.bz2``, ``.zst``…), which is read whole: its bytes are not its text's."""
-    return infer_compression(path) is not None
 
 
 @dataclass(frozen=True)
@@ -162,14 +158,22 @@ class TextBlockReader:
         types = self.types if columns is None else {column: self.types[column] for column in columns}
         with fsspec.open(block.url, "rb", compression="infer", **(self.options or {})) as handle:
             data = handle.read() if block.length is None else read_block(handle, block.start, block.length, b"\n")
-        if not data.strip():
+        first = block.start == 0
+        # Blank lines are rows of nulls in a CSV file, as Polars' scan reads them; none in JSON lines. A file's first
+        # block of nothing but blanks has no header: an empty file.
+        if not data.strip() and (first or self.format == "jsonl"):
             return self.empty(types)
+        if first and self.format == "csv" and (header := csv_header_of(data)) != list(self.types):
+            raise unreadable(block.url, "csv", f"its header ({', '.join(header or [])}) is not the first file's ({', '.join(self.types)}); "
+                                               "every CSV file of a source starts with the same header", self.field)
         # With no column asked for (a count of rows), one is read: a reader gives no rows without a column.
         read = types or dict(itertools.islice(self.types.items(), 1))
         try:
-            frame = self._csv_block(data, read, first=block.start == 0) if self.format == "csv" else self._json_block(data, read)
+            frame = self._csv_block(data, read, first=first) if self.format == "csv" else self._json_block(data, read)
         except _Unreadable as bad:
             raise read_type_mismatch(bad.column, block.url, bad.read_type, bad.value, self.field) from None
+        except READ_FAILURES as exc:
+            raise unreadable(block.url, self.format, str(exc), self.field) from None
         return frame[list(types)]
 
     @staticmethod

@@ -113,6 +113,13 @@ class ReadTypeMismatch(SpillwayError):
     code = "read_type_mismatch"
 
 
+class UnreadableSource(SpecError):
+    """A source file that cannot be read as its format (a row with more fields than its header, a malformed JSON line,
+    a CSV file whose header is not its source's first file's): the file is named; at submit a 422, later a failed job."""
+
+    code = "unreadable_source"
+
+
 class TooManyPartitions(SpecError):
     """A job's graph is over the configured partition limit (at submit, a 422 naming the blocksize)."""
 

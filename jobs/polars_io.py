@@ -30,15 +30,19 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, unquote
 
+import fsspec
+import fsspec.compression
 import polars as pl
+from fsspec.utils import infer_compression
 
-from spillway.jobs.errors import ReadTypeMismatch
+from spillway.jobs.errors import ReadTypeMismatch, UnreadableSource
 from spillway.jobs.safe_open import open_checked, open_for_writing, verify_checked
 from spillway.jobs.sandbox import CheckedFile, checked_file
-from spillway.jobs.sources import (SUFFIXES, inferred_text_types, read_type_mismatch, resolve_files,
+from spillway.jobs.sources import (SUFFIXES, check_csv_headers, inferred_text_types, read_type_mismatch, resolve_files,
                                    text_read_types)
 from spillway.jobs.spec import SinkSpec, SourceSpec
 from spillway.jobs.storage import StorageSettings, is_url, storage_options
+from spillway.jobs.text_reading import READ_FAILURES, READ_TYPES, compressed, file_failure, parse_read_error, refuses, unreadable
 
 # Characters kept as they are in a hive directory name; everything else is %-escaped, as Hive
 # and Spark escape partition values, so a value or a column name never forms a path of its own.
@@ -107,85 +111,40 @@ def scan_source_as_stored(source: SourceSpec, *, field: str = "source") -> tuple
     return frame, read_casts(frame, exact_decimals=source.decimals == "exact") if source.format == "parquet" else {}
 
 
-#: The Polars type of each read type of a CSV or JSON-lines column (jobs.sources.text_read_types), as ``cast()`` gives it.
-READ_TYPES: dict[str, pl.DataType] = {
-    "int64": pl.Int64(), "int32": pl.Int32(), "float64": pl.Float64(), "float32": pl.Float32(), "bool": pl.Boolean(),
-    "datetime64[ns]": pl.Datetime("ns"), "string": pl.String(),
-}
-
-
 def _scan_text(source: SourceSpec, files: list[str], options: dict[str, str] | None, field: str) -> pl.LazyFrame:
     """A CSV or JSON-lines source read in its read types (:func:`jobs.sources.text_read_types`), the ones the checker
     and the Dask engine use: nothing is inferred here, so a value further on that a type cannot hold fails the query
     (:func:`write_output` names it) instead of changing the column's type on this engine only."""
     schema = {column: READ_TYPES[read_type] for column, read_type in text_read_types(source, files[0], field=field).items()}
+    check_csv_headers(source, files, field=field)
+    if any(compressed(f) for f in files):  # Polars' scans read no bzip2, xz…: such sources are read whole, decompressed
+        return pl.concat([_read_text_now(source.format, f, schema, field).lazy() for f in files], how="vertical")
     if source.format == "jsonl":
         return pl.scan_ndjson(files, schema=schema, storage_options=options)
-    if files[0].endswith(".gz"):  # Polars' CSV scan does not decompress; read those whole
-        return pl.concat([_read_csv_now(f, schema, options, field).lazy() for f in files], how="vertical")
-    # Every column typed by name; without inference, one the schema missed would be text.
-    return pl.scan_csv(files, schema_overrides=schema, infer_schema=False, storage_options=options)
+    # Every column typed by name; without inference, one the schema missed would be text. An empty file is no rows.
+    return pl.scan_csv(files, schema_overrides=schema, infer_schema=False, storage_options=options, raise_if_empty=False)
 
 
-def _read_csv_now(path: str, schema: dict[str, pl.DataType], options: dict[str, str] | None, field: str) -> pl.DataFrame:
-    """A whole CSV file read now (the data travels in the plan); a checked one from the fd :func:`open_checked` gives."""
+def _read_text_now(format: str, path: str, schema: dict[str, pl.DataType], field: str) -> pl.DataFrame:
+    """A whole CSV or JSON-lines file read now, decompressed (the data travels in the plan); a checked one from the fd
+    :func:`open_checked` gives, others through fsspec."""
     checked = checked_file(path)
+    codec = infer_compression(path)
+    with os.fdopen(open_checked(checked), "rb") if checked is not None else fsspec.open(path, "rb", **storage_options(path)).open() as raw:
+        handle = fsspec.compression.compr[codec](raw, mode="rb") if codec else raw
+        data = handle.read()
+    if not data.strip():
+        return pl.DataFrame(schema=schema)  # an empty file: no rows (a CSV file has no header either)
     try:
-        if checked is None:
-            return pl.read_csv(path, schema_overrides=schema, infer_schema=False, storage_options=options)
-        with os.fdopen(open_checked(checked), "rb") as handle:
-            return pl.read_csv(handle, schema_overrides=schema, infer_schema=False)
-    except pl.exceptions.ComputeError as exc:
+        if format == "csv":
+            return pl.read_csv(io.BytesIO(data), schema_overrides=schema, infer_schema=False)
+        return pl.read_ndjson(io.BytesIO(data), schema=schema)
+    except READ_FAILURES as exc:
         error = parse_read_error(str(exc))
-        if error is None or error.column is None:
-            raise
-        raise read_type_mismatch(error.column, path, error.read_type, error.value, field) from None
-
-
-@dataclass(frozen=True)
-class PolarsReadError:
-    """What Polars' error says of a value a column's read type could not hold: the CSV reader names the column, the
-    JSON-lines reader only the value and the type."""
-
-    format: str
-    column: str | None
-    read_type: str
-    value: str
-
-
-# Polars 1.x's messages: "could not parse `abc` as dtype `i64` at column 'n' (column number 2)…" (CSV) and
-# "cannot parse 'abc' (string) as Int64" (JSON lines); their type names → the read types.
-_CSV_ERROR = re.compile(r"could not parse `(?P<value>.*?)` as dtype `(?P<dtype>[^`]+)` at column '(?P<column>.*?)' \(column number", re.S)
-_JSON_ERROR = re.compile(r"cannot parse '(?P<value>.*?)' \(\w+\) as (?P<dtype>\w+)", re.S)
-_CSV_TYPES = {"i64": "int64", "i32": "int32", "f64": "float64", "f32": "float32", "bool": "bool", "datetime[ns]": "datetime64[ns]"}
-_JSON_TYPES = {"Int64": "int64", "Int32": "int32", "Float64": "float64", "Float32": "float32", "Boolean": "bool", "Datetime": "datetime64[ns]"}
-
-
-def parse_read_error(text: str) -> PolarsReadError | None:
-    """The value, type and (CSV) column of Polars' error ``text`` for a value its read type cannot hold; None for other errors."""
-    if (csv := _CSV_ERROR.search(text)) and csv["dtype"] in _CSV_TYPES:
-        return PolarsReadError("csv", csv["column"], _CSV_TYPES[csv["dtype"]], csv["value"])
-    if (jsonl := _JSON_ERROR.search(text)) and jsonl["dtype"] in _JSON_TYPES:
-        return PolarsReadError("jsonl", None, _JSON_TYPES[jsonl["dtype"]], jsonl["value"])
-    return None
-
-
-def refuses(data: str | bytes, error: PolarsReadError, column: str, message: str) -> bool:
-    """Whether reading ``column`` alone of ``data`` (a file's path, or its bytes) as ``error``'s type fails as the read
-    that gave ``message`` did (JSON lines: with the same message, since another column may refuse that type for
-    another value). Only for naming a failure: the data is read again."""
-    source = io.BytesIO(data) if isinstance(data, bytes) else data
-    dtype = READ_TYPES[error.read_type]
-    try:
-        if error.format == "csv":
-            pl.read_csv(source, columns=[column], schema_overrides={column: dtype}, infer_schema=False)
-        else:
-            pl.read_ndjson(source, schema={column: dtype})
-    except pl.exceptions.ComputeError as exc:
-        return error.format == "csv" or str(exc) == message
-    except pl.exceptions.ColumnNotFoundError:
-        return False
-    return False
+        if error is None:
+            raise unreadable(path, format, str(exc), field) from None
+        column = error.column or next((c for c in schema if refuses(data, error, c, str(exc))), None)
+        raise read_type_mismatch(column, path, error.read_type, error.value, field) from None
 
 
 def named_read_error(exc: pl.exceptions.ComputeError, checked: tuple[CheckedFile, ...]) -> ReadTypeMismatch | None:
@@ -206,6 +165,24 @@ def named_read_error(exc: pl.exceptions.ComputeError, checked: tuple[CheckedFile
             if refuses(file.path, error, column, str(exc)):
                 return read_type_mismatch(column, file.path, error.read_type, error.value, file.field.removesuffix(".path"))
     return read_type_mismatch(error.column, None, error.read_type, error.value, None)
+
+
+def failing_file(exc: Exception, checked: tuple[CheckedFile, ...]) -> UnreadableSource:
+    """``exc``, Polars failing to read a CSV or JSON-lines file (:func:`file_failure`), as the error naming the first of
+    the job's ``checked`` files that fails so when read alone (each read again as text: only when a job fails); the
+    file unnamed where none does (an object store's, or one that fails only beside the others)."""
+    for file in checked:
+        format = next((f for f in ("csv", "jsonl") if file.path.endswith(SUFFIXES[f])), None)
+        if format is None:
+            continue
+        try:
+            if format == "csv":
+                pl.read_csv(file.path, infer_schema=False, raise_if_empty=False)
+            else:
+                pl.read_ndjson(file.path, infer_schema_length=None)
+        except READ_FAILURES:  # read as text (or every row's own type), only the file itself can fail
+            return unreadable(file.path, format, str(exc), file.field.removesuffix(".path"))
+    return unreadable(None, None, str(exc), None)
 
 
 def _scan_hive(files: list[str], options: dict[str, str] | None) -> pl.LazyFrame:
@@ -310,10 +287,12 @@ def write_output(frame: pl.LazyFrame, target: OutputTarget, engine: Any = "auto"
     verify_checked(target.checked)
     try:
         table = frame.collect(engine=engine)
-    except pl.exceptions.ComputeError as exc:
+    except READ_FAILURES as exc:
         verify_checked(target.checked)  # the files read again to name the value must still be those checked
-        if (named := named_read_error(exc, target.checked)) is not None:
+        if isinstance(exc, pl.exceptions.ComputeError) and (named := named_read_error(exc, target.checked)) is not None:
             raise named from None
+        if file_failure(exc):
+            raise failing_file(exc, target.checked) from None
         raise
     verify_checked(target.checked)
     if sink.partition_on:

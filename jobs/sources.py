@@ -16,7 +16,7 @@ import contextlib
 import contextvars
 import functools
 import glob
-import itertools
+import io
 import json
 import os
 from collections.abc import Iterable, Iterator
@@ -33,6 +33,7 @@ from spillway.jobs.errors import ReadTypeMismatch, SourceNotFound, SpecError, Sp
 from spillway.jobs.sandbox import checked_files
 from spillway.jobs.spec import SourceSpec
 from spillway.jobs.storage import MANIFEST_NAME, filesystem, is_url, load_manifest, storage_options
+from spillway.jobs.text_reading import HEADER_BYTES, csv_header_of, head_readable_types, header_problem, unreadable
 
 #: Column name → coarse kind ("numeric", "string", "datetime", "bool", "other", "unknown").
 Schema = dict[str, str]
@@ -297,14 +298,61 @@ def text_read_types(source: SourceSpec, first: str, *, field: str = "source") ->
     ------
     UnknownColumn
         If ``types`` names a column a CSV source's first file does not have.
+    UnreadableSource
+        If the first file's head cannot be read as its format.
     """
-    inferred = inferred_text_types(source.format, first)
+    try:
+        inferred = inferred_text_types(source.format, first)
+    except ValueError as exc:  # its head is no CSV or JSON lines both engines read alike (pandas' ParserError too)
+        raise unreadable(first, source.format, str(exc), field) from None
     declared = source.types or {}
     for column in declared:
         if column not in inferred and source.format == "csv":
             raise UnknownColumn(f"types declares column '{column}', which {first} does not have; it has: {', '.join(inferred)}",
                                 field=f"{field}.types.{column}")
     return {**{column: declared.get(column, read_type) for column, read_type in inferred.items()}, **declared}
+
+
+def check_csv_headers(source: SourceSpec, files: list[str], *, field: str = "source") -> None:
+    """Every local CSV file of ``source`` starts with its first file's header line (the same names, in the same order):
+    both engines read a file's rows by it (the Dask engine each block after a file's first by position). An empty file
+    has no header and passes. Files in an object store are not opened here; the engines check them as they read.
+
+    Raises
+    ------
+    UnreadableSource
+        Naming the first file whose header differs, and both headers.
+    """
+    if source.format != "csv" or len(files) < 2 or (first := csv_header(files[0])) is None:
+        return
+    for path in files[1:]:
+        if not is_url(path) and (names := csv_header(path)) is not None and names != first:
+            raise unreadable(path, "csv", f"its header ({', '.join(names)}) is not the first file's ({', '.join(first)}); "
+                                          "every CSV file of a source starts with the same header", field)
+
+
+def csv_header(path: str) -> list[str] | None:
+    """The column names of a CSV file's header line (:func:`jobs.text_reading.csv_header_of`); a local file's answer is
+    kept while it stays the same file version."""
+    if is_url(path):
+        return _read_csv_header(path)
+    try:
+        version = file_version(path)
+    except OSError:
+        return _read_csv_header(path)  # let the reader raise its own error
+    names = _cached_csv_header(path, version)
+    return list(names) if names is not None else None
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_csv_header(path: str, version: tuple[int, int, int]) -> tuple[str, ...] | None:
+    names = _read_csv_header(path)
+    return tuple(names) if names is not None else None
+
+
+def _read_csv_header(path: str) -> list[str] | None:
+    with fsspec.open(path, "rb", compression="infer", **storage_options(path)) as handle:
+        return csv_header_of(handle.read(HEADER_BYTES))
 
 
 def inferred_text_types(format: str, path: str) -> dict[str, str]:
@@ -330,11 +378,50 @@ def _cached_text_types(format: str, path: str, version: tuple[int, int, int]) ->
 
 
 def _read_text_types(format: str, path: str) -> dict[str, str]:
-    options = storage_options(path) or None  # pandas refuses options with a local path
+    lines = _head_lines(path, storage_options(path), format)
     if format == "csv":
-        head = pd.read_csv(path, nrows=TEXT_HEAD_ROWS, storage_options=options, dtype_backend="numpy_nullable", **CSV_NULLS)
-        return {str(name): _csv_type(head[name]) for name in head.columns}
-    return _json_types(_json_head(path, options))
+        names = csv_header_of(lines[0] if lines else b"")
+        if names is not None and (problem := header_problem(names)) is not None:
+            raise ValueError(problem)
+        # index_col=False: a trailing comma on each row (and not on the header) is not an index column.
+        head = pd.read_csv(io.BytesIO(b"".join(lines)), nrows=TEXT_HEAD_ROWS, dtype_backend="numpy_nullable", index_col=False, **CSV_NULLS)
+        types = {str(name): _csv_type(head[name]) for name in head.columns}
+    else:
+        # Python's json keeps ``1.0`` a float and ``1`` an integer, as Polars' reader does (pandas' makes whole floats integers).
+        types = _json_types([json.loads(line) for line in lines])
+    return head_readable_types(format, b"".join(lines), types)
+
+
+def _head_lines(path: str, options: dict[str, Any], format: str) -> list[bytes]:
+    """A CSV file's header and first :data:`TEXT_HEAD_ROWS` lines, on to where no quoted field is left open (a CSV
+    field may hold a newline); a JSON-lines file's first :data:`TEXT_HEAD_ROWS` lines that are not blank."""
+    lines: list[bytes] = []
+    wanted = TEXT_HEAD_ROWS + 1 if format == "csv" else TEXT_HEAD_ROWS
+    quotes = 0
+    with fsspec.open(path, "rb", compression="infer", **options) as handle:
+        for line in _lines(handle):
+            if format == "csv":
+                lines.append(line)
+                quotes += line.count(b'"')
+            elif line.strip():
+                lines.append(line)
+            if len(lines) >= wanted and quotes % 2 == 0:
+                break
+    return lines
+
+
+def _lines(handle: Any, chunk: int = 1 << 16) -> Iterator[bytes]:
+    """The lines of a binary file, each with its ``\n``; one longer than :data:`HEADER_BYTES` is cut there (a file of
+    lone-CR line endings is all one line: its header is refused). fsspec's object-store files take no ``readline`` limit."""
+    buffered = b""
+    while data := handle.read(chunk):
+        buffered += data
+        while (end := buffered.find(b"\n")) >= 0 or len(buffered) >= HEADER_BYTES:
+            cut = end + 1 if 0 <= end < HEADER_BYTES else HEADER_BYTES
+            yield buffered[:cut]
+            buffered = buffered[cut:]
+    if buffered:
+        yield buffered
 
 
 def _csv_type(column: pd.Series) -> str:
@@ -345,14 +432,6 @@ def _csv_type(column: pd.Series) -> str:
     if pd.api.types.is_integer_dtype(column.dtype):
         return "int64"
     return "float64" if pd.api.types.is_float_dtype(column.dtype) else "string"
-
-
-def _json_head(path: str, options: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """The first :data:`TEXT_HEAD_ROWS` objects of a JSON-lines file, parsed by Python's json: it keeps ``1.0`` a
-    float and ``1`` an integer, as Polars' reader does (pandas' makes a column of whole floats integers)."""
-    with fsspec.open(path, "rt", compression="infer", **(options or {})) as handle:
-        lines = itertools.islice((line for line in handle if line.strip()), TEXT_HEAD_ROWS)
-        return [json.loads(line) for line in lines]
 
 
 def _json_types(records: list[Any]) -> dict[str, str]:
@@ -410,6 +489,7 @@ def read_schema(source: SourceSpec, *, field: str = "source") -> Schema:
             schema = {f.name: arrow_kind(f.type) for f in parquet_schema(files)[0]}
         else:
             schema = {column: pandas_kind(PANDAS_READ_DTYPES[t]) for column, t in text_read_types(source, first, field=field).items()}
+            check_csv_headers(source, files, field=field)
     except (OSError, ValueError, pa.ArrowException, pd.errors.ParserError) as exc:
         raise SpecError(f"cannot read '{first}' as {source.format}: {exc}", field=f"{field}.path") from exc
     if source.columns is not None:
