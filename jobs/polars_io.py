@@ -225,9 +225,19 @@ def partition_directory(names: list[str], values: tuple[Any, ...]) -> str:
     """
     parts = []
     for name, value in zip(names, values, strict=True):
-        text = "__HIVE_DEFAULT_PARTITION__" if value is None else quote(str(value), safe=_SAFE_IN_PARTITION)
-        parts.append(f"{quote(name, safe=_SAFE_IN_PARTITION)}={text}")
+        text = HIVE_NULL if value is None else escaped_in_partition(str(value))
+        parts.append(f"{escaped_in_partition(name)}={text}")
     return "/".join(parts)
+
+
+#: Hive's folder name for a null partition value.
+HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+
+
+def escaped_in_partition(text: str) -> str:
+    """``text`` as it appears in a hive folder's name: every character but letters, digits and `` _-.+,@~`` %-escaped,
+    so a value or a column name never forms a path of its own (``/``, ``..``) nor another ``key=value``."""
+    return quote(text, safe=_SAFE_IN_PARTITION)
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ from spillway.jobs.commit import (
 )
 from spillway.jobs.errors import SinkExists, SpecError, SpillwayError
 from spillway.jobs.manifest import column_difference, describe_files, frame_columns
-from spillway.jobs.polars_io import OutputTarget
+from spillway.jobs.polars_io import OutputTarget, escaped_in_partition
 from spillway.jobs.safe_open import open_directory, open_for_writing, staging_url
 from spillway.jobs.sandbox import PathNotAllowed, check_sink_parent, checked_so_far, local_root_of
 from spillway.jobs.spec import SinkSpec
@@ -216,12 +216,15 @@ class SinkWriter:
             )
             collected = dask.delayed(writes)
             return _CollectedWrites(collected.key, collected.dask)
+        keys = list(self.sink.partition_on)
+        if keys:  # dask names the folders from the values as they are: escaped first, as the Polars engine names them
+            frame = frame.map_partitions(escaped_partition_keys, keys, meta=escaped_partition_keys(frame._meta, keys))
         return frame.to_parquet(
             target,
             compute=False,
             write_index=False,
             write_metadata_file=False,
-            partition_on=list(self.sink.partition_on) or None,
+            partition_on=[escaped_in_partition(key) for key in keys] or None,
             compression=self.sink.codec,
             name_function=(self._stem + ".parquet").format,
             storage_options=options,
@@ -487,6 +490,22 @@ def write_parquet_part(part: Any, path: str, root: str, options: dict[str, Any])
     """
     with open_for_writing(path, root) as handle:
         part.to_parquet(_through_fd(handle.fileno(), handle, directory=False), index=False, **options)
+
+
+def escaped_partition_keys(part: Any, keys: list[str]) -> Any:
+    """A partition (pandas or cuDF) whose ``keys`` columns hold each value's text as its hive folder names it
+    (:func:`jobs.polars_io.partition_directory`: %-escaped, so ``../x`` or ``a/b`` never forms a path), renamed to their
+    escaped names. The text is the Python value's, as Polars' ``partition_by`` gives it; a null stays null (Hive's null
+    folder). Each distinct value is escaped once."""
+    escaped = {}
+    for key in keys:
+        column = part[key]
+        values = column if isinstance(column, pd.Series) else column.to_pandas()
+        codes, uniques = pd.factorize(values.astype(object), use_na_sentinel=True)
+        texts = pd.array([escaped_in_partition(str(value)) for value in uniques] + [None], dtype="string")
+        text = pd.Series(texts.take(codes), index=values.index)  # the sentinel -1 takes the last entry: None
+        escaped[escaped_in_partition(key)] = text if isinstance(column, pd.Series) else type(column).from_pandas(text)
+    return part.drop(columns=keys).assign(**escaped)
 
 
 def bools_as_text(frame: dd.DataFrame) -> dd.DataFrame:
