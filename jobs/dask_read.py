@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 from dask.dataframe.io.parquet.arrow import ArrowDatasetEngine
 
 from spillway.jobs.errors import TooManyPartitions
+from spillway.jobs.parquet_footers import check_parquet_footers
 from spillway.jobs.safe_open import RootBoundFileSystem, checked_url
 from spillway.jobs.sandbox import checked_file
 from spillway.jobs.sources import (PANDAS_READ_DTYPES, check_csv_headers, parquet_schema, plain_types, read_arrow_type, read_type_mismatch,
@@ -51,6 +52,7 @@ def read_source(source: SourceSpec, *, field: str = "source") -> dd.DataFrame:
     options = storage_options(files[0]) or None
     checked = _checked_reads(files)
     if source.format == "parquet":
+        check_parquet_footers(source, files, field=field)  # a later file's columns as the first's, or refused as on Polars
         engine = PlainArrowEngine if dask.config.get("dataframe.backend") == "pandas" else None
         where: dict[str, Any] = {"storage_options": options} if checked is None else {"filesystem": checked}
         frame = _read_parquet(files, columns=source.columns, blocksize=source.blocksize or "default", engine=engine, **where)

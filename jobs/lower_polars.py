@@ -233,10 +233,11 @@ class PolarsLowering:
         self.stored_dates = stored_dates  # columns whose ``columns`` entry casts a stored date to a datetime
 
     def integer(self, node: ir.Node) -> bool:
-        """Whether ``node`` yields signed integers, from the frame's column types (unknown ones: no)."""
+        """Whether ``node`` yields integers that int64 holds (signed ones, unsigned up to 32 bits), from the frame's column
+        types (unknown ones: no): their arithmetic is int64's, checked for overflow, as on the Dask engine."""
         if isinstance(node, ir.Col):
             dtype = self.dtypes.get(node.name)
-            return dtype is not None and dtype.is_integer() and dtype.is_signed_integer()
+            return dtype is not None and dtype.is_integer() and (dtype.is_signed_integer() or dtype in (pl.UInt8, pl.UInt16, pl.UInt32))
         if isinstance(node, ir.Lit):
             return isinstance(node.value, int) and not isinstance(node.value, bool)
         if isinstance(node, ir.Unary):

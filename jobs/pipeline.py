@@ -19,6 +19,7 @@ from typing import Any, Literal
 import dask
 import dask.dataframe as dd
 import numpy as np
+import pandas as pd
 
 from spillway.jobs.assign_run import AssignRun
 from spillway.jobs.dask_joins import join
@@ -384,6 +385,10 @@ def _groupby(frame: dd.DataFrame, step: GroupByStep, field: str, plan: LogicalPl
         named = named[list(wanted)]
         if bools := [name for name, agg in step.aggs.items() if agg.func in ("any", "all")]:
             named = named.map_partitions(_as_bools, bools)
+        # A sum of integers is int64, as on the Polars engine: pandas computes it so, and its metadata kept the column's
+        # own narrower type (int32, uint8…), which the sink then could not write.
+        if narrow := {name: "Int64" for name, agg in step.aggs.items() if agg.func == "sum" and name in wanted and _narrow_integer(named[name].dtype)}:
+            named = named.astype(narrow)
         parts.append(named.reset_index())
     parts += [
         _separate(frame, keys, name, agg, inputs[name] or row_column, others.get(name))
@@ -396,6 +401,12 @@ def _groupby(frame: dd.DataFrame, step: GroupByStep, field: str, plan: LogicalPl
         # one-partition frame with a shuffled one wrongly (unmatched copies of most groups).
         result = result.repartition(npartitions=1).merge(part.repartition(npartitions=1), on=keys, how="outer")
     return result[[*step.by, *step.aggs]]
+
+
+def _narrow_integer(dtype: Any) -> bool:
+    """Whether ``dtype`` is an integer type (numpy's or pandas' nullable) narrower than int64 and held by it."""
+    numpy_dtype = getattr(dtype, "numpy_dtype", dtype)
+    return pd.api.types.is_integer_dtype(numpy_dtype) and numpy_dtype.itemsize < 8
 
 
 class NamedFrames(NamedSources[dd.DataFrame]):

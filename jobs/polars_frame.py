@@ -132,6 +132,10 @@ def _cast_keys(keys: list[str], compared: dict[int, pl.DataType]) -> list[pl.Exp
     return [pl.col(key).cast(compared[i]) if i in compared else pl.col(key) for i, key in enumerate(keys)]
 
 
+#: Integer types Polars sums in their own type (Int8/16 and UInt8/16 it widens to Int64 itself; listed all the same).
+_NARROW_INTEGERS = frozenset({pl.Int8, pl.Int16, pl.Int32, pl.UInt8, pl.UInt16, pl.UInt32})
+
+
 @dataclass(frozen=True)
 class _Uncast:
     """A frame that is its read casts over ``stored`` (a scan, filtered or joined, in the files' own types)."""
@@ -323,7 +327,9 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
             return rows if step.include_nulls else rows.filter(pl.col(step.value).is_not_null())
         raise TypeError(f"unsupported step {step!r}")  # pragma: no cover - the union is closed
 
-    def aggregate(self, agg: Aggregation, name: str, field: str, schema: dict[str, str]) -> pl.Expr:
+    def aggregate(self, agg: Aggregation, name: str, field: str, schema: dict[str, str], narrow_integers: frozenset[str] = frozenset()) -> pl.Expr:
+        """``agg`` as a Polars aggregation named ``name``. ``narrow_integers``: the frame's columns of 32-bit or smaller
+        integers, whose sum Polars keeps in their type (wrapping past it) where the language sums in int64."""
         if agg.func == "size":
             return pl.len().cast(pl.Int64).alias(name)
         value = pl.col(agg.column) if agg.column is not None else self.expr(f"{field}.aggs.{name}.expr", agg.expr or "", schema)
@@ -350,6 +356,8 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
                 value = value.sort_by(keys, descending=[key.descending for key in agg.order_by], nulls_last=True)
             joined = value.drop_nulls().str.join(agg.separator if agg.separator is not None else ",")
             result = pl.when(value.count() > 0).then(joined)
+        elif agg.func == "sum" and agg.column in narrow_integers:
+            result = value.cast(pl.Int64).sum()
         else:
             result = getattr(value, agg.func)()
         if agg.func in _COUNTS or (agg.func == "sum" and kind == "bool"):
@@ -357,7 +365,9 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
         return result.alias(name)
 
     def groupby(self, frame: pl.LazyFrame, step: GroupByStep, field: str, schema: dict[str, str]) -> pl.LazyFrame:
-        aggs = [self.aggregate(agg, name, field, schema) for name, agg in step.aggs.items()]
+        summed = {agg.column for agg in step.aggs.values() if agg.func == "sum" and agg.column is not None}
+        narrow = frozenset(column for column, dtype in frame.collect_schema().items() if column in summed and dtype in _NARROW_INTEGERS) if summed else frozenset()
+        aggs = [self.aggregate(agg, name, field, schema, narrow) for name, agg in step.aggs.items()]
         if step.by:
             return frame.group_by(list(step.by)).agg(aggs)
         # No keys: one row, or none for no input rows (as the Dask engine, unlike SQL's global aggregate).

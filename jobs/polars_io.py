@@ -36,6 +36,7 @@ import polars as pl
 from fsspec.utils import infer_compression
 
 from spillway.jobs.errors import ReadTypeMismatch, UnreadableSource
+from spillway.jobs.parquet_footers import check_parquet_footers
 from spillway.jobs.safe_open import open_checked, open_for_writing, verify_checked
 from spillway.jobs.sandbox import CheckedFile, checked_file
 from spillway.jobs.sources import (SUFFIXES, check_csv_headers, inferred_text_types, read_type_mismatch, resolve_files,
@@ -102,8 +103,11 @@ def scan_source_as_stored(source: SourceSpec, *, field: str = "source") -> tuple
     options = polars_storage_options(files[0])
     frame: pl.LazyFrame
     if source.format == "parquet":
+        # Columns a later file adds are left out, as the Dask engine leaves them; only asked for where there are such
+        # files, so other scans are those cudf-polars was measured with.
+        scan = {"extra_columns": "ignore"} if check_parquet_footers(source, files, field=field) else {}
         hive = any("=" in part for part in os.path.dirname(files[0]).replace("\\", "/").split("/")[-8:])
-        frame = _scan_hive(files, options) if hive else pl.scan_parquet(files, storage_options=options)
+        frame = _scan_hive(files, options, scan) if hive else pl.scan_parquet(files, storage_options=options, **scan)
     else:
         frame = _scan_text(source, files, options, field)
     if source.columns:
@@ -185,7 +189,7 @@ def failing_file(exc: Exception, checked: tuple[CheckedFile, ...]) -> Unreadable
     return unreadable(None, None, str(exc), None)
 
 
-def _scan_hive(files: list[str], options: dict[str, str] | None) -> pl.LazyFrame:
+def _scan_hive(files: list[str], options: dict[str, str] | None, scan: dict[str, Any]) -> pl.LazyFrame:
     """Hive ``key=value/`` folders as columns: one scan per folder, its values as typed literals.
 
     The frame Polars' own hive scan gives, with the types Polars infers for the partition
@@ -202,7 +206,7 @@ def _scan_hive(files: list[str], options: dict[str, str] | None) -> pl.LazyFrame
     for folder, group in by_folder.items():
         texts = dict(part.split("=", 1) for part in folder.split("/") if "=" in part)
         literals = [pl.lit(_hive_value(texts.get(key), inferred[key]), dtype=inferred[key]).alias(key) for key in keys]
-        frames.append(pl.scan_parquet(group, storage_options=options).with_columns(literals))
+        frames.append(pl.scan_parquet(group, storage_options=options, **scan).with_columns(literals))
     return frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical")
 
 

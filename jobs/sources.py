@@ -486,7 +486,10 @@ def read_schema(source: SourceSpec, *, field: str = "source") -> Schema:
     first = files[0]
     try:
         if source.format == "parquet":
+            from spillway.jobs.parquet_footers import check_parquet_footers  # it reads this module's file versions
+
             schema = {f.name: arrow_kind(f.type) for f in parquet_schema(files)[0]}
+            check_parquet_footers(source, files, field=field)
         else:
             schema = {column: pandas_kind(PANDAS_READ_DTYPES[t]) for column, t in text_read_types(source, first, field=field).items()}
             check_csv_headers(source, files, field=field)

@@ -31,7 +31,9 @@ from spillway.jobs.polars_frame import build_lazyframe
 from spillway.jobs.sandbox import enforce_roots
 from spillway.jobs.spec import JobSpec
 from spillway.jobs.validate import plan_spec
+from tests.conftest import ServiceProcess
 from tests.sinks_both import write_on_both_engines
+from tests.test_bad_input import error_of, post
 from tests.test_csv_edge_agreement import ENGINES, _failure, agreed, refusal, rows_of
 from tests.test_text_types import values
 
@@ -168,9 +170,6 @@ def test_a_zero_byte_first_file_is_refused_at_submit(root: Path) -> None:
     assert "a.parquet" in refused_at_submit(job(root, "d")).message
 
 
-@xfail("a later file that is no parquet (0 bytes, or garbage between PAR1 magics) fails raw on both engines: Dask "
-       "pyarrow ArrowInvalid ('Parquet file size is 0 bytes'), Polars ComputeError ('parquet: File out of specification'), "
-       "neither a SpillwayError naming the file as the CSV reader's unreadable_source does")
 @pytest.mark.parametrize("content", [b"", b"PAR1garbagePAR1"], ids=["zero bytes", "garbage"])
 def test_a_later_file_that_is_no_parquet_is_refused_alike_naming_it(root: Path, content: bytes) -> None:
     write(root, {"d/a.parquet": _AB, "d/b.parquet": content})
@@ -185,11 +184,15 @@ def test_a_later_file_with_its_columns_in_another_order_reads_by_name_on_both_en
     assert values(rows_of(agreed(job(root, "d"), root)).sort_values("id")["s"]) == ["a", "b", "c"]
 
 
-@pytest.mark.parametrize("how", ["select", "source columns"])
-def test_a_later_file_missing_a_column_the_job_never_reads_reads_alike(root: Path, how: str) -> None:
+def test_a_later_file_missing_a_column_the_source_does_not_list_reads_alike(root: Path) -> None:
     write(root, {"d/a.parquet": _AB, "d/b.parquet": pa.table({"id": [3]})})
-    spec = job(root, "d", [{"op": "select", "columns": ["id"]}]) if how == "select" else job(root, "d", columns=["id"])
-    assert values(rows_of(agreed(spec, root)).sort_values("id")["id"]) == [1, 2, 3]
+    assert values(rows_of(agreed(job(root, "d", columns=["id"]), root)).sort_values("id")["id"]) == [1, 2, 3]
+
+
+def test_a_later_file_missing_a_column_is_refused_alike_unless_the_source_lists_its_columns(root: Path) -> None:
+    """Whether a job reads the column is the plan's to say, on each engine its own way: one rule, the source's."""
+    write(root, {"d/a.parquet": _AB, "d/b.parquet": pa.table({"id": [3]})})
+    assert refusal(agreed(job(root, "d", [{"op": "select", "columns": ["id"]}]), root)) == "unreadable_source"
 
 
 def test_a_later_file_whose_column_is_all_null_of_type_null_reads_alike(root: Path) -> None:
@@ -214,18 +217,12 @@ def test_a_required_column_in_one_file_and_an_optional_one_in_the_next_read_alik
     assert values(got["y"]) == [False, True]
 
 
-@xfail("a later file with a column the first lacks (a column added to a nightly export): Dask reads every file in the "
-       "first file's columns, dropping z; Polars' scan_parquet raises a raw SchemaError ('extra column in file outside "
-       "of expected schema: z … pass extra_columns=\"ignore\"'); no SpillwayError")
 @pytest.mark.parametrize("steps", [[], [where("id == 3")]], ids=["reads all", "filters"])
 def test_a_later_file_with_an_added_column_reads_or_is_refused_alike(root: Path, steps: list[dict[str, Any]]) -> None:
     write(root, {"d/a.parquet": _AB, "d/b.parquet": pa.table({"id": [3], "s": ["c"], "z": [9]})})
     agreed(job(root, "d", steps), root)
 
 
-@xfail("a later file missing a column the job reads: Dask raises a raw KeyError (\"['s'] not in index\"), Polars a raw "
-       "ColumnNotFoundError ('did not find column s, consider passing missing_columns=\"insert\"'); neither names the "
-       "file (nulls for its rows, or unreadable_source naming b.parquet, would both be one answer)")
 def test_a_later_file_missing_a_column_the_job_reads_reads_or_is_refused_alike(root: Path) -> None:
     write(root, {"d/a.parquet": _AB, "d/b.parquet": pa.table({"id": [3]})})
     agreed(job(root, "d"), root)
@@ -258,28 +255,21 @@ _DRIFTS = {  # id: (first file's x, later file's x, what the Dask engine does; P
 }
 
 
-@pytest.mark.parametrize("drift", [
-    pytest.param(drift, id=drift, marks=xfail(f"the first file's x is {first.type}, a later file's {second.type}: Dask {does}; "
-                                              "Polars' scan_parquet raises a raw SchemaError ('data type mismatch for column x'); "
-                                              "no SpillwayError naming the file, no common type"))
-    for drift, (first, second, does) in _DRIFTS.items()])
+@pytest.mark.parametrize("drift", list(_DRIFTS))
 def test_a_column_whose_type_changes_in_a_later_file_reads_or_is_refused_alike(root: Path, drift: str) -> None:
     first, second, _ = _DRIFTS[drift]
     write(root, two(first, second))
     agreed(job(root, "d"), root)
 
 
-@xfail("an empty first file written by pandas (df.to_parquet of no rows: an object column becomes Arrow type null), then "
-       "a file of rows: Dask reads the rows (s as text), Polars raises a raw SchemaError ('incoming: String != target: Null')")
-def test_an_empty_first_file_written_by_pandas_then_rows_reads_alike(root: Path) -> None:
+def test_an_empty_first_file_written_by_pandas_then_rows_is_refused_alike_naming_the_later_file(root: Path) -> None:
+    """pandas writes an object column of no rows as Arrow type null; Polars' scan takes no typed column after it."""
     empty = pa.Table.from_pandas(pd.DataFrame({"id": pd.Series([], dtype="int64"), "s": pd.Series([], dtype=object)}), preserve_index=False)
     assert pa.types.is_null(empty.schema.field("s").type)
     write(root, {"d/a.parquet": empty, "d/b.parquet": pa.table({"id": [1], "s": ["x"]})})
-    assert values(rows_of(agreed(job(root, "d"), root))["s"]) == ["x"]
+    refused_naming(job(root, "d"), root, "b.parquet")
 
 
-@xfail("a naive timestamp file, then a UTC one: Dask reads an object column mixing a naive and a zoned Timestamp; "
-       "Polars reads both as naive, silently dropping the second file's zone")
 def test_a_naive_then_a_zoned_timestamp_file_reads_or_is_refused_alike(root: Path) -> None:
     write(root, two(pa.array([D(2024, 1, 1)], pa.timestamp("us")), pa.array([D(2024, 1, 2)], pa.timestamp("us", tz="UTC"))))
     agreed(job(root, "d"), root)
@@ -336,22 +326,16 @@ def test_a_uint64_above_int64_compared_with_a_negative_literal_keeps_the_same_ro
     pytest.param(pa.uint16(), [65535, 1], "x * 2", id="uint16 * 2"),
     pytest.param(pa.uint32(), [2**32 - 1, 1], "x + 1", id="uint32 + 1"),
 ])
-@xfail("integer arithmetic on uint8/16/32 columns: Dask computes in Int64 (255 + 1 = 256, 0 - 2 = -2), Polars wraps around "
-       "in the column's own type (255 + 1 = 0, 0 - 2 = 254) with no integer_overflow error: jobs.lower_polars "
-       "_Lowering.integer() counts only signed integers, so _checked_int64 never widens an unsigned operand")
 def test_unsigned_integer_arithmetic_gives_the_same_numbers(root: Path, dtype: pa.DataType, data: list[int], expr: str) -> None:
     write(root, one(pa.array(data, dtype)))
     agreed(job(root, "f.parquet", [assign(expr)]), root)
 
 
-@xfail("a filter on unsigned arithmetic (uint8 255, `x + 1 > 255`): Dask keeps the row (256), Polars drops it (wrapped to 0)")
 def test_a_filter_on_unsigned_arithmetic_keeps_the_same_rows(root: Path) -> None:
     write(root, one(pa.array([255, 1], pa.uint8())))
     assert values(rows_of(agreed(job(root, "f.parquet", [where("x + 1 > 255")]), root))["x"]) == [255]
 
 
-@xfail("unary minus of a uint8 column: Dask gives Int64 -255, -1; Polars raises a raw InvalidOperationError "
-       "('`neg` operation not supported for dtype `u8`')")
 def test_the_negation_of_an_unsigned_column_is_the_same_on_both_engines(root: Path) -> None:
     write(root, one(pa.array([255, 1], pa.uint8())))
     agreed(job(root, "f.parquet", [assign("-x")]), root)
@@ -365,19 +349,12 @@ def test_signed_narrow_integer_arithmetic_is_widened_on_both_engines(root: Path)
 _SUM = [{"op": "groupby", "by": [], "aggs": {"s": {"func": "sum", "column": "x"}}}]
 
 
-@xfail("the sum of an int32 or uint32 column beyond its type (2147483647 twice, 4294967295 twice): Dask gives the exact "
-       "sum (Int64 4294967294, UInt64 8589934590; its sink then fails raw, its meta keeping the column's type), Polars "
-       "sums in Int32/UInt32 and wraps around (-2, 4294967294), silently; the spec says integer overflow is never a "
-       "wrapped-around number (Polars widens only 8- and 16-bit sums)")
 @pytest.mark.parametrize(("dtype", "value"), [(pa.int32(), 2**31 - 1), (pa.uint32(), 2**32 - 1)], ids=["int32", "uint32"])
 def test_the_sum_of_a_32_bit_column_beyond_its_type_is_the_same_on_both_engines(root: Path, dtype: pa.DataType, value: int) -> None:
     write(root, one(pa.array([value, value], dtype)))
     assert values(rows_of(agreed(job(root, "f.parquet", _SUM), root))["s"]) == [2 * value]
 
 
-@xfail("the sum of an 8- or 16-bit integer column: both compute the same number, but the Dask engine's meta keeps the "
-       "column's type while its partition holds Int64/UInt64, so its sink writes int8 (1 + 1) or fails with a raw "
-       "ValueError where the sum leaves the type ('Integer value 400 not in range: 0 to 255'); Polars writes int64")
 @pytest.mark.parametrize(("dtype", "value"), [(pa.int8(), 1), (pa.int8(), 100), (pa.uint8(), 200), (pa.int16(), 30000), (pa.uint16(), 60000)],
                          ids=["int8 small", "int8", "uint8", "int16", "uint16"])
 def test_the_sum_of_a_narrow_integer_column_is_written_alike(root: Path, dtype: pa.DataType, value: int) -> None:
@@ -938,3 +915,13 @@ def test_a_union_of_unlike_columns_is_written_alike(root: Path, first: pa.Array,
     steps = _union(root, first, second)
     agreed(job(root, "a.parquet", steps), root)
     written_alike(root, "a.parquet", steps)
+
+
+# Through the service: a later file of another type is a 422 at submit with the stable error shape, naming it.
+
+
+def test_a_later_file_holding_a_column_in_another_type_is_a_422_naming_it(service: ServiceProcess, tmp_path: Path) -> None:
+    write(tmp_path, {"d/a.parquet": pa.table({"id": [1], "x": pa.array([1], pa.int32())}), "d/b.parquet": pa.table({"id": [2], "x": [2]})})
+    error = error_of(post(service, json={"source": {"format": "parquet", "path": str(tmp_path / "d")}, "sink": {"path": str(tmp_path / "out")}}), 422)
+    assert error["code"] == "unreadable_source" and error["field"] == "source.path"
+    assert "b.parquet" in error["message"] and "'x' is int64" in error["message"] and "int32" in error["message"], error

@@ -1,0 +1,78 @@
+"""Every file of a parquet source holds its first file's columns, in types both engines read alike.
+
+A source's columns and their types come from its first file's footer (:func:`jobs.sources.parquet_schema`). Its
+later files are read in those: columns a later file adds are not read (a nightly export that gained a column still
+reads, on both engines). A later file that lacks one of them, or holds it in another type, was read differently by
+the two engines (the Dask engine in each file's own types, or failing on the column; Polars failing on the scan), so
+it is refused at planning, naming the file, the column and both types, as :class:`jobs.errors.UnreadableSource`.
+Local files only: an object store's are not opened at planning.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from spillway.jobs.sources import file_version
+from spillway.jobs.spec import SourceSpec
+from spillway.jobs.storage import is_url
+from spillway.jobs.text_reading import unreadable
+
+
+def check_parquet_footers(source: SourceSpec, files: list[str], *, field: str = "source") -> bool:
+    """Refuse the first local file after ``files[0]`` whose footer lacks a column of the first file's (of the source's
+    ``columns``, where it lists them) or holds one in another type; whether a later file has columns the first has not
+    (which a scan must then be told to leave out).
+
+    Raises
+    ------
+    UnreadableSource
+        Naming that file and what differs; or a later file that is not parquet.
+    """
+    if source.format != "parquet" or len(files) < 2 or is_url(files[0]):
+        return False
+    first = _footer(files[0])
+    extra = False
+    wanted = list(source.columns) if source.columns else first.names
+    for path in files[1:]:
+        if is_url(path):
+            continue
+        try:
+            footer = _footer(path)
+        except (OSError, pa.ArrowException) as exc:
+            raise unreadable(path, "parquet", str(exc), field) from None
+        extra = extra or any(name not in first.names for name in footer.names)
+        for column in wanted:
+            if column not in first.names:
+                continue  # a hive key, or a column the checker refuses anyway
+            if column not in footer.names:
+                raise unreadable(path, "parquet", f"it has no column '{column}', which the source's first file ({files[0]}) has; "
+                                                  "list the columns the job reads in the source's columns, or rewrite the file", field)
+            had, has = first.field(column).type, footer.field(column).type
+            if not same_read_type(had, has):
+                raise unreadable(path, "parquet", f"its column '{column}' is {has}, where the source's first file ({files[0]}) has "
+                                                  f"{had}; every file of a source holds a column in one type", field)
+    return extra
+
+
+def same_read_type(first: pa.DataType, later: pa.DataType) -> bool:
+    """Whether a column stored as ``first`` in a source's first file and ``later`` in another is read alike by both
+    engines: the same type, text in any of Arrow's string layouts, or a later column of only nulls (type null). Polars'
+    scan takes no other pair (not int32 beside int64, a date beside a timestamp, nor a typed column after one of type
+    null, as pandas writes a file of no rows); the Dask engine read each file in its own type."""
+    return pa.types.is_null(later) or first == later or (_text(first) and _text(later))
+
+
+def _text(dtype: pa.DataType) -> bool:
+    return pa.types.is_string(dtype) or pa.types.is_large_string(dtype) or pa.types.is_string_view(dtype)
+
+
+def _footer(path: str) -> pa.Schema:
+    return _cached_footer(path, file_version(path))
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_footer(path: str, version: tuple[int, int, int]) -> pa.Schema:
+    return pq.read_schema(path)
