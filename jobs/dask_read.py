@@ -18,6 +18,7 @@ import pandas as pd
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 from dask.dataframe.io.parquet.arrow import ArrowDatasetEngine
 
@@ -55,13 +56,16 @@ def read_source(source: SourceSpec, *, field: str = "source") -> dd.DataFrame:
         check_parquet_footers(source, files, field=field)  # a later file's columns as the first's, or refused as on Polars
         engine = PlainArrowEngine if dask.config.get("dataframe.backend") == "pandas" else None
         where: dict[str, Any] = {"storage_options": options} if checked is None else {"filesystem": checked}
-        frame = _read_parquet(files, columns=source.columns, blocksize=source.blocksize or "default", engine=engine, **where)
         schema, partitions = parquet_schema(files)
-        casts = {
-            column: dtype
-            for column, dtype in plain_types(schema, partitions).items()
-            if column in frame.columns and frame[column].dtype != dtype
-        }
+        if partitions and engine is not None:
+            # Hive keys in the types the checker gave them from every folder: dask inferred them file by file, so a
+            # folder of the null key (__HIVE_DEFAULT_PARTITION__) alone failed, and text keys 01, 007 became 1 and null.
+            where["dataset"] = {"partitioning": pads.HivePartitioning(pa.schema([schema.field(key) for key in partitions]))}
+        frame = _read_parquet(files, columns=source.columns, blocksize=source.blocksize or "default", engine=engine, **where)
+        plain = plain_types(schema, partitions)
+        if engine is not None:  # pandas: a hive key of integers holds a null (Hive's null folder) as pandas' nullable Int64
+            plain.update({key: pd.Int64Dtype() for key in partitions if plain.get(key) == np.dtype("int64")})
+        casts = {column: dtype for column, dtype in plain.items() if column in frame.columns and frame[column].dtype != dtype}
         # A column of Arrow type null is read as text (jobs.sources.read_arrow_type): PlainArrowEngine converts it on
         # pandas; cuDF's reader gives it another type.
         casts.update({field.name: "str" for field in schema if pa.types.is_null(field.type) and field.name in frame.columns

@@ -132,6 +132,16 @@ def _cast_keys(keys: list[str], compared: dict[int, pl.DataType]) -> list[pl.Exp
     return [pl.col(key).cast(compared[i]) if i in compared else pl.col(key) for i, key in enumerate(keys)]
 
 
+def _int64_constant(expr: pl.Expr) -> pl.Expr:
+    """``expr``, cast to int64 where it reads no column and gives a narrower integer: Polars types an integer literal
+    (``1``, a folded ``1 + 1``) Int32, where the language's integers (and the Dask engine's) are int64, so a column of
+    it would be written int32 on this engine alone (and an append onto the other's output refused)."""
+    if expr.meta.root_names():
+        return expr
+    dtype = pl.LazyFrame().select(expr).collect_schema().dtypes()[0]
+    return expr.cast(pl.Int64) if dtype.is_integer() and dtype != pl.Int64 else expr
+
+
 #: Integer types Polars sums in their own type (Int8/16 and UInt8/16 it widens to Int64 itself; listed all the same).
 _NARROW_INTEGERS = frozenset({pl.Int8, pl.Int16, pl.Int32, pl.UInt8, pl.UInt16, pl.UInt32})
 
@@ -287,7 +297,7 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
             before = self._filter_before_casts(frame, step, field, schema)
             return before if before is not None else frame.filter(self.expr(f"{field}.expr", step.expr, schema))
         if isinstance(step, AssignStep):
-            return frame.with_columns(self.expr(f"{field}.expr", step.expr, schema).alias(step.column))
+            return frame.with_columns(_int64_constant(self.expr(f"{field}.expr", step.expr, schema)).alias(step.column))
         if isinstance(step, SelectStep):
             return frame.select(list(step.columns))
         if isinstance(step, RenameStep):

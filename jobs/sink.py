@@ -25,7 +25,9 @@ from typing import Any
 
 import dask
 import dask.dataframe as dd
+import fsspec
 import pandas as pd
+import polars as pl
 from dask.delayed import Delayed
 from fsspec import AbstractFileSystem
 
@@ -204,7 +206,13 @@ class SinkWriter:
         if root is not None:
             target, options = staging_url(location), {"root": root}
         # str.format methods as name functions: workers need no Spillway code.
-        if self.sink.format == "csv":
+        if self.sink.format == "csv" and isinstance(frame._meta, pd.DataFrame):  # pandas: Polars' writer, as the Polars engine's
+            extension = ".csv.gz" if self.sink.codec == "gzip" else ".csv"
+            parts = [dask.delayed(write_csv_part, pure=False)(part, f"{target}/{self._stem.format(index)}{extension}", options, self.sink.codec == "gzip")
+                     for index, part in enumerate(frame.to_delayed())]
+            collected = dask.delayed(parts)
+            return _CollectedWrites(collected.key, collected.dask)
+        if self.sink.format == "csv":  # cuDF's own writer
             extension = ".csv.gz" if self.sink.codec == "gzip" else ".csv"
             writes = bools_as_text(frame).to_csv(
                 f"{target}/{self._stem.replace('{:06d}', '*')}{extension}",
@@ -333,7 +341,14 @@ class SinkWriter:
         self._check_parent()
         parent = self._open_parent()
         try:
-            staging_fd = self._open_below(parent, self.staging.name)
+            try:
+                staging_fd = self._open_below(parent, self.staging.name)
+            except FileNotFoundError:
+                if not self.sink.partition_on:
+                    raise
+                # A partitioned output of no rows is no folder at all on the Polars engine: nothing to commit but the manifest.
+                os.mkdir(self.staging.name, 0o755, dir_fd=parent)
+                staging_fd = self._open_below(parent, self.staging.name)
             try:
                 return self._commit_local_at(parent, staging_fd)
             finally:
@@ -504,8 +519,23 @@ def escaped_partition_keys(part: Any, keys: list[str]) -> Any:
         codes, uniques = pd.factorize(values.astype(object), use_na_sentinel=True)
         texts = pd.array([escaped_in_partition(str(value)) for value in uniques] + [None], dtype="string")
         text = pd.Series(texts.take(codes), index=values.index)  # the sentinel -1 takes the last entry: None
-        escaped[escaped_in_partition(key)] = text if isinstance(column, pd.Series) else type(column).from_pandas(text)
+        escaped[escaped_in_partition(key)] = text if isinstance(column, pd.Series) else _cudf().from_pandas(text)
     return part.drop(columns=keys).assign(**escaped)
+
+
+def write_csv_part(part: pd.DataFrame, url: str, options: dict[str, Any] | None, gzip: bool) -> None:
+    """``part`` as the CSV file ``url`` (the staging file system's, or an object store's), written by Polars' CSV
+    writer as the Polars engine writes its CSV sinks: the same text for every value on both engines (pandas' wrote an
+    empty string as a null, a column of midnights as dates, its own datetime and float text)."""
+    table = pl.from_pandas(part)
+    with fsspec.open(url, "wb", compression="gzip" if gzip else None, **(options or {})) as handle:
+        table.write_csv(handle)
+
+
+def _cudf() -> Any:
+    import cudf  # only where a partition is cuDF's: the GPU extra is installed
+
+    return cudf
 
 
 def bools_as_text(frame: dd.DataFrame) -> dd.DataFrame:

@@ -226,7 +226,7 @@ def plain_types(schema: pa.Schema, partition_columns: list[str]) -> dict[str, ob
       intervals and ``year()`` alike on pandas and cuDF; microseconds reach far past
       sentinels such as 9999-12-31.
     * hive partition columns → their plain type, not the categorical dask makes of
-      them, so they order, compare and compute like any column.
+      them, so they order, compare and compute like any column; integer keys int64.
 
     The first two are :func:`plain_arrow_type` in pandas terms; a reader that holds Arrow
     tables converts them there (``jobs.dask_read`` does on pandas), not through Python objects.
@@ -236,6 +236,8 @@ def plain_types(schema: pa.Schema, partition_columns: list[str]) -> dict[str, ob
         plain = plain_arrow_type(field.type)
         if plain is not None:
             casts[field.name] = pd.api.types.pandas_dtype(plain.to_pandas_dtype())
+        elif field.name in partition_columns and pa.types.is_integer(field.type):
+            casts[field.name] = np.dtype("int64")  # pyarrow infers int32 from folder names; Polars' hive scan Int64
         elif field.name in partition_columns:
             casts[field.name] = str if arrow_kind(field.type) == "string" else field.type.to_pandas_dtype()
     return casts

@@ -721,18 +721,15 @@ def test_a_source_columns_list_of_a_hive_key_reads_alike(root: Path) -> None:
     assert sorted(values(rows_of(agreed(job(root, "d", columns=["k", "id"]), root))["k"])) == [1, 1, 2]
 
 
-@xfail("an integer hive key: Dask reads it as int32 (pyarrow's hive partitioning infers int32, and "
-       "jobs.sources.plain_types keeps field.type), Polars as Int64 (jobs.polars_io._scan_hive takes Polars' inferred "
-       "type): the same values, but the sinks write int32 and int64")
 def test_an_integer_hive_key_is_written_as_the_same_type(root: Path) -> None:
     write(root, hive({"k=1": _K, "k=2": _J}))
     written_alike(root, "d")
 
 
-@xfail("a __HIVE_DEFAULT_PARTITION__ folder (Hive's null, and what Spillway's own partition_on sink writes for a null "
-       "key, jobs.polars_io.partition_directory): Dask raises a raw ArrowInvalid ('No non-null segments were available "
-       "for field k; couldn't infer type'), Polars reads k as null for its rows")
-@pytest.mark.parametrize("other", ["k=1", "k=x"], ids=["integer key", "text key"])
+@pytest.mark.parametrize("other", [
+    pytest.param("k=1", id="integer key"),
+    pytest.param("k=x", id="text key"),
+])
 def test_the_hive_null_folder_reads_alike(root: Path, other: str) -> None:
     write(root, hive({other: _K, "k=__HIVE_DEFAULT_PARTITION__": _J}))
     got = rows_of(agreed(job(root, "d"), root)).sort_values("id")
