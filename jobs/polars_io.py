@@ -81,6 +81,8 @@ def read_casts(frame: pl.LazyFrame, *, exact_decimals: bool = False) -> dict[str
             casts[name] = pl.Datetime("us")
         elif dtype == pl.Null:  # a string function on Null failed (SchemaError), where the Dask engine gave null
             casts[name] = pl.String()
+        elif isinstance(dtype, (pl.Categorical, pl.Enum)):  # dictionary-encoded text, read as text on both engines
+            casts[name] = pl.String()
     return casts
 
 

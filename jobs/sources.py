@@ -468,9 +468,17 @@ def read_arrow_type(dtype: pa.DataType) -> pa.DataType | None:
 
     :func:`plain_arrow_type`'s, and a column of Arrow type null (a file's column whose every value is
     null, written without a type) as text: Polars' Null and pandas' object columns of None took no
-    string function, and compared differently. Its kind stays "other" (:func:`arrow_kind`).
+    string function, and compared differently. Its kind stays "other" (:func:`arrow_kind`). A dictionary-encoded
+    text column (pandas' category, Spark's dictionary pages) as plain text: pandas' categories sorted in the
+    dictionary's order and refused comparisons and text functions that Polars' Categorical took.
     """
-    return pa.string() if pa.types.is_null(dtype) else plain_arrow_type(dtype)
+    if pa.types.is_null(dtype):
+        return pa.string()
+    if pa.types.is_dictionary(dtype) and (pa.types.is_string(dtype.value_type) or pa.types.is_large_string(dtype.value_type)):
+        return pa.large_string()
+    if pa.types.is_float16(dtype):  # as Polars reads it; pandas has no float16 index (a group or join key failed)
+        return pa.float32()
+    return plain_arrow_type(dtype)
 
 
 def read_schema(source: SourceSpec, *, field: str = "source") -> Schema:
