@@ -23,17 +23,18 @@ from spillway.jobs.text_reading import unreadable
 
 def check_parquet_footers(source: SourceSpec, files: list[str], *, field: str = "source") -> bool:
     """Refuse the first local file after ``files[0]`` whose footer lacks a column of the first file's (of the source's
-    ``columns``, where it lists them) or holds one in another type; whether a later file has columns the first has not
-    (which a scan must then be told to leave out).
+    ``columns``, where it lists them) or holds one in another type, and a first file with a timestamp zoned by a fixed
+    offset; whether a later file has columns the first has not (which a scan must then be told to leave out).
 
     Raises
     ------
     UnreadableSource
         Naming that file and what differs; or a later file that is not parquet.
     """
-    if source.format != "parquet" or len(files) < 2 or is_url(files[0]):
+    if source.format != "parquet" or is_url(files[0]):
         return False
     first = _footer(files[0])
+    _refuse_fixed_offsets(first, files[0], field)
     extra = False
     wanted = list(source.columns) if source.columns else first.names
     for path in files[1:]:
@@ -55,6 +56,16 @@ def check_parquet_footers(source: SourceSpec, files: list[str], *, field: str = 
                 raise unreadable(path, "parquet", f"its column '{column}' is {has}, where the source's first file ({files[0]}) has "
                                                   f"{had}; every file of a source holds a column in one type", field)
     return extra
+
+
+def _refuse_fixed_offsets(schema: pa.Schema, path: str, field: str) -> None:
+    """A timestamp zoned by a fixed offset (``+05:30``, which pyarrow and pandas write) makes Polars panic while it
+    builds the scan (a Rust panic, not an error it raises): refused on both engines, naming the column."""
+    for column in schema:
+        zone = getattr(column.type, "tz", None) if pa.types.is_timestamp(column.type) else None
+        if zone and zone[0] in "+-":
+            raise unreadable(path, "parquet", f"its column '{column.name}' is zoned by the fixed offset {zone}, which the Polars "
+                                              "engine cannot read; write it in UTC or in a named zone (Asia/Kolkata)", field)
 
 
 def same_read_type(first: pa.DataType, later: pa.DataType) -> bool:
