@@ -35,7 +35,7 @@ import fsspec.compression
 import polars as pl
 from fsspec.utils import infer_compression
 
-from spillway.jobs.errors import ReadTypeMismatch, UnreadableSource
+from spillway.jobs.errors import ReadTypeMismatch, SpecError, UnreadableSource
 from spillway.jobs.parquet_footers import check_parquet_footers
 from spillway.jobs.safe_open import open_checked, open_for_writing, verify_checked
 from spillway.jobs.sandbox import CheckedFile, checked_file
@@ -232,8 +232,20 @@ def partition_directory(names: list[str], values: tuple[Any, ...]) -> str:
     parts = []
     for name, value in zip(names, values, strict=True):
         text = HIVE_NULL if value is None else escaped_in_partition(str(value))
-        parts.append(f"{escaped_in_partition(name)}={text}")
+        parts.append(checked_folder_name(name, f"{escaped_in_partition(name)}={text}"))
     return "/".join(parts)
+
+
+#: The longest folder name file systems take (ext4, xfs, APFS, NTFS: 255 bytes).
+MAX_FOLDER_NAME = 255
+
+
+def checked_folder_name(column: str, folder: str) -> str:
+    """``folder``, the hive folder of a value of ``column``; refused (both engines) when no file system takes its length."""
+    if len(folder.encode()) > MAX_FOLDER_NAME:
+        raise SpecError(f"a value of partition column '{column}' makes the folder name '{folder[:60]}…' of {len(folder.encode())} bytes, "
+                        f"over the {MAX_FOLDER_NAME} a file system takes; partition on a column of shorter values", field="sink.partition_on")
+    return folder
 
 
 #: Hive's folder name for a null partition value.

@@ -46,7 +46,7 @@ from spillway.jobs.commit import (
 )
 from spillway.jobs.errors import SinkExists, SpecError, SpillwayError
 from spillway.jobs.manifest import column_difference, describe_files, frame_columns
-from spillway.jobs.polars_io import OutputTarget, escaped_in_partition
+from spillway.jobs.polars_io import OutputTarget, checked_folder_name, escaped_in_partition
 from spillway.jobs.safe_open import open_directory, open_for_writing, staging_url
 from spillway.jobs.sandbox import PathNotAllowed, check_sink_parent, checked_so_far, local_root_of
 from spillway.jobs.spec import SinkSpec
@@ -517,9 +517,11 @@ def escaped_partition_keys(part: Any, keys: list[str]) -> Any:
         column = part[key]
         values = column if isinstance(column, pd.Series) else column.to_pandas()
         codes, uniques = pd.factorize(values.astype(object), use_na_sentinel=True)
-        texts = pd.array([escaped_in_partition(str(value)) for value in uniques] + [None], dtype="string")
+        name = escaped_in_partition(key)
+        texts = pd.array([checked_folder_name(key, f"{name}={escaped_in_partition(str(value))}").split("=", 1)[1] for value in uniques] + [None],
+                         dtype="string")
         text = pd.Series(texts.take(codes), index=values.index)  # the sentinel -1 takes the last entry: None
-        escaped[escaped_in_partition(key)] = text if isinstance(column, pd.Series) else _cudf().from_pandas(text)
+        escaped[name] = text if isinstance(column, pd.Series) else _cudf().from_pandas(text)
     return part.drop(columns=keys).assign(**escaped)
 
 
