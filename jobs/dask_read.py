@@ -30,7 +30,7 @@ from spillway.jobs.sources import (PANDAS_READ_DTYPES, check_csv_headers, parque
                                    resolve_files, text_read_types)
 from spillway.jobs.spec import JobSpec, SourceSpec, blocksize_bytes
 from spillway.jobs.storage import filesystem, storage_options
-from spillway.jobs.text_reading import READ_FAILURES, READ_TYPES, compressed, csv_header_of, parse_read_error, refuses, unreadable
+from spillway.jobs.text_reading import READ_FAILURES, READ_TYPES, compressed, csv_header_of, parse_read_error, refusing_column, unreadable
 
 #: dask's default blocksize for CSV and JSON lines, which :func:`read_source` passes when a source sets none.
 TEXT_BLOCKSIZE = "64MiB"
@@ -211,7 +211,7 @@ class TextBlockReader:
         except pl.exceptions.ComputeError as exc:
             error = parse_read_error(str(exc))
             # Polars names the value and the type, not the column: the one of that type that refuses it alone.
-            column = error and next((c for c, t in types.items() if t == error.read_type and refuses(data, error, c, str(exc))), None)
+            column = error and refusing_column(data, error, types, str(exc))
             if error is None or column is None:
                 raise
             raise _Unreadable(column, error.read_type, error.value) from None

@@ -43,7 +43,7 @@ from spillway.jobs.sources import (SUFFIXES, check_csv_headers, inferred_text_ty
                                    text_read_types)
 from spillway.jobs.spec import SinkSpec, SourceSpec
 from spillway.jobs.storage import StorageSettings, is_url, storage_options
-from spillway.jobs.text_reading import READ_FAILURES, READ_TYPES, compressed, file_failure, parse_read_error, refuses, unreadable
+from spillway.jobs.text_reading import READ_FAILURES, READ_TYPES, compressed, file_failure, parse_read_error, refuses, refusing_column, unreadable
 
 # Characters kept as they are in a hive directory name; everything else is %-escaped, as Hive
 # and Spark escape partition values, so a value or a column name never forms a path of its own.
@@ -121,17 +121,18 @@ def _scan_text(source: SourceSpec, files: list[str], options: dict[str, str] | N
     """A CSV or JSON-lines source read in its read types (:func:`jobs.sources.text_read_types`), the ones the checker
     and the Dask engine use: nothing is inferred here, so a value further on that a type cannot hold fails the query
     (:func:`write_output` names it) instead of changing the column's type on this engine only."""
-    schema = {column: READ_TYPES[read_type] for column, read_type in text_read_types(source, files[0], field=field).items()}
+    types = text_read_types(source, files[0], field=field)
+    schema = {column: READ_TYPES[read_type] for column, read_type in types.items()}
     check_csv_headers(source, files, field=field)
     if any(compressed(f) for f in files):  # Polars' scans read no bzip2, xz…: such sources are read whole, decompressed
-        return pl.concat([_read_text_now(source.format, f, schema, field).lazy() for f in files], how="vertical")
+        return pl.concat([_read_text_now(source.format, f, types, field).lazy() for f in files], how="vertical")
     if source.format == "jsonl":
         return pl.scan_ndjson(files, schema=schema, storage_options=options)
     # Every column typed by name; without inference, one the schema missed would be text. An empty file is no rows.
     return pl.scan_csv(files, schema_overrides=schema, infer_schema=False, storage_options=options, raise_if_empty=False)
 
 
-def _read_text_now(format: str, path: str, schema: dict[str, pl.DataType], field: str) -> pl.DataFrame:
+def _read_text_now(format: str, path: str, types: dict[str, str], field: str) -> pl.DataFrame:
     """A whole CSV or JSON-lines file read now, decompressed (the data travels in the plan); a checked one from the fd
     :func:`open_checked` gives, others through fsspec."""
     checked = checked_file(path)
@@ -139,6 +140,7 @@ def _read_text_now(format: str, path: str, schema: dict[str, pl.DataType], field
     with os.fdopen(open_checked(checked), "rb") if checked is not None else fsspec.open(path, "rb", **storage_options(path)).open() as raw:
         handle = fsspec.compression.compr[codec](raw, mode="rb") if codec else raw
         data = handle.read()
+    schema = {column: READ_TYPES[read_type] for column, read_type in types.items()}
     if not data.strip():
         return pl.DataFrame(schema=schema)  # an empty file: no rows (a CSV file has no header either)
     try:
@@ -149,7 +151,7 @@ def _read_text_now(format: str, path: str, schema: dict[str, pl.DataType], field
         error = parse_read_error(str(exc))
         if error is None:
             raise unreadable(path, format, str(exc), field) from None
-        column = error.column or next((c for c in schema if refuses(data, error, c, str(exc))), None)
+        column = refusing_column(data, error, types, str(exc))
         raise read_type_mismatch(column, path, error.read_type, error.value, field) from None
 
 

@@ -52,6 +52,14 @@ def parse_read_error(text: str) -> PolarsReadError | None:
     return None
 
 
+def refusing_column(data: bytes, error: PolarsReadError, types: dict[str, str], message: str) -> str | None:
+    """The column of ``data`` that ``error`` (Polars' ``message``) is about: the one CSV names, or (JSON lines, whose
+    error names none) the first of ``error``'s read type in ``types`` that refuses it alone; None if none does."""
+    if error.column is not None:
+        return error.column
+    return next((c for c, t in types.items() if t == error.read_type and refuses(data, error, c, message)), None)
+
+
 def refuses(data: str | bytes, error: PolarsReadError, column: str, message: str) -> bool:
     """Whether reading ``column`` alone of ``data`` (a file's path, or its bytes) as ``error``'s type fails as the read
     that gave ``message`` did (JSON lines: with the same message, since another column may refuse that type for
@@ -152,8 +160,7 @@ def head_readable_types(format: str, head: bytes, types: dict[str, str]) -> dict
         except READ_FAILURES as exc:
             message = str(exc)
             error = parse_read_error(message)
-            column = error and (error.column if error.column is not None else next(
-                (c for c, t in types.items() if t == error.read_type and refuses(head, error, c, message)), None))
+            column = error and refusing_column(head, error, types, message)
             if not column or types.get(column, "string") == "string":
                 raise ValueError(message.strip().splitlines()[0] if message.strip() else type(exc).__name__) from None
             types[column] = "string"  # one column fewer typed each time round: the loop ends
