@@ -8,6 +8,7 @@
 #     bash bench/gpu_session.sh spill [--limit 2GB]   # after tpch10: jobs over a device limit below their working set
 #     bash bench/gpu_session.sh concurrent # after tpch10: eight jobs at once on one GPU, 1, 2 and 4 workers
 #     bash bench/gpu_session.sh multi      # TPC-H SF 10, every query across two workers sharing the GPU (DaskEngine)
+#     bash bench/gpu_session.sh long       # one query of ~6 minutes across two workers sharing the GPU (worker-ttl is 5)
 #     bash bench/gpu_session.sh plans      # TPC-H SF 10 over REST and in process with both orders of filters and read casts; semi joins two ways
 #
 # Logs and JSON go under $OUT; bench/RESULTS.md records what they said.
@@ -44,6 +45,10 @@ multi)
         > "$OUT/multi.log" 2>&1
     echo "multi rc=$?"; tail -40 "$OUT/multi.log"
     ;;
+long)
+    timeout 590 python3 bench/long_query.py --out "$OUT" --work /tmp/spw_tpch --sf 10 --target-s 360 --deadline 560 "$@" > "$OUT/long_query.log" 2>&1
+    echo "long rc=$?"; tail -45 "$OUT/long_query.log"
+    ;;
 plans)
     timeout 420 python3 bench/gpu_tpch.py --out "$OUT" --work /tmp/spw_tpch --sf 10 --parts 1 --gpus 0 \
         --engines spillway,spillway-plan,spillway-plan-filters,cudf-polars,duckdb --spillway-engines auto --gpu-trace-progress off \
@@ -61,6 +66,6 @@ spill)
     echo "spill rc=$?"; tail -30 "$OUT/spill.log"
     ;;
 *)
-    echo "usage: bash bench/gpu_session.sh tests|tpch10|tpch100|plans|spill|concurrent|multi" >&2; exit 2
+    echo "usage: bash bench/gpu_session.sh tests|tpch10|tpch100|plans|spill|concurrent|multi|long" >&2; exit 2
     ;;
 esac
