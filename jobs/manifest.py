@@ -7,24 +7,29 @@ part files under an object-store prefix.
 from __future__ import annotations
 
 import csv
+import re
 from typing import Any
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 from fsspec import AbstractFileSystem
 
+from spillway.jobs.polars_io import HIVE_NULL
 from spillway.jobs.status import ColumnSchema, ResultFile
 
 
 def describe_files(
-    fs: AbstractFileSystem, root: str, sizes: dict[str, int], *, format: str, job_id: str, partitioned: bool
+    fs: AbstractFileSystem, root: str, sizes: dict[str, int], *, format: str, job_id: str, partition_on: list[str],
+    planned: dict[str, str] | None = None,
 ) -> tuple[list[ResultFile], list[ColumnSchema]]:
     """One entry per file (``sizes``: path relative to ``root`` → bytes, in order) and their schema.
 
-    Parquet rows come from the footers, the schema from the first file's footer plus
-    any hive ``key=value`` folders. CSV rows are counted by reading the files (quoted
-    newlines included); CSV files carry no types, so their schema is left to the caller.
+    Parquet rows come from the footers, the schema from the first file's footer plus the
+    hive ``key=value`` folders of ``partition_on``, typed by :func:`partition_key_types`
+    (``planned``: the job's column types, Arrow names). CSV rows are counted by reading the
+    files (quoted newlines included); CSV files carry no types, so their schema is left to the caller.
     """
     files = [
         ResultFile(path=relative, size_bytes=size, rows=_rows(fs, f"{root}/{relative}", format), job_id=job_id)
@@ -36,10 +41,48 @@ def describe_files(
         [f"{root}/{f.path}" for f in files],
         format="parquet",
         filesystem=fs,
-        partitioning="hive" if partitioned else None,
+        partitioning=pads.HivePartitioning(partition_key_types(list(sizes), partition_on, planned or {}), null_fallback=HIVE_NULL,
+                                           segment_encoding="uri") if partition_on else None,
         partition_base_dir=root,
     )
     return files, [ColumnSchema(name=field.name, type=str(field.type)) for field in dataset.schema]
+
+
+_INT32_TEXT = re.compile(r"-?[0-9]+")
+
+
+def partition_key_types(paths: list[str], keys: list[str], planned: dict[str, str]) -> pa.Schema:
+    """The manifest's types of the hive keys ``keys`` of the files ``paths`` (relative, ``k=v/…/part``).
+
+    A key is typed as pyarrow's hive discovery types its folder names (int32 where every value is
+    an int32, else string: what readers of the sink get), except where the job's column
+    (``planned``) tells more than the names can: a text column's key is string even where its
+    values look like numbers, and a key of only nulls is int32 for an integer column, else string,
+    as its values would be typed. Appends then compare keys by what the column holds.
+    """
+    values: dict[str, set[str]] = {key: set() for key in keys}
+    for path in paths:
+        for segment in path.split("/")[:-1]:
+            name, _, value = segment.partition("=")
+            if unquote(name) in values and value != HIVE_NULL:
+                values[unquote(name)].add(unquote(value))
+    fields = []
+    for key in keys:
+        column = planned.get(key, "")
+        if column in _TEXT_TYPES:
+            fields.append(pa.field(key, pa.string()))
+        elif not values[key]:
+            fields.append(pa.field(key, pa.int32() if column.startswith(("int", "uint")) else pa.string()))
+        else:
+            fields.append(pa.field(key, pa.int32() if all(_is_int32(v) for v in values[key]) else pa.string()))
+    return pa.schema(fields)
+
+
+_TEXT_TYPES = frozenset({"string", "large_string", "string_view"})
+
+
+def _is_int32(text: str) -> bool:
+    return _INT32_TEXT.fullmatch(text) is not None and -(2**31) <= int(text) < 2**31
 
 
 def frame_columns(meta: Any) -> list[ColumnSchema]:

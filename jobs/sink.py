@@ -454,7 +454,8 @@ class SinkWriter:
 
     def _manifest(self, fs: AbstractFileSystem, root: str, sizes: dict[str, int], previous: ResultManifest | None) -> ResultManifest:
         files, columns = describe_files(
-            fs, root, sizes, format=self.sink.format, job_id=self.job_id, partitioned=bool(self.sink.partition_on)
+            fs, root, sizes, format=self.sink.format, job_id=self.job_id, partition_on=list(self.sink.partition_on),
+            planned={c.name: c.type for c in self._planned_columns},
         )
         if not columns and self._planned_columns:  # CSV, or no file written
             columns = _with_partitions_last(self._planned_columns, self.sink.partition_on)

@@ -302,10 +302,11 @@ def test_partition_values_make_the_same_folders_and_rows(root: Path, values: lis
 
 
 def test_partition_keys_are_typed_as_pyarrow_infers_them_from_the_folders_on_both_engines(root: Path) -> None:
-    """docs/sinks.md: hive partition keys last, typed from the folder names (an int64 key is int32, a float or bool text)."""
+    """docs/sinks.md: hive partition keys last, typed from the folder names (an int64 key is int32, a float or bool text),
+    but a text column's key is text whatever its values look like."""
     src = source(root, {"id": [1, 2], "i": [1, 2], "f": [1.5, 2.0], "b": [True, False], "s": ["01", "2"]})
     got = written(agreed(root, src, {"partition_on": ["i", "f", "b", "s"]}))
-    assert got["dask"].columns() == [("id", "int64"), ("i", "int32"), ("f", "string"), ("b", "string"), ("s", "int32")]
+    assert got["dask"].columns() == [("id", "int64"), ("i", "int32"), ("f", "string"), ("b", "string"), ("s", "string")]
 
 
 def test_null_keys_of_several_partition_columns_are_hives_null_folder_on_both_engines(root: Path) -> None:
@@ -367,14 +368,21 @@ def test_a_partition_value_too_long_for_a_folder_name_is_refused_with_a_spillway
     assert refusal(agreed(root, source(root, {"id": [1, 2], "p": ["x" * 300, "y"]}), {"partition_on": ["p"]})) == "invalid_spec"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "both engines write p=__HIVE_DEFAULT_PARTITION__/ and then fail at commit with a raw pyarrow ArrowInvalid 'No "
-    "non-null segments were available for field 'p'' (jobs/manifest.py describe_files infers the key's type from the "
-    "folder names alone)"))
 @pytest.mark.parametrize("mode", ["error", "append"])
 def test_a_partition_column_of_only_nulls_commits_on_both_engines(root: Path, mode: str) -> None:
     src = source(root, {"id": [1, 2], "p": pa.array([None, None], pa.string())})
-    assert written(agreed(root, src, {"partition_on": ["p"], "mode": mode}))["dask"].manifest.total_rows == 2
+    got = written(agreed(root, src, {"partition_on": ["p"], "mode": mode}))
+    assert got["dask"].manifest.total_rows == 2 and got["dask"].columns()[-1] == ("p", "string")
+
+
+def test_an_integer_partition_column_of_only_nulls_is_typed_as_its_values_will_be(root: Path) -> None:
+    """int32, as pyarrow types the folders k=1/, k=2/ of a later append: that append is then no change of type."""
+    sink = {"partition_on": ["p"], "mode": "append"}
+    got = written(agreed(root, source(root, {"id": [1, 2], "p": pa.array([None, None], pa.int64())}), sink))
+    assert got["dask"].columns()[-1] == ("p", "int32")
+    for engine in ENGINES:
+        later = commit(engine, root, source(root, {"id": [3, 4], "p": [1, 2]}, "later.parquet"), {**sink, "path": str(root / engine)})
+        assert later.total_rows == 4 and later.columns[-1].type == "int32"
 
 
 # 4. Modes: overwrite one layout with another, append across engines and schemas.
@@ -451,10 +459,6 @@ def test_an_append_of_other_columns_is_refused_or_taken_alike(root: Path, sink: 
     assert got == {"dask": outcome, "polars": outcome}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "both engines refuse the second append of a text partition column with sink_schema_mismatch 'changed types: k "
-    "int32 → string': the manifest types a key from the new batch's folder names alone (jobs/manifest.py "
-    "describe_files), and k=1/, k=2/ look like int32 while k=x/ is text; the column is text in both jobs"))
 @pytest.mark.parametrize("engine", ENGINES)
 def test_an_append_to_a_text_partition_column_whose_first_values_look_like_numbers(root: Path, engine: str) -> None:
     sink = {"path": str(root / "out"), "mode": "append", "partition_on": ["k"]}
