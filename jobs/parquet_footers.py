@@ -31,7 +31,10 @@ def check_parquet_footers(source: SourceSpec, files: list[str], *, field: str = 
     UnreadableSource
         Naming that file and what differs; or a later file that is not parquet.
     """
-    if source.format != "parquet" or is_url(files[0]):
+    if source.format != "parquet":
+        return False
+    check_hive_layout(files, field)
+    if is_url(files[0]):
         return False
     first = _footer(files[0])
     _refuse_fixed_offsets(first, files[0], field)
@@ -56,6 +59,26 @@ def check_parquet_footers(source: SourceSpec, files: list[str], *, field: str = 
                 raise unreadable(path, "parquet", f"its column '{column}' is {has}, where the source's first file ({files[0]}) has "
                                                   f"{had}; every file of a source holds a column in one type", field)
     return extra
+
+
+def hive_keys_of(path: str) -> list[str]:
+    """The hive keys the folders of ``path`` name (``k=v/j=w/f.parquet``: k, j), as pyarrow's and Spillway's readers
+    take them: the text before the first ``=`` of each folder holding one."""
+    return [part.split("=", 1)[0] for part in path.replace("\\", "/").split("/")[:-1] if "=" in part]
+
+
+def check_hive_layout(files: list[str], field: str) -> None:
+    """Refuse a source whose files lie under different hive keys: a file beside the ``key=value`` folders, or folders of
+    different depths. The engines read such a layout differently (the Dask engine failed on a missing key, Polars on
+    the frame's shape), each with a raw error naming no file."""
+    first = hive_keys_of(files[0])
+    for path in files[1:]:
+        keys = hive_keys_of(path)
+        if keys != first:
+            def named(found: list[str]) -> str:
+                return f"under the hive keys {', '.join(found)}" if found else "under no key=value folder"
+            raise unreadable(path, "parquet", f"it lies {named(keys)}, where the source's first file ({files[0]}) lies {named(first)}; "
+                                              "every file of a source lies under the same key=value folders", field)
 
 
 def _refuse_fixed_offsets(schema: pa.Schema, path: str, field: str) -> None:

@@ -33,14 +33,15 @@ from urllib.parse import quote, unquote
 import fsspec
 import fsspec.compression
 import polars as pl
+import pyarrow as pa
 from fsspec.utils import infer_compression
 
 from spillway.jobs.errors import ReadTypeMismatch, SpecError, UnreadableSource
 from spillway.jobs.parquet_footers import check_parquet_footers
 from spillway.jobs.safe_open import open_checked, open_for_writing, verify_checked
 from spillway.jobs.sandbox import CheckedFile, checked_file
-from spillway.jobs.sources import (SUFFIXES, check_csv_headers, inferred_text_types, read_type_mismatch, resolve_files,
-                                   text_read_types)
+from spillway.jobs.sources import (SUFFIXES, check_csv_headers, inferred_text_types, parquet_schema, read_type_mismatch,
+                                   resolve_files, text_read_types)
 from spillway.jobs.spec import SinkSpec, SourceSpec
 from spillway.jobs.storage import StorageSettings, is_url, storage_options
 from spillway.jobs.text_reading import READ_FAILURES, READ_TYPES, compressed, file_failure, parse_read_error, refuses, refusing_column, unreadable
@@ -196,34 +197,30 @@ def failing_file(exc: Exception, checked: tuple[CheckedFile, ...]) -> Unreadable
 def _scan_hive(files: list[str], options: dict[str, str] | None, scan: dict[str, Any]) -> pl.LazyFrame:
     """Hive ``key=value/`` folders as columns: one scan per folder, its values as typed literals.
 
-    The frame Polars' own hive scan gives, with the types Polars infers for the partition
-    columns; but cudf-polars 26.10 refuses hive-partitioned scans, and written this way a job
-    over a partitioned dataset can run on the GPU instead of moving to dask-cudf.
+    The keys are typed as the checker types them (:func:`jobs.sources.parquet_schema`: int64 where
+    every folder's value is an integer, else text), as the Dask engine reads them: Polars' own hive
+    scan inferred floats, dates and booleans from the names (and failed on some). cudf-polars 26.10
+    refuses hive-partitioned scans: written this way, a job over a partitioned dataset runs on the GPU.
     """
-    inferred = pl.scan_parquet(files, hive_partitioning=True, storage_options=options).collect_schema()
-    in_files = set(pl.scan_parquet(files[0], storage_options=options).collect_schema().names())
-    keys = [name for name in inferred.names() if name not in in_files]
+    schema, keys = parquet_schema(files)
+    types = {key: pl.Int64() if pa.types.is_integer(schema.field(key).type) else pl.String() for key in keys}
     by_folder: dict[str, list[str]] = {}
     for path in files:
         by_folder.setdefault(path.replace("\\", "/").rsplit("/", 1)[0], []).append(path)
     frames = []
     for folder, group in by_folder.items():
         texts = dict(part.split("=", 1) for part in folder.split("/") if "=" in part)
-        literals = [pl.lit(_hive_value(texts.get(key), inferred[key]), dtype=inferred[key]).alias(key) for key in keys]
+        literals = [pl.lit(_hive_value(texts.get(key), types[key]), dtype=types[key]).alias(key) for key in keys]
         frames.append(pl.scan_parquet(group, storage_options=options, **scan).with_columns(literals))
     return frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical")
 
 
 def _hive_value(text: str | None, dtype: pl.DataType) -> Any:
-    """A folder's ``value`` as Polars reads it for a column of ``dtype``: %-unescaped, Hive's null marker a null."""
-    if text is None or text == "__HIVE_DEFAULT_PARTITION__":
+    """A folder's ``value`` as a column of ``dtype`` (Int64 or String) holds it: %-unescaped, Hive's null marker a null."""
+    if text is None or text == HIVE_NULL:
         return None
-    value = pl.Series([unquote(text)], dtype=pl.String)
-    if dtype == pl.Date:
-        return value.str.to_date()[0]
-    if isinstance(dtype, pl.Datetime):
-        return value.str.to_datetime(time_unit=dtype.time_unit, time_zone=dtype.time_zone)[0]
-    return value.cast(dtype)[0]
+    value = unquote(text)
+    return int(value) if dtype == pl.Int64 else value
 
 
 def partition_directory(names: list[str], values: tuple[Any, ...]) -> str:

@@ -549,20 +549,15 @@ def test_a_partitioned_sink_with_a_null_key_reads_back_alike(root: Path) -> None
     read_back(root, written(agreed(root, source(root, {"id": [1, 2, 3], "p": ["a", None, "b"]}), {"partition_on": ["p"]})))
 
 
-_TYPED_KEYS_DIFFER = pytest.mark.xfail(strict=True, reason=(
-    "the key's read type differs: the checker and Dask's reader type it as pyarrow infers from the folders (a float, a big "
-    "int, a bool or a datetime: text), Polars' hive scan as Polars infers (float64, int64, datetime[us]; a bool key fails "
-    "Polars' read with a raw InvalidOperationError 'casting from Utf8View to Boolean'); integer keys are int64 on both"))
-
-
 @pytest.mark.parametrize("values", [
     pytest.param([1, 2], id="int"),
-    pytest.param([1.5, 2.0], id="float", marks=_TYPED_KEYS_DIFFER),
-    pytest.param([2**40, 1], id="big int", marks=_TYPED_KEYS_DIFFER),
-    pytest.param([True, False], id="bool", marks=_TYPED_KEYS_DIFFER),
-    pytest.param(ts(dt.datetime(2024, 1, 1), dt.datetime(2024, 1, 2, 3, 4)), id="datetime", marks=_TYPED_KEYS_DIFFER),
+    pytest.param([1.5, 2.0], id="float"),
+    pytest.param([2**40, 1], id="big int"),
+    pytest.param([True, False], id="bool"),
+    pytest.param(ts(dt.datetime(2024, 1, 1), dt.datetime(2024, 1, 2, 3, 4)), id="datetime"),
 ])
 def test_a_partitioned_sink_of_typed_keys_reads_back_in_the_same_type(root: Path, values: Any) -> None:
+    """Both engines read a key back as the checker types it: int64 where every folder holds an integer, else text."""
     read_back(root, each_commits(root, source(root, {"id": [1, 2], "p": values}), {"partition_on": ["p"]}))
 
 
