@@ -61,7 +61,8 @@ def read_source(source: SourceSpec, *, field: str = "source") -> dd.DataFrame:
             # Hive keys in the types the checker gave them from every folder: dask inferred them file by file, so a
             # folder of the null key (__HIVE_DEFAULT_PARTITION__) alone failed, and text keys 01, 007 became 1 and null.
             where["dataset"] = {"partitioning": pads.HivePartitioning(pa.schema([schema.field(key) for key in partitions]))}
-        frame = _read_parquet(files, columns=source.columns, blocksize=source.blocksize or "default", engine=engine, **where)
+        # index=False: a pandas index stored in the file is a column (PlainArrowEngine), never the frame's index.
+        frame = _read_parquet(files, columns=source.columns, blocksize=source.blocksize or "default", engine=engine, index=False, **where)
         plain = plain_types(schema, partitions)
         if engine is not None:  # pandas: a hive key of integers holds a null (Hive's null folder) as pandas' nullable Int64
             plain.update({key: pd.Int64Dtype() for key in partitions if plain.get(key) == np.dtype("int64")})
@@ -317,7 +318,16 @@ class PlainArrowEngine(ArrowDatasetEngine):
 
     @classmethod
     def _arrow_table_to_pandas(cls, arrow_table: pa.Table, categories: Any, **kwargs: Any) -> Any:
-        return super()._arrow_table_to_pandas(plain_arrow_table(arrow_table), categories, **kwargs)
+        # Without pandas' metadata, an index pandas stored in the file (__index_level_0__, a named index) stays a
+        # column, as the checker and Polars read it: to_pandas made it the frame's index, which the sink dropped.
+        return super()._arrow_table_to_pandas(_without_pandas_metadata(plain_arrow_table(arrow_table)), categories, **kwargs)
+
+
+def _without_pandas_metadata(table: pa.Table) -> pa.Table:
+    metadata = table.schema.metadata
+    if not metadata or b"pandas" not in metadata:
+        return table
+    return table.replace_schema_metadata({key: value for key, value in metadata.items() if key != b"pandas"})
 
 
 #: Arrow's integer types → pandas' nullable integer dtypes, which hold a null without becoming floats.

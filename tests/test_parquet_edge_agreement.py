@@ -811,19 +811,17 @@ def test_a_file_pandas_wrote_with_its_default_index_reads_alike(root: Path) -> N
 _INDEXED = {"named": pd.Index([5, 6], name="k"), "unnamed": pd.Index([5, 6])}
 
 
-@xfail("a file pandas wrote with an index (df.to_parquet() after set_index, or after a filter: '__index_level_0__'): "
-       "the checker and Polars read the index as a column; Dask makes it the frame's index, so its sink drops it")
 @pytest.mark.parametrize("index", list(_INDEXED))
 def test_a_file_pandas_wrote_with_an_index_is_written_alike(root: Path, index: str) -> None:
+    """The index is a column on both engines, as the checker lists it (Dask made it the frame's index; its sink dropped it)."""
     write(root, {"f.parquet": pa.Table.from_pandas(pd.DataFrame({"a": [1, 2]}, index=_INDEXED[index]))})
     written_alike(root, "f.parquet")
 
 
-@xfail("a job reading a pandas index column the checker lists: Dask refuses `k == 5` as unknown_column and raises a raw "
-       "KeyError for select of '__index_level_0__'; Polars reads both")
 @pytest.mark.parametrize(("index", "step"), [("named", where("k == 5")), ("unnamed", {"op": "select", "columns": ["__index_level_0__", "a"]})],
                          ids=["filter on a named index", "select the unnamed one"])
 def test_a_job_reading_a_pandas_index_column_reads_alike(root: Path, index: str, step: dict[str, Any]) -> None:
+    """Dask refused `k == 5` as unknown_column and raised a raw KeyError for a select of '__index_level_0__'."""
     write(root, {"f.parquet": pa.Table.from_pandas(pd.DataFrame({"a": [1, 2]}, index=_INDEXED[index]))})
     agreed(job(root, "f.parquet", [step]), root)
 
