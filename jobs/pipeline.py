@@ -226,11 +226,24 @@ def _union(frame: dd.DataFrame, others: list[dd.DataFrame], distinct: bool) -> d
     the types of the whole: pandas would otherwise keep an int part int beside a float one,
     and the partitions would disagree with the graph's metadata."""
     columns = list(frame.columns)
-    parts = [frame, *(other[columns] for other in others)]
+    parts = _in_utc_where_zones_differ([frame, *(other[columns] for other in others)])
     dtypes = dd.concat(parts)._meta.dtypes
     parts = [part if (part.dtypes == dtypes).all() else part.astype(dict(dtypes)) for part in parts]
     combined = dd.concat(parts)
     return combined.drop_duplicates() if distinct else combined
+
+
+def _in_utc_where_zones_differ(parts: list[dd.DataFrame]) -> list[dd.DataFrame]:
+    """``parts`` of a union with a date-time column zoned differently in them converted to UTC (the same instants):
+    pandas made an object column of both zones' Timestamps, which the sink could not write."""
+    zoned = {}
+    for name in parts[0].columns:
+        zones = {str(zone) if (zone := getattr(part[name].dtype, "tz", None)) is not None else None for part in parts}
+        if len(zones) > 1 and None not in zones:
+            zoned[name] = zones
+    if not zoned:
+        return parts
+    return [part.assign(**{name: part[name].dt.tz_convert("UTC") for name in zoned}) for part in parts]
 
 
 def _window(frame: dd.DataFrame, step: WindowStep, field: str, plan: LogicalPlan) -> dd.DataFrame:

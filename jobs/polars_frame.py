@@ -320,7 +320,8 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
         if isinstance(step, UnionStep):
             columns = self.plan.columns_after(field)
             others = [self.frame_of(ref, f"{field}.sources[{i}]").select(columns) for i, ref in enumerate(step.sources)]
-            combined = pl.concat([frame.select(columns), *others], how="vertical_relaxed")  # int with float gives float
+            parts = aligned_datetimes([frame.select(columns), *others])
+            combined = pl.concat(parts, how="vertical_relaxed")  # int with float gives float
             return combined.unique(maintain_order=ordered) if step.distinct else combined
         if isinstance(step, WindowStep):
             inputs = {
@@ -493,3 +494,32 @@ def build_lazyframe(plan: LogicalPlan, *, filters_before_casts: bool = False, ie
     engine, which orders NaN so itself (reading and typing the SQL for them takes ~14 ms a TPC-H query).
     """
     return PolarsFrames(plan, filters_before_casts=filters_before_casts, ieee_comparisons=ieee_comparisons).output()
+
+
+_UNIT_ORDER = ("ns", "us", "ms")  # finest first
+
+
+def aligned_datetimes(parts: list[pl.LazyFrame]) -> list[pl.LazyFrame]:
+    """``parts`` of a union with each date-time column in one type, as the Dask engine gives it: the finest unit of the
+    parts (Polars' relaxed concat took the coarsest, dropping digits), and UTC where the parts' zones differ (the same
+    instants; Polars found no common type)."""
+    schemas = [part.collect_schema() for part in parts]
+    targets: dict[str, pl.Datetime] = {}
+    for name in schemas[0].names():
+        types = [schema[name] for schema in schemas]
+        if len(set(types)) < 2 or not all(isinstance(dtype, pl.Datetime) for dtype in types):
+            continue
+        zones = {dtype.time_zone for dtype in types}  # type: ignore[union-attr]
+        if None in zones and len(zones) > 1:
+            continue  # naive beside zoned: no common type, as on the Dask engine
+        unit = min((dtype.time_unit for dtype in types), key=_UNIT_ORDER.index)  # type: ignore[union-attr]
+        targets[name] = pl.Datetime(unit, zones.pop() if len(zones) == 1 else "UTC")
+    if not targets:
+        return parts
+    return [
+        part.with_columns(
+            (pl.col(name).dt.convert_time_zone(target.time_zone) if target.time_zone else pl.col(name)).cast(target)
+            for name, target in targets.items()
+        )
+        for part in parts
+    ]

@@ -879,15 +879,14 @@ def test_a_union_of_unlike_numbers_is_written_alike(root: Path, first: pa.Array,
 @pytest.mark.parametrize(("first", "second"), [
     pytest.param(pa.array(["a"]).dictionary_encode(), pa.array(["b"]), id="dictionary and string"),
     pytest.param(pa.array([D(2024, 1, 1)], pa.timestamp("us", tz="UTC")), pa.array([D(2024, 1, 1)], pa.timestamp("us", tz="Europe/Paris")),
-                 id="UTC and Paris", marks=xfail(
-        "a union of timestamps in two zones: Dask gives an object column of both zones' Timestamps, Polars raises a "
-        "raw SchemaError ('failed to determine supertype of datetime[μs, UTC] and datetime[μs, Europe/Paris]')")),
+                 id="UTC and Paris"),  # in UTC on both (Dask made an object column, Polars raised a raw SchemaError)
     pytest.param(pa.nulls(1), pa.array([5]), id="type null and int64", marks=xfail(
         "a union of a column of type null (read as text) with an int64 one: Dask gives an object column of <NA> and 5 "
         "(which its sink cannot write as text), Polars the text '5'")),
-    pytest.param(pa.array([datetime.date(2024, 1, 1)]), pa.array([D(2024, 1, 2, 3)], pa.timestamp("ms")), id="date32 and timestamp ms",
-                 marks=xfail("a union of a date32 column (read as datetime[us]) with a timestamp[ms] one: the same instants, "
-                             "but Dask writes timestamp[us] and Polars timestamp[ms]")),
+    # The finer unit on both (Polars wrote timestamp[ms]).
+    pytest.param(pa.array([datetime.date(2024, 1, 1)]), pa.array([D(2024, 1, 2, 3)], pa.timestamp("ms")), id="date32 and timestamp ms"),
+    pytest.param(pa.array([D(2024, 1, 1)], pa.timestamp("ms", tz="Asia/Tokyo")), pa.array([D(2024, 1, 1, 0, 0, 0, 5)], pa.timestamp("us", tz="Asia/Tokyo")),
+                 id="one zone, ms and us"),
 ])
 def test_a_union_of_unlike_columns_is_written_alike(root: Path, first: pa.Array, second: pa.Array) -> None:
     steps = _union(root, first, second)
