@@ -171,6 +171,8 @@ def cast_values(value: Any, name: str) -> Any:
     """``cast(value, name)`` over a column: pandas' ``astype``, with nulls kept null."""
     dtype = getattr(value, "dtype", None)
     kind = getattr(dtype, "kind", "")
+    if name == "string" and kind == "M" and not _is_cudf(value):
+        return datetime_text(value)
     if name == "string":  # pandas 2 would turn nulls into the text "nan"; cuDF keeps them null
         text = value.astype(str) if _is_cudf(value) else value.astype(str).where(value.notnull())
         return text.str.lower() if kind == "b" else text  # bools as 'true' and 'false', as Polars and a CSV sink write them
@@ -185,6 +187,27 @@ def cast_values(value: Any, name: str) -> Any:
         # a null stays null, as on Polars: astype(bool) made NaN true and refused pandas' NA
         return (value != 0).astype("boolean").where(value.notnull())
     return value.astype(_DTYPES[name])
+
+
+_FRACTION_DIGITS = {"s": 0, "ms": 3, "us": 6, "ns": 9}
+
+
+def datetime_text(value: pd.Series) -> pd.Series:
+    """A pandas date-time column as the Polars engine writes it as text (docs/spec.md, "Casts"): every value with the
+    fraction of its unit (``2024-01-01 00:00:00.000000`` for microseconds) and a zoned one with its offset
+    (``+01:00``); pandas' ``astype(str)`` left out the time of a column of midnights and the fraction of whole seconds."""
+    unit = value.dtype.unit if hasattr(value.dtype, "unit") else np.datetime_data(value.dtype)[0]
+    digits = _FRACTION_DIGITS.get(unit, 9)
+    text = value.dt.strftime("%Y-%m-%d %H:%M:%S")
+    if digits:
+        fraction = value.dt.strftime("%f").str.slice(0, min(digits, 6))
+        if digits == 9:
+            fraction = fraction + value.dt.nanosecond.fillna(0).astype("int64").astype(str).str.zfill(3)
+        text = text + "." + fraction
+    if getattr(value.dtype, "tz", None) is not None:
+        offset = value.dt.strftime("%z")
+        text = text + offset.str.slice(0, 3) + ":" + offset.str.slice(3, 5)
+    return text.where(value.notnull())
 
 
 def _try_cast(value: Any, name: str) -> Any:
