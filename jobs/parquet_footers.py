@@ -38,6 +38,7 @@ def check_parquet_footers(source: SourceSpec, files: list[str], *, field: str = 
         return False
     first = _footer(files[0])
     _refuse_fixed_offsets(first, files[0], field)
+    _refuse_wide_decimals(first, files[0], field)
     extra = False
     wanted = list(source.columns) if source.columns else first.names
     for path in files[1:]:
@@ -89,6 +90,15 @@ def _refuse_fixed_offsets(schema: pa.Schema, path: str, field: str) -> None:
         if zone and zone[0] in "+-":
             raise unreadable(path, "parquet", f"its column '{column.name}' is zoned by the fixed offset {zone}, which the Polars "
                                               "engine cannot read; write it in UTC or in a named zone (Asia/Kolkata)", field)
+
+
+def _refuse_wide_decimals(schema: pa.Schema, path: str, field: str) -> None:
+    """A decimal of more than 38 digits (decimal256): the Polars engine cannot read it (a raw error), where the Dask
+    engine read it as float64. Refused on both, naming the column."""
+    for column in schema:
+        if pa.types.is_decimal(column.type) and column.type.precision > 38:
+            raise unreadable(path, "parquet", f"its column '{column.name}' is {column.type}, wider than the 38 digits the "
+                                              "engines read; write it as decimal128 (at most 38 digits) or float64", field)
 
 
 def same_read_type(first: pa.DataType, later: pa.DataType) -> bool:
