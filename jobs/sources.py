@@ -35,7 +35,7 @@ from spillway.jobs.spec import SourceSpec
 from spillway.jobs.storage import MANIFEST_NAME, filesystem, is_url, load_manifest, storage_options
 from spillway.jobs.text_reading import HEADER_BYTES, csv_header_of, head_readable_types, header_problem, unreadable
 
-#: Column name → coarse kind ("numeric", "string", "datetime", "bool", "other", "unknown").
+#: Column name → coarse kind ("numeric", "string", "datetime", "bool", "binary", "other", "unknown").
 Schema = dict[str, str]
 
 #: The file name endings of each format: a directory's files of a source, and the format of a listed file.
@@ -155,6 +155,8 @@ def arrow_kind(dtype: pa.DataType) -> str:
         return "string"
     if pa.types.is_timestamp(dtype) or pa.types.is_date(dtype):
         return "datetime"
+    if pa.types.is_binary(dtype) or pa.types.is_large_binary(dtype) or pa.types.is_fixed_size_binary(dtype):
+        return "binary"
     return "other"
 
 

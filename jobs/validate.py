@@ -49,7 +49,7 @@ SchemaReader = Callable[..., Schema]
 
 _AGG_KIND = {kind: "numeric" for kind in ("count", "size", "nunique", "count_distinct", "mean", "median", "quantile", "std", "var", "corr", "covar")}
 _AGG_KIND |= {"any": "bool", "all": "bool", "string_agg": "string"}
-_NOT_SUMMABLE = ("string", "datetime", "other")
+_NOT_SUMMABLE = ("string", "datetime", "binary", "other")
 _CONDITION_KINDS = ("bool", "unknown", "other")
 # The plan being built by plan_spec: the checks below record into it what they parse and infer.
 _PLAN: ContextVar[LogicalPlan] = ContextVar("spillway_plan")
@@ -406,7 +406,7 @@ def _check_key_pair(left_key: str, left_kind: str, right_key: str, right_kind: s
         hint = " (make the bool a number first, as x * 1: 1 for true, 0 for false)" if {left_kind, right_kind} == {"bool", "numeric"} else ""
         raise TypeMismatch(f"{where}: cannot match left key '{left_key}' ({left_kind}) with right key '{right_key}' ({right_kind}): "
                            f"join keys must have matching kinds{hint}", field=keys_field)
-    if left_kind == right_kind and left_kind in ("datetime", "other"):
+    if left_kind == right_kind and left_kind in ("datetime", "binary", "other"):
         at, _, index = field.rpartition("[")
         plan = _PLAN.get()
         left, right = kept_type(plan, left_key, at, int(index.rstrip("]"))), source_type(plan, step.right, right_key, f"{field}.right")

@@ -78,7 +78,7 @@ REFUSED: list[tuple[str, str, str]] = [
     ("paris", "date", f"(datetime, timestamp[ns, tz=Europe/Paris] in its file) with right key 'k' (datetime, date32[day] in its file): "
                       f"{_NAIVE_WITH_ZONED}"),
     ("micros", "clock", "(other, duration[us] in its file) with right key 'k' (other, time64[us] in its file): neither engine joins two such types"),
-    ("bytes", "nulls", "neither engine joins two such types"),
+    ("bytes", "nulls", "left key 'k' (binary) with right key 'k' (other): join keys must have matching kinds"),
     ("lists", "lists", "pandas' merge cannot hash a list or struct"),
 ]
 
