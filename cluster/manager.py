@@ -35,10 +35,12 @@ from spillway.jobs.gpu_multi import MULTI_GPU_NOTE, MultiGpuEngines, MultiGpuRes
 from spillway.jobs.gpu_placement import GpuPlacement, across_gpus, device_limit_bytes, place_on_gpu
 from spillway.jobs.gpu_support import settle_on_gpu, untrusted_on_gpu
 from spillway.jobs import ir
-from spillway.jobs.errors import DivisionByZero, IntegerOverflow, InvalidTransition, SpillwayError, TextNotParsed, TooManyPartitions
+from spillway.jobs.errors import (DatetimeOutOfRange, DivisionByZero, IntegerOverflow, InvalidTransition, SpillwayError, TextNotParsed,
+                                  TooManyPartitions)
 from spillway.jobs.expr import shorten
 from spillway.jobs.lower_pandas import INT64_MAX, INT64_MIN
 from spillway.jobs.lower_polars import INT64_OVERFLOW, SENTINEL_TYPES, has_integer_arithmetic
+from spillway.jobs.pandas_functions import DATETIME_OUT_OF_RANGE
 from spillway.jobs.pandas_numbers import DIVISION_BY_ZERO
 from spillway.jobs.time_functions import STRPTIME_MISMATCH
 from spillway.jobs.logical import LogicalPlan
@@ -1084,6 +1086,11 @@ def _named_runtime_error(exc: BaseException, logical: LogicalPlan) -> SpillwayEr
         named, field = _naming(logical, lambda node: _calls(node, "divide"))
         return DivisionByZero(f"division by zero in {named}: a divisor is zero in some row; safe_divide(x, y) gives null there "
                               "instead, and / an infinity", field=field)
+    if _signalled(text, DATETIME_OUT_OF_RANGE):
+        named, field = _naming(logical, lambda node: _casts_to(node, "datetime64[ns]"))
+        return DatetimeOutOfRange(f"a date-time outside nanoseconds' range (1677-09-21 to 2262-04-11) in {named}; a date such "
+                                  "as the sentinel 9999-12-31 fits datetime64[ns] nowhere: filter it out or replace it first, "
+                                  "or leave the column in its own unit", field=field)
     if STRPTIME_MISMATCH in text and any(_calls(e.node, "strptime") for e in logical.expressions.values()):
         named, field = _naming(logical, lambda node: _calls(node, "strptime"))
         detail = text.strip().splitlines()[0][:300]
@@ -1103,6 +1110,10 @@ def _signalled(text: str, sentinel: str) -> bool:
 
 def _calls(node: ir.Node, name: str) -> bool:
     return any(isinstance(n, ir.Call) and n.name == name for n in ir.walk(node))
+
+
+def _casts_to(node: ir.Node, dtype: str) -> bool:
+    return any(isinstance(n, ir.Call) and n.name == "cast" and isinstance(n.args[1], ir.Lit) and n.args[1].value == dtype for n in ir.walk(node))
 
 
 def _naming(logical: LogicalPlan, test: Callable[[ir.Node], bool]) -> tuple[str, str | None]:

@@ -100,6 +100,13 @@ class DivisionByZero(SpillwayError):
     code = "division_by_zero"
 
 
+class DatetimeOutOfRange(SpillwayError):
+    """``cast(x, 'datetime64[ns]')`` met a date-time nanoseconds cannot hold (before 1677 or after 2262, such as the
+    sentinel 9999-12-31), at run time: the expressions casting are named, nothing is committed."""
+
+    code = "datetime_out_of_range"
+
+
 class TextNotParsed(SpillwayError):
     """``strptime`` met a text its format does not read, at run time: the expressions using it are named, nothing is committed."""
 

@@ -26,6 +26,7 @@ from spillway.jobs.errors import ExpressionError
 from spillway.jobs.like_patterns import like_form
 from spillway.jobs.nan_order import IEEE_COMPARE, greatest_with_nan, total_order_compare
 from spillway.jobs.number_text import DECIMAL_TEXT, INTEGER_RANGES, INTEGER_TEXT
+from spillway.jobs.pandas_functions import DATETIME_OUT_OF_RANGE
 from spillway.jobs.pandas_numbers import DIVISION_BY_ZERO
 from spillway.jobs.polars_partitions import slice_expr
 from spillway.jobs.regex_functions import REGEX_FUNCTIONS, regex_expr
@@ -442,6 +443,10 @@ class PolarsLowering:
             return _try_cast(self.lower(args[0]), args[1].value, text=self.kind(args[0]) == "string")  # type: ignore[attr-defined]
         if name == "cast" and isinstance(args[1], ir.Lit) and args[1].value == _DATETIME_CAST and self.kind(args[0]) == "string":
             return self.lower(args[0]).str.to_datetime(time_unit="ns")  # parsed, as pandas' astype does
+        if name == "cast" and isinstance(args[1], ir.Lit) and args[1].value == _DATETIME_CAST and self.kind(args[0]) == "datetime":
+            value = self.lower(args[0])
+            cast = value.cast(pl.Datetime("ns"))  # a value outside nanoseconds' range (9999-12-31) became null, silently
+            return pl.when(_fails_where(value.is_not_null() & cast.is_null(), DATETIME_OUT_OF_RANGE) == 0).then(cast)
         if name == "date_trunc":  # the unit comes first, a literal
             return self.lower(args[1]).dt.truncate(_TRUNCATE[args[0].value])  # type: ignore[attr-defined]
         if name == "date_diff":
@@ -504,7 +509,7 @@ INT64_OVERFLOW = "spillway: integer overflow"
 #: ("Conversion from <type_id.STRING: 23> to <type_id.UINT16: 6> failed."), so each check has an
 #: unsigned type of its own, which no user cast targets (casts are to signed integers, floats,
 #: bool, text, datetimes and decimals): the type names the check.
-SENTINEL_TYPES: dict[str, type[pl.DataType]] = {INT64_OVERFLOW: pl.UInt16, DIVISION_BY_ZERO: pl.UInt8}
+SENTINEL_TYPES: dict[str, type[pl.DataType]] = {INT64_OVERFLOW: pl.UInt16, DIVISION_BY_ZERO: pl.UInt8, DATETIME_OUT_OF_RANGE: pl.UInt32}
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 

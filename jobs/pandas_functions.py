@@ -186,8 +186,24 @@ def cast_values(value: Any, name: str) -> Any:
     if name == "bool" and (kind == "f" or nullable_ints) and not _is_cudf(value):
         # a null stays null, as on Polars: astype(bool) made NaN true and refused pandas' NA
         return (value != 0).astype("boolean").where(value.notnull())
+    if name == "datetime64[ns]" and kind == "M" and not _is_cudf(value):
+        if isinstance(value, pd.Series):
+            return _in_nanoseconds(value)
+        return value.map_partitions(_in_nanoseconds, meta=value._meta.astype(_DTYPES[name]))  # each partition's own error
     return value.astype(_DTYPES[name])
 
+
+def _in_nanoseconds(value: pd.Series) -> pd.Series:
+    """A pandas date-time column in nanoseconds; a value they cannot hold (the sentinel 9999-12-31) fails the job with
+    :data:`DATETIME_OUT_OF_RANGE` (the service names the expression), as on the Polars engine."""
+    try:
+        return value.astype("datetime64[ns]")
+    except pd.errors.OutOfBoundsDatetime as exc:
+        raise ValueError(f"{DATETIME_OUT_OF_RANGE}: {exc}") from None
+
+
+#: In the error of a cast to ``datetime64[ns]`` of a date-time outside nanoseconds' range, on either engine.
+DATETIME_OUT_OF_RANGE = "spillway: datetime out of range"
 
 _FRACTION_DIGITS = {"s": 0, "ms": 3, "us": 6, "ns": 9}
 

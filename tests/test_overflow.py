@@ -117,6 +117,27 @@ def test_a_text_strptime_cannot_read_fails_the_job_naming_the_expression_on_both
     assert not list((tmp_path / "out").glob("*.parquet")), "nothing is committed"
 
 
+def test_a_sentinel_date_cast_to_nanoseconds_fails_the_job_naming_the_expression_on_both_engines(api: SpillwayClient, tmp_path: Path) -> None:
+    """9999-12-31 (a common 'no end' date) fits datetime64[ns] nowhere: Dask failed raw, Polars gave a null silently."""
+    import datetime
+
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"id": [1, 2], "d": pa.array([datetime.date(9999, 12, 31), datetime.date(2024, 1, 1)], pa.date32())}), tmp_path / "d.parquet")
+
+    def spec(out: str, steps: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"source": {"format": "parquet", "path": str(tmp_path / "d.parquet")},
+                "steps": [*steps, {"op": "assign", "column": "x", "expr": "cast(d, 'datetime64[ns]')"}], "sink": {"path": str(tmp_path / out)}}
+
+    job = wait_terminal(api, api.submit(spec("out", [])).id)
+    assert job.state.value == "FAILED" and job.error is not None
+    assert (job.error.code, job.error.field) == ("datetime_out_of_range", "steps[0].expr"), job.error
+    assert "in steps[0].expr 'cast(d, 'datetime64[ns]')'" in job.error.message and "9999-12-31" in job.error.message, job.error.message
+    assert not (tmp_path / "out").exists(), "nothing is committed"
+    fine = wait_terminal(api, api.submit(spec("fine", [{"op": "filter", "expr": "d < date('2100-01-01')"}])).id)
+    assert fine.state.value == "SUCCEEDED", fine.error
+
+
 CHECKED = ["a + b", "a - b", "a * b", "-a", "a ** 2"]
 _INT64 = {"a": pl.Int64, "b": pl.Int64}
 
