@@ -114,6 +114,7 @@ def _safe_divide(left: Any, right: Any) -> Any:
 #: In the error of ``divide`` by zero on either engine: the service names the expressions from it.
 DIVISION_BY_ZERO = "spillway: division by zero"
 
+
 def keeps(flags: Any, *reached: Any) -> Any:
     """``flags`` (the rows a check fails on) where every mask of ``reached`` (the rows that reach the check) holds too."""
     for mask in reached:
