@@ -21,10 +21,11 @@ from spillway.jobs.storage import is_url
 from spillway.jobs.text_reading import unreadable
 
 
-def check_parquet_footers(source: SourceSpec, files: list[str], *, field: str = "source") -> bool:
+def check_parquet_footers(source: SourceSpec, files: list[str], *, field: str = "source", polars: bool = False) -> bool:
     """Refuse the first local file after ``files[0]`` whose footer lacks a column of the first file's (of the source's
     ``columns``, where it lists them) or holds one in another type, and a first file with a timestamp zoned by a fixed
-    offset; whether a later file has columns the first has not (which a scan must then be told to leave out).
+    offset; whether a later file has columns the first has not (which a scan must then be told to leave out). With
+    ``polars`` (the Polars engine's planning), also a first file with a decimal it cannot read.
 
     Raises
     ------
@@ -38,7 +39,8 @@ def check_parquet_footers(source: SourceSpec, files: list[str], *, field: str = 
         return False
     first = _footer(files[0])
     _refuse_fixed_offsets(first, files[0], field)
-    _refuse_wide_decimals(first, files[0], field)
+    if polars:
+        _refuse_wide_decimals(first, list(source.columns) if source.columns else first.names, files[0], field)
     extra = False
     wanted = list(source.columns) if source.columns else first.names
     for path in files[1:]:
@@ -92,13 +94,14 @@ def _refuse_fixed_offsets(schema: pa.Schema, path: str, field: str) -> None:
                                               "engine cannot read; write it in UTC or in a named zone (Asia/Kolkata)", field)
 
 
-def _refuse_wide_decimals(schema: pa.Schema, path: str, field: str) -> None:
-    """A decimal of more than 38 digits (decimal256): the Polars engine cannot read it (a raw error), where the Dask
-    engine read it as float64. Refused on both, naming the column."""
+def _refuse_wide_decimals(schema: pa.Schema, wanted: list[str], path: str, field: str) -> None:
+    """A decimal of more than 38 digits (decimal256) that the job reads: the Polars engine cannot read it (it failed
+    raw); the Dask engine reads it as float64, as every decimal. Refused on Polars, naming the column and the way out."""
     for column in schema:
-        if pa.types.is_decimal(column.type) and column.type.precision > 38:
+        if column.name in wanted and pa.types.is_decimal(column.type) and column.type.precision > 38:
             raise unreadable(path, "parquet", f"its column '{column.name}' is {column.type}, wider than the 38 digits the "
-                                              "engines read; write it as decimal128 (at most 38 digits) or float64", field)
+                                              "Polars engine reads; run the job with engine: dask (which reads it as float64), "
+                                              "leave the column out of the source's columns, or write it as decimal128", field)
 
 
 def same_read_type(first: pa.DataType, later: pa.DataType) -> bool:

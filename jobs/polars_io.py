@@ -108,7 +108,7 @@ def scan_source_as_stored(source: SourceSpec, *, field: str = "source") -> tuple
     if source.format == "parquet":
         # Columns a later file adds are left out, as the Dask engine leaves them; only asked for where there are such
         # files, so other scans are those cudf-polars was measured with.
-        scan = {"extra_columns": "ignore"} if check_parquet_footers(source, files, field=field) else {}
+        scan = {"extra_columns": "ignore"} if check_parquet_footers(source, files, field=field, polars=True) else {}
         hive = any("=" in part for part in os.path.dirname(files[0]).replace("\\", "/").split("/")[-8:])
         frame = _scan_hive(files, options, scan) if hive else pl.scan_parquet(files, storage_options=options, **scan)
     else:

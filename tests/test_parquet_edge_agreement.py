@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from spillway.jobs.errors import SpecError, SpillwayError
+from spillway.jobs.errors import SpecError, SpillwayError, UnreadableSource
 from spillway.jobs.pipeline import backend_config, build_frame
 from spillway.jobs.polars_frame import build_lazyframe
 from spillway.jobs.sandbox import enforce_roots
@@ -419,11 +419,14 @@ def test_decimals_become_the_same_float64_exactly_on_both_engines(root: Path) ->
 
 
 @pytest.mark.parametrize("steps", [[], [where("x == 1.25")]], ids=["reads", "filters"])
-def test_a_decimal_wider_than_38_digits_is_refused_alike_naming_it(root: Path, steps: list[dict[str, Any]]) -> None:
-    """Polars raised a raw InvalidOperationError ('precision must be between 1 and 38'); Dask read float64."""
+def test_a_decimal_wider_than_38_digits_is_refused_on_polars_naming_it_and_read_as_float_on_dask(root: Path, steps: list[dict[str, Any]]) -> None:
+    """Polars raised a raw InvalidOperationError ('precision must be between 1 and 38'); the Dask engine reads float64."""
     write(root, one(pa.array([Dec("1.25"), Dec("-1.5"), None], pa.decimal256(40, 2))))
-    refused_naming(job(root, "f.parquet", steps), root, "f.parquet")
-    assert "decimal256(40, 2), wider than the 38 digits" in refused_at_submit(job(root, "f.parquet", steps)).message
+    failure = _failure("polars", job(root, "f.parquet", steps), root / "polars_out")
+    assert isinstance(failure, UnreadableSource) and "decimal256(40, 2), wider than the 38 digits" in failure.message, failure
+    assert "engine: dask" in failure.message
+    assert values(on_dask_alone(job(root, "f.parquet", steps))["x"]) == ([1.25] if steps else [1.25, -1.5, None])
+    plan_spec(job(root, "f.parquet", steps))  # accepted at submit: the Dask engine reads it
 
 
 # 5. Dates, timestamps, times and durations.
