@@ -209,7 +209,8 @@ def _scan_hive(files: list[str], options: dict[str, str] | None, scan: dict[str,
         by_folder.setdefault(path.replace("\\", "/").rsplit("/", 1)[0], []).append(path)
     frames = []
     for folder, group in by_folder.items():
-        texts = dict(part.split("=", 1) for part in folder.split("/") if "=" in part)
+        # Names %-escaped as values are (a%3Db=x/ is column a=b, as pyarrow and the checker read it).
+        texts = {unquote(name): text for name, text in (part.split("=", 1) for part in folder.split("/") if "=" in part)}
         literals = [pl.lit(_hive_value(texts.get(key), types[key]), dtype=types[key]).alias(key) for key in keys]
         frames.append(pl.scan_parquet(group, storage_options=options, **scan).with_columns(literals))
     return frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical")

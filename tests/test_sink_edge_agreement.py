@@ -562,9 +562,7 @@ def test_a_partitioned_sink_of_digit_text_keys_reads_back_alike(root: Path) -> N
     read_back(root, written(agreed(root, source(root, {"id": [1, 2, 3, 4], "p": ["01", "1", "007", "x"]}), {"partition_on": ["p"]})))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the Polars sink's folder a%3Db=x/ reads back on Dask as a column 'a=b' (pyarrow undoes the escape in key names) and "
-    "on Polars as 'a%3Db' (jobs/polars_io.py _scan_hive unquotes values only)"))
 def test_an_escaped_partition_column_name_reads_back_as_its_name(root: Path) -> None:
+    """a%3Db=x/ is column 'a=b' with value 'x' on both engines (Polars read a column 'a%3Db')."""
     src = source(root, {"id": [1, 2], "a=b": ["x", "y"]})
     read_back(root, each_commits(root, src, {"partition_on": ["a=b"]}, engines=("polars",)))
