@@ -70,15 +70,16 @@ def polars_storage_options(path: str) -> dict[str, str] | None:
     return options
 
 
-def read_casts(frame: pl.LazyFrame, *, exact_decimals: bool = False) -> dict[str, pl.DataType]:
+def read_casts(frame: pl.LazyFrame, *, exact_decimals: bool = False, dates: frozenset[str] = frozenset()) -> dict[str, pl.DataType]:
     """The types a parquet scan's columns are read as: decimals as float64 (kept with ``exact_decimals``),
-    dates as microsecond datetimes and columns of type null as text, as the Dask engine reads them
+    dates as microsecond datetimes (``dates``: the columns pyarrow reads as dates, where Polars may read a date64
+    as Datetime('ms') from the file's Arrow schema) and columns of type null as text, as the Dask engine reads them
     (:func:`jobs.sources.read_arrow_type`); columns not named keep their type."""
     casts: dict[str, pl.DataType] = {}
     for name, dtype in frame.collect_schema().items():
         if isinstance(dtype, pl.Decimal) and not exact_decimals:
             casts[name] = pl.Float64()
-        elif dtype == pl.Date:
+        elif dtype == pl.Date or name in dates:
             casts[name] = pl.Datetime("us")
         elif dtype == pl.Null:  # a string function on Null failed (SchemaError), where the Dask engine gave null
             casts[name] = pl.String()
@@ -115,7 +116,10 @@ def scan_source_as_stored(source: SourceSpec, *, field: str = "source") -> tuple
         frame = _scan_text(source, files, options, field)
     if source.columns:
         frame = frame.select(list(source.columns))
-    return frame, read_casts(frame, exact_decimals=source.decimals == "exact") if source.format == "parquet" else {}
+    if source.format != "parquet":
+        return frame, {}
+    dates = frozenset(column.name for column in parquet_schema(files)[0] if pa.types.is_date(column.type))
+    return frame, read_casts(frame, exact_decimals=source.decimals == "exact", dates=dates)
 
 
 def _scan_text(source: SourceSpec, files: list[str], options: dict[str, str] | None, field: str) -> pl.LazyFrame:

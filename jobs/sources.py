@@ -248,12 +248,15 @@ def plain_types(schema: pa.Schema, partition_columns: list[str]) -> dict[str, ob
 def plain_arrow_type(dtype: pa.DataType) -> pa.DataType | None:
     """The Arrow type Spillway reads a file's ``dtype`` as, or None where it reads it as it is.
 
-    Decimals become float64 and dates timestamp[us]; :func:`plain_types` says why.
+    Decimals become float64 and dates timestamp[us]; :func:`plain_types` says why. Durations in
+    seconds become milliseconds, the coarsest unit Polars has (it reads them so).
     """
     if pa.types.is_decimal(dtype):
         return pa.float64()
     if pa.types.is_date(dtype):
         return pa.timestamp("us")
+    if pa.types.is_duration(dtype) and dtype.unit == "s":
+        return pa.duration("ms")
     return None
 
 

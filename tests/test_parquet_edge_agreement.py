@@ -444,9 +444,8 @@ def test_date32_with_sentinels_reads_as_microsecond_datetimes_alike(root: Path, 
         assert written_alike(root, "f.parquet").schema.field("x").type == pa.timestamp("us")
 
 
-@xfail("a date64 column: Dask reads it as datetime64[us] (jobs.sources.plain_arrow_type), Polars as Datetime('ms') "
-       "(jobs.polars_io.read_casts casts only pl.Date): the same instants, but the sinks write timestamp[us] and timestamp[ms]")
 def test_a_date64_column_is_written_as_the_same_type(root: Path) -> None:
+    """timestamp[us], as every date (Polars read Datetime('ms') from the file's Arrow schema)."""
     write(root, one(pa.array([datetime.date(2024, 1, 5), None], pa.date64())))
     written_alike(root, "f.parquet")
 
@@ -537,9 +536,8 @@ def test_durations_compare_and_add_alike(root: Path) -> None:
     assert values(rows_of(agreed(job(root, "f.parquet", [where("x > interval(1, 'hour')"), assign("x + x")]), root))["id"]) == [0]
 
 
-@xfail("a duration[s] column: Dask keeps timedelta64[s], Polars reads Duration('ms') (it has no seconds): the sinks "
-       "write duration[s] and duration[ms]")
 def test_a_duration_in_seconds_is_written_as_the_same_type(root: Path) -> None:
+    """duration[ms] on both: Polars has no seconds (Dask kept duration[s])."""
     write(root, one(pa.array([datetime.timedelta(seconds=5), None], pa.duration("s"))))
     written_alike(root, "f.parquet")
 
