@@ -78,10 +78,12 @@ def check_hive_layout(files: list[str], field: str) -> None:
     for path in files[1:]:
         keys = hive_keys_of(path)
         if keys != first:
-            def named(found: list[str]) -> str:
-                return f"under the hive keys {', '.join(found)}" if found else "under no key=value folder"
-            raise unreadable(path, "parquet", f"it lies {named(keys)}, where the source's first file ({files[0]}) lies {named(first)}; "
+            raise unreadable(path, "parquet", f"it lies {_under(keys)}, where the source's first file ({files[0]}) lies {_under(first)}; "
                                               "every file of a source lies under the same key=value folders", field)
+
+
+def _under(keys: list[str]) -> str:
+    return f"under the hive keys {', '.join(keys)}" if keys else "under no key=value folder"
 
 
 def _refuse_fixed_offsets(schema: pa.Schema, path: str, field: str) -> None:
