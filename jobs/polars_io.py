@@ -118,7 +118,9 @@ def scan_source_as_stored(source: SourceSpec, *, field: str = "source") -> tuple
         frame = frame.select(list(source.columns))
     if source.format != "parquet":
         return frame, {}
-    dates = frozenset(column.name for column in parquet_schema(files)[0] if pa.types.is_date(column.type))
+    dates: frozenset[str] = frozenset()
+    if pl.Datetime("ms") in frame.collect_schema().dtypes():  # maybe a date64, which pyarrow reads as a date
+        dates = frozenset(column.name for column in parquet_schema(files)[0] if pa.types.is_date(column.type))
     return frame, read_casts(frame, exact_decimals=source.decimals == "exact", dates=dates)
 
 
