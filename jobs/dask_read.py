@@ -29,7 +29,7 @@ from spillway.jobs.sandbox import checked_file
 from spillway.jobs.sources import (PANDAS_READ_DTYPES, check_csv_headers, parquet_schema, plain_types, read_arrow_type, read_type_mismatch,
                                    resolve_files, text_read_types)
 from spillway.jobs.spec import JobSpec, SourceSpec, blocksize_bytes
-from spillway.jobs.storage import filesystem, storage_options
+from spillway.jobs.storage import filesystem, is_url, storage_options
 from spillway.jobs.text_reading import READ_FAILURES, READ_TYPES, compressed, csv_header_of, parse_read_error, refusing_column, unreadable
 
 #: dask's default blocksize for CSV and JSON lines, which :func:`read_source` passes when a source sets none.
@@ -61,6 +61,13 @@ def read_source(source: SourceSpec, *, field: str = "source") -> dd.DataFrame:
             # Hive keys in the types the checker gave them from every folder: dask inferred them file by file, so a
             # folder of the null key (__HIVE_DEFAULT_PARTITION__) alone failed, and text keys 01, 007 became 1 and null.
             where["dataset"] = {"partitioning": pads.HivePartitioning(pa.schema([schema.field(key) for key in partitions]))}
+        if engine is not None and _has_int96(files[0]):
+            # INT96 timestamps (Spark's, Impala's) in microseconds, as Polars reads them: in pyarrow's default, nanoseconds,
+            # 9999-12-31 wrapped round silently to 1816-03-29. A partitioning object makes dask read through fragments,
+            # which take the format's options (its plain file reads do not).
+            dataset = where.setdefault("dataset", {})
+            dataset["format"] = pads.ParquetFileFormat(read_options=pads.ParquetReadOptions(coerce_int96_timestamp_unit="us"))
+            dataset.setdefault("partitioning", pads.DirectoryPartitioning(pa.schema([])))
         # index=False: a pandas index stored in the file is a column (PlainArrowEngine), never the frame's index.
         frame = _read_parquet(files, columns=source.columns, blocksize=source.blocksize or "default", engine=engine, index=False, **where)
         plain = plain_types(schema, partitions)
@@ -301,6 +308,13 @@ def check_partitions(spec: JobSpec, limit: int) -> int:
 # dask-cudf then builds as empty cuDF columns; only the metadata changes: the partitions
 # come from cuDF's own reader and are cast afterwards like every source (plain_types).
 _CUDF_DATE_META_CONFIG = {"dataframe.convert-string": False}
+
+
+def _has_int96(path: str) -> bool:
+    """Whether the parquet file ``path`` (local; an object store's are not opened at planning) stores an INT96 timestamp."""
+    if is_url(path):
+        return False
+    return any(column.physical_type == "INT96" for column in pq.read_metadata(path).schema)
 
 
 def _read_parquet(files: list[str], **kwargs: Any) -> dd.DataFrame:
