@@ -351,6 +351,10 @@ class PolarsLowering:
         compare a zoned datetime with a naive one. The zone comes from the frame's types (:func:`orders_numbers`
         asks for them)."""
         dtype = self.dtypes.get(other.name) if isinstance(other, ir.Col) else None
+        if isinstance(node, ir.Lit) and type(node.value) is int and node.value < 0 and dtype is not None and dtype.is_unsigned_integer():
+            # As an untyped literal, Polars cast the unsigned column to the literal's type: a uint64 above int64's
+            # range became null and the row was dropped, where the Dask engine kept it (it is above any negative).
+            return pl.lit(node.value, dtype=pl.Int64)
         zone = dtype.time_zone if isinstance(dtype, pl.Datetime) else None
         if zone is None or not isinstance(node, ir.Lit) or not isinstance(node.value, pd.Timestamp) or node.value.tz is not None:
             return self.lower(node)
