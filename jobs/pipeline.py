@@ -31,6 +31,7 @@ from spillway.jobs.filter_run import conjunct_groups, kept_in_place, may_fail
 from spillway.jobs.lower_pandas import all_of, evaluate
 from spillway.jobs.logical import LogicalPlan
 from spillway.jobs.named_sources import NamedSources
+from spillway.jobs.pandas_functions import cast_values
 from spillway.jobs.group_pandas import OTHER, VALUE, group_mode, group_moment, group_string_agg
 from spillway.jobs.spec import (
     PAIR_AGGS,
@@ -54,6 +55,7 @@ from spillway.jobs.spec import (
     WindowStep,
 )
 from spillway.jobs.reshape import pivot_steps
+from spillway.jobs.sources import PANDAS_READ_DTYPES
 from spillway.jobs.window_pandas import WindowOutput, compute_window
 
 Backend = Literal["pandas", "cudf"]
@@ -226,11 +228,24 @@ def _union(frame: dd.DataFrame, others: list[dd.DataFrame], distinct: bool) -> d
     the types of the whole: pandas would otherwise keep an int part int beside a float one,
     and the partitions would disagree with the graph's metadata."""
     columns = list(frame.columns)
-    parts = _in_utc_where_zones_differ([frame, *(other[columns] for other in others)])
+    parts = _as_text_where_one_is_text(_in_utc_where_zones_differ([frame, *(other[columns] for other in others)]))
     dtypes = dd.concat(parts)._meta.dtypes
     parts = [part if (part.dtypes == dtypes).all() else part.astype(dict(dtypes)) for part in parts]
     combined = dd.concat(parts)
     return combined.drop_duplicates() if distinct else combined
+
+
+def _as_text_where_one_is_text(parts: list[dd.DataFrame]) -> list[dd.DataFrame]:
+    """``parts`` of a union with a column that is text in one part and not in another as text in all (the checker lets
+    only a column of nulls, read as text, meet another kind): the text of each value, as Polars' relaxed concat gives
+    it; pandas made an object column of both, which the sink could not write."""
+    if not isinstance(parts[0]._meta, pd.DataFrame):
+        return parts  # cuDF: as dask-cudf concatenates them
+    mixed = [name for name in parts[0].columns
+             if len({pd.api.types.is_string_dtype(part[name].dtype) for part in parts}) > 1]
+    if not mixed:
+        return parts
+    return [part.assign(**{name: cast_values(part[name], "string").astype(PANDAS_READ_DTYPES["string"]) for name in mixed}) for part in parts]
 
 
 def _in_utc_where_zones_differ(parts: list[dd.DataFrame]) -> list[dd.DataFrame]:
