@@ -347,7 +347,11 @@ class PlainArrowEngine(ArrowDatasetEngine):
 
         def types_mapper(dtype: pa.DataType) -> Any:
             nullable = _NULLABLE_TYPES.get(dtype)
-            return nullable if nullable is not None or mapper is None else mapper(dtype)
+            if nullable is not None:
+                return nullable
+            if _KEPT_IN_ARROW(dtype):
+                return pd.ArrowDtype(dtype)
+            return None if mapper is None else mapper(dtype)
 
         return types_mapper
 
@@ -375,6 +379,15 @@ _NUMPY_TO_NULLABLE = {np.dtype(arrow.to_pandas_dtype()): nullable for arrow, nul
 #: ``boolean`` (``to_pandas`` makes a bool column with a null object, of True, False and None, while dask's
 #: metadata said bool; casts and sums of it then failed).
 _NULLABLE_TYPES: dict[pa.DataType, pd.api.extensions.ExtensionDtype] = {**NULLABLE_INTEGERS, pa.bool_(): pd.BooleanDtype()}
+
+
+def _KEPT_IN_ARROW(dtype: pa.DataType) -> bool:  # noqa: N802 - a predicate table's name
+    """Arrow types that :class:`PlainArrowEngine` keeps as pandas' ``ArrowDtype``: times, bytes, lists, structs and
+    maps. As numpy objects their type was lost (dask's metadata held placeholder objects), so the parquet sink could
+    not write them (a raw ArrowInvalid) where the Polars engine wrote them."""
+    return (pa.types.is_time(dtype) or pa.types.is_binary(dtype) or pa.types.is_large_binary(dtype) or pa.types.is_fixed_size_binary(dtype)
+            or pa.types.is_list(dtype) or pa.types.is_large_list(dtype) or pa.types.is_fixed_size_list(dtype)
+            or pa.types.is_struct(dtype) or pa.types.is_map(dtype))
 
 
 def nullable_integers(frame: dd.DataFrame, keep: Collection[str] = ()) -> dd.DataFrame:
@@ -416,6 +429,10 @@ def _as_integers(part: Any, integers: dict[str, Any]) -> Any:
 def plain_arrow_table(table: pa.Table) -> pa.Table:
     """``table`` with every column of :func:`jobs.sources.read_arrow_type` converted to that type."""
     for index, field in enumerate(table.schema):
+        if _KEPT_IN_ARROW(field.type):  # in the Arrow type Polars holds it in (large_binary, time64[ns], …), as it writes it
+            column = pl.from_arrow(table.column(index)).to_arrow()
+            table = table.set_column(index, pa.field(field.name, column.type, field.nullable, field.metadata), column)
+            continue
         plain = read_arrow_type(field.type)
         if plain is None:
             continue
