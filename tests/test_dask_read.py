@@ -146,3 +146,15 @@ def test_plain_arrow_table_leaves_other_columns_alone(table: pa.Table) -> None:
         assert plain.column(name).equals(table.column(name))
     empty = plain_arrow_table(table.schema.empty_table())
     assert empty.num_rows == 0 and empty.schema.field("huge").type == pa.float64()
+
+
+@pytest.mark.parametrize(("quoted", "blocks"), [(False, 3), (True, 1)], ids=["no quote: split", "a quote in its head: whole"])
+def test_a_csv_file_is_split_into_blocks_unless_its_head_holds_a_quote(tmp_path: Path, quoted: bool, blocks: int) -> None:
+    """Blocks start at line breaks; one inside a quoted field would start a block mid-field (docs/spec.md, "CSV")."""
+    rows = "".join(f'{i},"a, b {i}"\n' if quoted and i == 3 else f"{i},x{i}\n" for i in range(2000))
+    (tmp_path / "f.csv").write_text("id,s\n" + rows)
+    size = (tmp_path / "f.csv").stat().st_size
+    with backend_config("pandas"):
+        frame = read_source(SourceSpec(format="csv", path=str(tmp_path / "f.csv"), blocksize=str(size // 4 + 1)))
+        assert frame.npartitions == blocks
+        assert len(frame.compute()) == 2000
