@@ -130,6 +130,16 @@ class HeartbeatWatch:
                 self.longest[address] = max(self.longest.get(address, 0.0), seconds)
 
 
+def _jobs_now(service: Any) -> list[dict[str, Any]]:
+    """Every job's state, and the log of any still running (how a hang looked from the service)."""
+    with service.client() as api:
+        jobs = [{"id": job.id, "state": job.state.value} for job in api.list().items]
+        for job in jobs:
+            if job["state"] == "RUNNING":
+                job["log"] = api.logs(job["id"])[-20:]
+    return jobs
+
+
 def _silences(dask_scheduler: Any) -> dict[str, float]:
     from distributed.metrics import time as scheduler_time  # the clock of last_seen
 
@@ -149,6 +159,7 @@ def main() -> None:
     parser.add_argument("--target-s", type=float, default=380, help="The long job's aimed run time.")
     parser.add_argument("--max-copies", type=int, default=4000)
     parser.add_argument("--sample-s", type=float, default=5.0)
+    parser.add_argument("--calibration-timeout-s", type=float, default=120, help="A calibration job still running then is a hang.")
     parser.add_argument("--deadline", type=float, default=570, help="Seconds from start after which the long job is given up.")
     args = parser.parse_args()
     started = time.monotonic()
@@ -160,9 +171,16 @@ def main() -> None:
     env = service_env(args.work, args.backend, gpus=args.gpus, **extra)
     service = launch_service(args.out / "service", env)
     try:
-        runs = {}
+        runs: dict[str, Any] = {}
+        result["calibration"] = runs
         for name, count in (("warm-up", args.calibrate), ("first", args.calibrate), ("second", 2 * args.calibrate)):
-            record = run_job(service, spec(linked_copies(lineitem, args.work / f"long_{count}", count), args.work / "long_out_cal"))
+            calibration = spec(linked_copies(lineitem, args.work / f"long_{count}", count), args.work / f"long_out_cal_{name}")
+            try:
+                record = run_job(service, calibration, timeout=args.calibration_timeout_s)
+            except Exception as error:  # a job of seconds still running: what the service says of it is kept
+                runs[name] = {"copies": count, "state": "NOT ENDED", "error": repr(error), "jobs": _jobs_now(service)}
+                log(f"calibration {name}: {count} copies did not end in {args.calibration_timeout_s} s: {error!r}")
+                return
             runs[name] = {"copies": count, "run_s": record.get("run_s"), "state": record["state"]}
             log(f"calibration {name}: {count} copies in {record.get('run_s')} s ({record['state']})")
         # The slope between two sizes leaves out the fixed cost of a job (engine, planning, commit), but is noisy:
@@ -171,7 +189,7 @@ def main() -> None:
         per_copy = max((runs["second"]["run_s"] - runs["first"]["run_s"]) / args.calibrate, 0.5 * mean_per_copy)
         by_slope = args.calibrate + math.ceil((args.target_s - runs["first"]["run_s"]) / per_copy)
         copies = args.copies or min(args.max_copies, by_slope, math.floor(1.4 * args.target_s / mean_per_copy))
-        result["calibration"] = {**runs, "per_copy_s": round(per_copy, 4)}
+        runs["per_copy_s"] = round(per_copy, 4)
         log(f"{per_copy:.3f} s a copy: the long job reads {copies} copies")
         folder = linked_copies(lineitem, args.work / f"long_{copies}", copies)
         with service.client() as api:
