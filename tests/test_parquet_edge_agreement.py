@@ -44,10 +44,6 @@ Dec = decimal.Decimal
 File = pa.Table | bytes | tuple[pa.Table, dict[str, Any]]
 
 
-def xfail(reason: str) -> pytest.MarkDecorator:
-    return pytest.mark.xfail(strict=True, reason=reason)
-
-
 @pytest.fixture()
 def root(tmp_path: Path) -> Iterator[Path]:
     """A folder for the case's files, checked as the data roots a job the manager runs has."""
