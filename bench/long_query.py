@@ -38,6 +38,7 @@ from distributed import Client  # noqa: E402
 
 from bench.common import log, run_job, service_env  # noqa: E402
 from bench.gpu_tpch import generate  # noqa: E402
+from spillway.cluster.hung_workers import heartbeat_silences  # noqa: E402
 from spillway.service.launcher import launch_service  # noqa: E402
 
 AGGS = {
@@ -124,7 +125,7 @@ class HeartbeatWatch:
 
     def _run(self) -> None:
         while not self._stop.wait(self.every_s):
-            silence = self.client.run_on_scheduler(_silences)
+            silence = self.client.run_on_scheduler(heartbeat_silences)
             self.samples += 1
             for address, seconds in silence.items():
                 self.longest[address] = max(self.longest.get(address, 0.0), seconds)
@@ -138,13 +139,6 @@ def _jobs_now(service: Any) -> list[dict[str, Any]]:
             if job["state"] == "RUNNING":
                 job["log"] = api.logs(job["id"])[-20:]
     return jobs
-
-
-def _silences(dask_scheduler: Any) -> dict[str, float]:
-    from distributed.metrics import time as scheduler_time  # the clock of last_seen
-
-    now = scheduler_time()
-    return {address: now - state.last_seen for address, state in dask_scheduler.workers.items()}
 
 
 def main() -> None:

@@ -28,7 +28,12 @@ async def restart_silent_workers(client: Client, silent_s: float, *, spare: froz
 
 def silent_workers(dask_scheduler: Any, silent_s: float) -> list[str]:
     """The scheduler's workers whose last heartbeat is more than ``silent_s`` seconds old."""
+    return sorted(address for address, silence in heartbeat_silences(dask_scheduler).items() if silence > silent_s)
+
+
+def heartbeat_silences(dask_scheduler: Any) -> dict[str, float]:
+    """Each of the scheduler's workers: seconds since its last heartbeat."""
     from distributed.metrics import time as scheduler_time  # the clock of last_seen
 
     now = scheduler_time()
-    return sorted(address for address, state in dask_scheduler.workers.items() if now - state.last_seen > silent_s)
+    return {address: now - state.last_seen for address, state in dask_scheduler.workers.items()}

@@ -349,7 +349,7 @@ class PlainArrowEngine(ArrowDatasetEngine):
             nullable = _NULLABLE_TYPES.get(dtype)
             if nullable is not None:
                 return nullable
-            if _KEPT_IN_ARROW(dtype):
+            if _kept_in_arrow(dtype):
                 return pd.ArrowDtype(dtype)
             return None if mapper is None else mapper(dtype)
 
@@ -381,7 +381,7 @@ _NUMPY_TO_NULLABLE = {np.dtype(arrow.to_pandas_dtype()): nullable for arrow, nul
 _NULLABLE_TYPES: dict[pa.DataType, pd.api.extensions.ExtensionDtype] = {**NULLABLE_INTEGERS, pa.bool_(): pd.BooleanDtype()}
 
 
-def _KEPT_IN_ARROW(dtype: pa.DataType) -> bool:  # noqa: N802 - a predicate table's name
+def _kept_in_arrow(dtype: pa.DataType) -> bool:
     """Arrow types that :class:`PlainArrowEngine` keeps as pandas' ``ArrowDtype``: times, bytes, lists, structs and
     maps. As numpy objects their type was lost (dask's metadata held placeholder objects), so the parquet sink could
     not write them (a raw ArrowInvalid) where the Polars engine wrote them."""
@@ -429,7 +429,7 @@ def _as_integers(part: Any, integers: dict[str, Any]) -> Any:
 def plain_arrow_table(table: pa.Table) -> pa.Table:
     """``table`` with every column of :func:`jobs.sources.read_arrow_type` converted to that type."""
     for index, field in enumerate(table.schema):
-        if _KEPT_IN_ARROW(field.type):  # in the Arrow type Polars holds it in (large_binary, time64[ns], …), as it writes it
+        if _kept_in_arrow(field.type):  # in the Arrow type Polars holds it in (large_binary, time64[ns], …), as it writes it
             column = pl.from_arrow(table.column(index)).to_arrow()
             table = table.set_column(index, pa.field(field.name, column.type, field.nullable, field.metadata), column)
             continue

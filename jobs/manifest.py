@@ -16,6 +16,7 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 from fsspec import AbstractFileSystem
 
+from spillway.jobs.parquet_footers import hive_folders
 from spillway.jobs.polars_io import HIVE_NULL
 from spillway.jobs.status import ColumnSchema, ResultFile
 
@@ -62,10 +63,9 @@ def partition_key_types(paths: list[str], keys: list[str], planned: dict[str, st
     """
     values: dict[str, set[str]] = {key: set() for key in keys}
     for path in paths:
-        for segment in path.split("/")[:-1]:
-            name, _, value = segment.partition("=")
-            if unquote(name) in values and value != HIVE_NULL:
-                values[unquote(name)].add(unquote(value))
+        for name, value in hive_folders(path):
+            if name in values and value != HIVE_NULL:
+                values[name].add(unquote(value))
     fields = []
     for key in keys:
         column = planned.get(key, "")

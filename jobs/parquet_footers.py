@@ -11,6 +11,7 @@ Local files only: an object store's are not opened at planning.
 from __future__ import annotations
 
 import functools
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -64,19 +65,21 @@ def check_parquet_footers(source: SourceSpec, files: list[str], *, field: str = 
     return extra
 
 
-def hive_keys_of(path: str) -> list[str]:
-    """The hive keys the folders of ``path`` name (``k=v/j=w/f.parquet``: k, j), as pyarrow's and Spillway's readers
-    take them: the text before the first ``=`` of each folder holding one."""
-    return [part.split("=", 1)[0] for part in path.replace("\\", "/").split("/")[:-1] if "=" in part]
+def hive_folders(path: str) -> list[tuple[str, str]]:
+    """The hive ``key=value`` folders of the file ``path`` (``k=v/j=w/f.parquet``: (k, v), (j, w)), as pyarrow's and
+    Spillway's readers take them: split at each folder's first ``=``, the key's %-escapes undone, the value as written
+    (Hive's null marker included)."""
+    return [(unquote(key), value) for key, value in
+            (part.split("=", 1) for part in path.replace("\\", "/").split("/")[:-1] if "=" in part)]
 
 
 def check_hive_layout(files: list[str], field: str) -> None:
     """Refuse a source whose files lie under different hive keys: a file beside the ``key=value`` folders, or folders of
     different depths. The engines read such a layout differently (the Dask engine failed on a missing key, Polars on
     the frame's shape), each with a raw error naming no file."""
-    first = hive_keys_of(files[0])
+    first = [key for key, _ in hive_folders(files[0])]
     for path in files[1:]:
-        keys = hive_keys_of(path)
+        keys = [key for key, _ in hive_folders(path)]
         if keys != first:
             raise unreadable(path, "parquet", f"it lies {_under(keys)}, where the source's first file ({files[0]}) lies {_under(first)}; "
                                               "every file of a source lies under the same key=value folders", field)

@@ -37,7 +37,7 @@ import pyarrow as pa
 from fsspec.utils import infer_compression
 
 from spillway.jobs.errors import ReadTypeMismatch, SpecError, UnreadableSource
-from spillway.jobs.parquet_footers import check_parquet_footers
+from spillway.jobs.parquet_footers import check_parquet_footers, hive_folders
 from spillway.jobs.safe_open import open_checked, open_for_writing, verify_checked
 from spillway.jobs.sandbox import CheckedFile, checked_file
 from spillway.jobs.sources import (SUFFIXES, check_csv_headers, inferred_text_types, parquet_schema, read_type_mismatch,
@@ -214,9 +214,8 @@ def _scan_hive(files: list[str], options: dict[str, str] | None, scan: dict[str,
     for path in files:
         by_folder.setdefault(path.replace("\\", "/").rsplit("/", 1)[0], []).append(path)
     frames = []
-    for folder, group in by_folder.items():
-        # Names %-escaped as values are (a%3Db=x/ is column a=b, as pyarrow and the checker read it).
-        texts = {unquote(name): text for name, text in (part.split("=", 1) for part in folder.split("/") if "=" in part)}
+    for group in by_folder.values():
+        texts = dict(hive_folders(group[0]))
         literals = [pl.lit(_hive_value(texts.get(key), types[key]), dtype=types[key]).alias(key) for key in keys]
         frames.append(pl.scan_parquet(group, storage_options=options, **scan).with_columns(literals))
     return frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical")
