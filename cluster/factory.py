@@ -245,10 +245,12 @@ async def start_cluster(settings: ClusterSettings) -> ClusterHandle:
             client, planner, backend, "external", protocol, None, settings.dashboard_public_url, reason,
             {"gpu_multi_worker": settings.gpu_multi_worker, "allow_gpu_sharing": settings.allow_gpu_sharing}, dashboard_proxy=settings.dashboard_proxy,
         )
+    device_limit = parse_memory(settings.device_memory_limit, field="device_memory_limit")
     if backend == "cudf":
         from spillway.cluster.gpu import cuda_cluster_kwargs
 
-        cuda_cluster_kwargs(settings, visible_gpu_count())  # validate here, before a process starts
+        # Validates here, before a process starts; the limit is the one each worker gets (split where workers share a GPU).
+        device_limit = cuda_cluster_kwargs(settings, visible_gpu_count()).get("device_memory_limit", device_limit)
         kind, protocol = "LocalCUDACluster", settings.protocol
     else:
         kind, protocol = "LocalCluster", "tcp"
@@ -257,7 +259,7 @@ async def start_cluster(settings: ClusterSettings) -> ClusterHandle:
     client, planner = await _connect(cluster.scheduler_address)
     log.info("started %s at %s, dashboard %s", kind, cluster.scheduler_address, cluster.dashboard_link or "off")
     extra = {
-        "device_memory_limit": parse_memory(settings.device_memory_limit, field="device_memory_limit"),
+        "device_memory_limit": device_limit,
         "gpu_multi_worker": settings.gpu_multi_worker,
         "allow_gpu_sharing": settings.allow_gpu_sharing,
     }

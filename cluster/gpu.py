@@ -87,9 +87,25 @@ def cuda_cluster_kwargs(settings: ClusterSettings, visible_gpus: int) -> dict[st
         "rmm_async": settings.rmm_async,
         **dashboard_options(settings),
     }
-    if device_limit is not None:  # "auto" keeps dask-cuda's own default
+    device_limit = shared_device_limit(device_limit, devices)
+    if device_limit is not None:  # "auto" on GPUs of their own keeps dask-cuda's own default
         kwargs["device_memory_limit"] = device_limit
     return kwargs
+
+
+def shared_device_limit(limit: int | float | None, devices: list[str]) -> int | float | None:
+    """Each worker's device limit where ``devices`` lists a GPU more than once: 'auto' and fractions split among its workers.
+
+    Left alone, each of two workers on one GPU would take 'auto' (80 %) of the whole device: 160 %
+    between them. rapidsmpf, on the multi-GPU engine, then reserves memory the other rank holds,
+    and cuDF and dask-cuda spill too late. A limit in bytes is the user's own and is kept.
+    """
+    from spillway.jobs.gpu_placement import AUTO_DEVICE_SHARE
+
+    sharers = max((devices.count(device) for device in devices), default=1)
+    if sharers == 1 or isinstance(limit, int):
+        return limit
+    return (limit if isinstance(limit, float) else AUTO_DEVICE_SHARE) / sharers
 
 
 def local_cuda_cluster(settings: ClusterSettings) -> Any:

@@ -89,3 +89,17 @@ def test_a_gpu_listed_twice_needs_allow_gpu_sharing() -> None:
     assert refused.value.field == "cluster.cuda_visible_devices" and "allow_gpu_sharing" in refused.value.message
     shared = cuda_cluster_kwargs(ClusterSettings(cuda_visible_devices="0,0", allow_gpu_sharing=True), visible_gpus=1)
     assert (shared["CUDA_VISIBLE_DEVICES"], shared["n_workers"]) == ("0,0", 2)
+
+
+@pytest.mark.parametrize(("limit", "devices", "expected"), [
+    ("auto", "0,0", 0.4),      # two workers on one GPU: 80 % of it between them, not each
+    ("0.6", "0,0,0", 0.2),
+    ("auto", "0,1", None),     # GPUs of their own: dask-cuda's default
+    ("0.5", "0,1", 0.5),
+    ("20GB", "0,0", 20 * 10**9),  # bytes are the user's own
+    ("auto", "0,0,1", 0.4),    # the most shared GPU sets the share
+])
+def test_workers_sharing_a_gpu_split_its_memory(limit: str, devices: str, expected: float | int | None) -> None:
+    settings = ClusterSettings(cuda_visible_devices=devices, allow_gpu_sharing=True, device_memory_limit=limit)
+    kwargs = cuda_cluster_kwargs(settings, visible_gpus=2)
+    assert kwargs.get("device_memory_limit") == pytest.approx(expected) if expected is not None else "device_memory_limit" not in kwargs
