@@ -209,21 +209,29 @@ class LocalClusterProcess:
 
 
 def _read_handshake(stream: Any, timeout: float) -> dict[str, Any]:
-    """The child's handshake reply; other stdout lines (library chatter) go to the log."""
+    """The child's handshake reply. Its stdout is read for as long as it lives: other lines (library chatter) go to the log.
+
+    The child's workers write to the same pipe (they inherit its stdout), for the cluster's whole
+    life. A pipe nobody reads fills at 64 KiB, and the next ``print`` in any worker then blocks
+    for good: on the GPU machine a multi-GPU query stalled in cudf-polars' trace logging, both
+    ranks waiting, until the service stopped.
+    """
     result: dict[str, Any] = {"error": "the cluster process exited before it started; see the log above"}
+    shook_hands = threading.Event()
 
     def read() -> None:
         for line in stream:
-            if line.startswith(HANDSHAKE):
+            if not shook_hands.is_set() and line.startswith(HANDSHAKE):
                 result.clear()
                 result.update(json.loads(line[len(HANDSHAKE):]))
-                return
+                shook_hands.set()
+                continue
             log.info("cluster process: %s", line.rstrip())
+        shook_hands.set()  # EOF: the child exited
 
-    reader = threading.Thread(target=read, daemon=True)
+    reader = threading.Thread(target=read, daemon=True, name="spillway-cluster-stdout")
     reader.start()
-    reader.join(timeout)
-    if reader.is_alive():
+    if not shook_hands.wait(timeout):
         raise ClusterConfigError(f"the local cluster did not start within {timeout:.0f} s", field="cluster")
     return result
 

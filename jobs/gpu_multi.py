@@ -178,6 +178,9 @@ class MultiGpuEngines:
             )
             self._client = Client(scheduler_address, set_as_default=False, timeout=60)
             try:
+                # cudf-polars prints a trace event per chunk to the ranks' stdout unless structlog is told otherwise:
+                # megabytes a query, where a single-GPU job's task counts and drops them (jobs/gpu_trace_progress.py).
+                self._client.run(_count_traces, workers=list(workers))
                 self._engine = DaskEngine.from_options(options, dask_client=self._client)
             except BaseException:
                 self._close()
@@ -198,6 +201,13 @@ class MultiGpuEngines:
         engine, client = self._engine, self._client
         self._key = self._engine = self._client = self._worker_ids = None
         return engine, client
+
+
+def _count_traces() -> bool:
+    """On a rank: count cudf-polars' trace events and drop them, as a single-GPU job's worker does."""
+    from spillway.jobs.gpu_trace_progress import install
+
+    return install()
 
 
 def worker_ids(client: Any, workers: list[str]) -> tuple[tuple[str, str | None], ...] | None:

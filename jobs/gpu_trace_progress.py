@@ -112,6 +112,11 @@ def install() -> bool:
     return True
 
 
+def installed() -> bool:
+    """Whether this process counts and drops cudf-polars' trace events (:func:`install` ran with traces on)."""
+    return _installed
+
+
 @dataclass(frozen=True)
 class PlanShape:
     """The optimized plan's distinct nodes, and of those its scans (what the counts are out of)."""
@@ -167,4 +172,4 @@ def _compute_stage(plans: list[tuple[str, int | None]]) -> int:
     return max(len(plans) - 2, 0)
 
 
-__all__ = ["COUNTER", "NODE_UNIT", "TRACES_ENV", "TRACES_FRAMES_ENV", "TRACES_MEMORY_ENV", "TRACE_NOTE", "NodeCounts", "PlanNodeCounter", "PlanShape", "install", "plan_shape", "stage_rows", "traces_enabled"]
+__all__ = ["COUNTER", "NODE_UNIT", "TRACES_ENV", "TRACES_FRAMES_ENV", "TRACES_MEMORY_ENV", "TRACE_NOTE", "NodeCounts", "PlanNodeCounter", "PlanShape", "install", "installed", "plan_shape", "stage_rows", "traces_enabled"]

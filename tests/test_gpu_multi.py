@@ -24,6 +24,7 @@ from distributed import Client
 from spillway.cluster.gpu_gate import GpuGate
 from spillway.jobs.gpu_multi import RANKS_FOLDER, MultiGpuEngines, name_rank_files, why_not_across_gpus, worker_ids
 from spillway.jobs.gpu_placement import GpuPlacement, across_gpus
+from spillway.jobs.gpu_trace_progress import installed
 from spillway.jobs.polars_io import OutputTarget
 from spillway.jobs.spec import JobSpec
 from spillway.jobs.status import JobStatus
@@ -229,10 +230,12 @@ def across_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service
 @pytest.mark.gpu
 def test_a_job_runs_across_both_workers_and_commits_the_ranks_files(across_service: ServiceProcess, big_data: dict[str, Path], tmp_path: Path) -> None:
     out = tmp_path / "out"
-    with across_service.client() as api:
+    with across_service.client() as api, Client(api.cluster().scheduler_address, timeout=30) as dask_client:
         job = wait_terminal(api, api.submit(slow_spec("polars", big_data, out)).id, timeout=300)
         log = "\n".join(api.logs(job.id))
         assert job.state == JobStatus.SUCCEEDED, (job.error, log)
+        # The ranks count cudf-polars' trace events and drop them: printed, a long query's filled the workers' stdout.
+        assert set(dask_client.run(installed).values()) == {True}
         assert job.progress.engine is not None and "across 2 GPU worker(s)" in job.progress.engine.reason, job.progress.engine
         assert "DaskEngine ran on 2 rank(s)" in log, log
         assert re.search(r"\(engine [\d.]+ s, query [\d.]+ s, files [\d.]+ s, statistics [\d.]+ s\)", log), log
