@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from spillway.service.client import SpillwayClient
 from spillway.service.launcher import ServiceProcess
 
 
@@ -80,9 +81,12 @@ def service_env(
     return {**env, **extra}
 
 
-def run_job(service: ServiceProcess, spec: dict[str, Any], timeout: float = 600) -> dict[str, Any]:
-    """Submit ``spec`` and wait: the job's record plus submit→end and RUNNING→end seconds."""
-    with service.client() as client:
+def run_job(service: ServiceProcess, spec: dict[str, Any], timeout: float = 600, submit_timeout: float = 30.0) -> dict[str, Any]:
+    """Submit ``spec`` and wait: the job's record plus submit→end and RUNNING→end seconds.
+
+    ``submit_timeout``: how long the submit may take (its checks read every source file's footer).
+    """
+    with SpillwayClient(service.url, timeout=submit_timeout) as client:
         start = time.perf_counter()
         job_id = client.submit(spec).id
         job = client.wait(job_id, timeout=timeout)

@@ -193,7 +193,8 @@ def main() -> None:
         watch.start()
         sink = args.work / "long_out"
         try:
-            record = run_job(service, spec(folder, sink), timeout=args.deadline - (time.monotonic() - started))
+            left = args.deadline - (time.monotonic() - started)
+            record = run_job(service, spec(folder, sink), timeout=left, submit_timeout=left)  # thousands of files: a long submit
         except Exception as error:  # past the deadline: the job is cancelled and what was seen is kept
             log(f"the long job did not end in time: {error!r}")  # the service, stopped below, ends it
             record = {"state": "NOT ENDED", "error": repr(error)}
