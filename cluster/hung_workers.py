@@ -9,13 +9,21 @@ staging, :func:`cluster.polars_job.run_attempt`), as after any worker's death.
 
 Workers send a heartbeat every 0.5-5 s from their event loop, which keeps running while tasks
 compute in threads, so a worker silent for a minute is not busy: it is hung.
+
+A multi-GPU job's ranks are silent by design (their query holds the event loop), so silence says
+nothing of them. Their nannies still answer: :func:`stopped_workers` asks each nanny whether its
+worker's process is stopped (SIGSTOP, a debugger), which no query ever is.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from distributed import Client
+
+#: /proc states of a process that will not run again until someone continues it.
+STOPPED_STATES = frozenset({"T", "t"})
 
 
 async def restart_silent_workers(client: Client, silent_s: float, *, spare: frozenset[str] = frozenset()) -> list[str]:
@@ -37,3 +45,23 @@ def heartbeat_silences(dask_scheduler: Any) -> dict[str, float]:
 
     now = scheduler_time()
     return {address: now - state.last_seen for address, state in dask_scheduler.workers.items()}
+
+
+async def stopped_workers(client: Client, workers: list[str]) -> list[str]:
+    """Those of ``workers`` whose process is stopped (SIGSTOP), asked of their nannies (whose event loops are free)."""
+    if not workers:
+        return []
+    states = await client.run(worker_process_state, workers=workers, nanny=True, on_error="ignore")
+    return sorted(address for address, state in states.values() if address in workers and state in STOPPED_STATES)
+
+
+def worker_process_state(dask_worker: Any) -> tuple[str | None, str | None]:
+    """On a nanny: its worker's address and the process's state letter in /proc (``R``, ``S``, ``T`` …; None: unknown)."""
+    address, pid = dask_worker.worker_address, dask_worker.pid
+    if pid is None:
+        return address, None
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:  # gone, or no /proc (not Linux)
+        return address, None
+    return address, stat[stat.rindex(")") + 2]  # after "pid (name) ": the name may hold spaces and parentheses

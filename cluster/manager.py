@@ -22,7 +22,7 @@ from distributed.client import FutureCancelledError, FuturesCancelledError
 from spillway.cluster.factory import ClusterHandle
 from spillway.cluster.gpu_sampler import GpuSampler
 from spillway.cluster.gpu_gate import GpuGate
-from spillway.cluster.hung_workers import restart_silent_workers, silent_workers
+from spillway.cluster.hung_workers import restart_silent_workers, silent_workers, stopped_workers
 from spillway.cluster.info import RunningJob
 from spillway.cluster.job_logs import JobLog
 from spillway.cluster import polars_job
@@ -66,6 +66,8 @@ T = TypeVar("T")
 INTERRUPTED = "interrupted"
 CLUSTER_LOST = "cluster_lost"
 TIMED_OUT = "timed_out"
+#: A multi-GPU job one of whose ranks was stopped (SIGSTOP) for ``hung_worker_s``.
+WORKER_HUNG = "worker_hung"
 SWEEP_DELAYS_S = (1.0, 4.0, 30.0)
 #: How long a restart of the workers running a stopped job may take before it is logged and left to the nanny.
 RESTART_TIMEOUT_S = 60.0
@@ -229,6 +231,7 @@ class JobManager:
         self.default_engine: EngineName = default_engine
         self.default_timeout_s = default_timeout_s
         self.hung_worker_s = hung_worker_s
+        self._stopped_since: dict[str, float] = {}  # a multi-GPU rank seen stopped: since when (loop time)
         self.allowed_roots = allowed_roots
         self.replica_id = replica_id
         self.poll_interval_s = poll_interval_s
@@ -359,6 +362,7 @@ class JobManager:
                 # A job across the GPU workers keeps their event loops busy in client.run: silent, not hung.
                 spare = frozenset(worker for active in self._active.values() for worker in active.across_workers)
                 restarted = await restart_silent_workers(self.cluster.client, self.hung_worker_s, spare=spare)
+                await self._fail_jobs_of_stopped_ranks(sorted(spare))
             except Exception as exc:  # noqa: BLE001 - a cluster being replaced: the supervisor's business, try again next round
                 log.debug("hung-worker check failed: %s: %s", type(exc).__name__, exc)
                 continue
@@ -369,6 +373,32 @@ class JobManager:
                 for active in list(self._active.values()):
                     active.log.add(f"{self._now()} {message}")
                 await self._discard_multi_gpu_engine()  # it may have had a rank on one of them
+
+    async def _fail_jobs_of_stopped_ranks(self, ranks: list[str]) -> None:
+        """Fail a multi-GPU job one of whose ranks has been stopped (SIGSTOP) for ``hung_worker_s``, and restart its workers.
+
+        Its other ranks would wait for the stopped one for as long as the job may run (a day by
+        default): the query cannot go on without it, so the job ends as ``worker_hung`` and its
+        workers restart, as at a cancel.
+        """
+        now = asyncio.get_running_loop().time()
+        stopped = await stopped_workers(self.cluster.client, ranks) if ranks else []
+        self._stopped_since = {worker: self._stopped_since.get(worker, now) for worker in stopped}
+        hung = sorted(worker for worker, since in self._stopped_since.items() if now - since >= self.hung_worker_s)
+        if not hung:
+            return
+        for active in list(self._active.values()):
+            if active.committing or active.cancel_requested or not set(hung) & set(active.across_workers):
+                continue
+            message = (f"GPU worker(s) {', '.join(hung)} of this job's ranks stopped running (their process is stopped, as by "
+                       f"SIGSTOP) for {self.hung_worker_s:g} s (SPILLWAY_HUNG_WORKER_S): the query cannot go on without them; "
+                       "its workers are restarted and nothing was committed")
+            active.log.add(f"{self._now()} {message}")
+            log.warning("job %s: %s", active.job_id, message)
+            await self._fail(active.job_id, WORKER_HUNG, message, active.progress)
+            self._stop_in_background(active, message)
+        for worker in hung:
+            self._stopped_since.pop(worker, None)
 
     def enqueue(self, job_id: str, owner: str | None = None) -> None:
         """Wake the runners for a PENDING job just stored here (it waits behind older ones, on any replica).

@@ -9,6 +9,7 @@ GPU 0 with ``gpu_multi_worker=always``, are marked ``gpu``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import socket
 import threading
@@ -301,3 +302,42 @@ def test_a_job_waiting_for_a_stops_restart_ends_at_once_when_cancelled() -> None
         return first, second
 
     assert asyncio.run(scenario()) == (False, True)
+
+
+@pytest.fixture(scope="module")
+def across_watched_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
+    """Jobs across both workers, with a rank stopped for 5 s (SPILLWAY_HUNG_WORKER_S) taken as hung."""
+    pytest.importorskip("cudf_polars")
+    env = shared_gpu_env(SPILLWAY_CLUSTER__GPU_MULTI_WORKER="always", SPILLWAY_HUNG_WORKER_S="5")
+    service = launch_service(tmp_path_factory.mktemp("across_watched"), env, timeout=300)
+    yield service
+    service.stop()
+
+
+@pytest.mark.gpu
+def test_a_rank_stopped_mid_query_fails_the_job_as_worker_hung_and_the_next_job_runs(
+    across_watched_service: ServiceProcess, big_data: dict[str, Path], tmp_path: Path,
+) -> None:
+    """Its ranks send no heartbeat, so silence says nothing; the stopped process does (issue 16 item 7, issue 19 item 6)."""
+    import os
+    import signal
+
+    out = tmp_path / "stopped"
+    with across_watched_service.client() as api, Client(api.cluster().scheduler_address, timeout=30) as dask_client:
+        pids = dask_client.run(os.getpid)
+        job_id = api.submit(slow_spec("polars", big_data, out)).id
+        wait_for(lambda: any("running across" in line for line in api.logs(job_id)), timeout=120, interval=0.05, what="the ranks to start")
+        stopped = sorted(pids)[0]
+        os.kill(pids[stopped], signal.SIGSTOP)
+        try:
+            job = wait_terminal(api, job_id, timeout=120)
+        finally:
+            with contextlib.suppress(ProcessLookupError):  # restarted: the stopped process is gone
+                os.kill(pids[stopped], signal.SIGCONT)
+        assert job.state == JobStatus.FAILED and job.error is not None and job.error.code == "worker_hung", job.error
+        assert stopped in job.error.message and "SPILLWAY_HUNG_WORKER_S" in job.error.message
+        wait_for(lambda: len(worker_addresses(dask_client)) == 2, timeout=180, what="both workers back")
+        after = wait_terminal(api, api.submit(slow_spec("polars", big_data, tmp_path / "after")).id, timeout=300)
+        assert after.state == JobStatus.SUCCEEDED, after.error
+    assert not out.exists()
+    check_slow_output("polars", big_data, tmp_path / "after")

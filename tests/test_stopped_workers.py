@@ -1,0 +1,40 @@
+"""A worker stopped by SIGSTOP is found through its nanny, whose event loop still answers.
+
+A multi-GPU job's ranks send no heartbeat while their query runs, so the hung-worker check
+spares them; their process state is what tells a stopped rank from a busy one
+(cluster/hung_workers.py ``stopped_workers``). The service's use of it is in tests/test_gpu_multi.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+from distributed import Client, LocalCluster
+
+from spillway.cluster.hung_workers import stopped_workers
+
+
+def test_a_stopped_worker_is_found_through_its_nanny_and_a_running_one_is_not() -> None:
+    async def main() -> None:
+        async with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, asynchronous=True) as cluster, \
+                Client(cluster, asynchronous=True) as client:
+            pids = await client.run(os.getpid)
+            workers = sorted(pids)
+            assert await stopped_workers(client, workers) == []
+            os.kill(pids[workers[0]], signal.SIGSTOP)
+            try:
+                for _ in range(50):  # the state changes as soon as the signal is delivered
+                    found = await stopped_workers(client, workers)
+                    if found:
+                        break
+                    await asyncio.sleep(0.1)
+                assert found == [workers[0]]
+                assert await stopped_workers(client, workers[1:]) == []  # only those asked about
+            finally:
+                os.kill(pids[workers[0]], signal.SIGCONT)
+            assert await stopped_workers(client, workers) == []
+            assert await stopped_workers(client, []) == []
+
+    asyncio.run(main())
