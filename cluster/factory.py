@@ -182,6 +182,8 @@ class LocalClusterProcess:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
+            encoding="utf-8",
+            errors="replace",  # a worker's stray bytes must not end the reading (then the pipe fills: see _read_handshake)
             start_new_session=True,  # a terminal's Ctrl-C stops the service, which then stops this
         )
         assert self.process.stdin is not None and self.process.stdout is not None

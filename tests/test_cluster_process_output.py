@@ -7,6 +7,7 @@ query stalled in cudf-polars' trace logging on the GPU machine).
 
 from __future__ import annotations
 
+import os
 import threading
 
 from distributed import Client
@@ -26,6 +27,7 @@ def test_workers_printing_megabytes_to_stdout_do_not_block() -> None:
             outcome: dict[str, object] = {}
 
             def chatter() -> None:
+                client.run(os.write, 1, b"\xff\xfe not UTF-8\n")  # bytes that are no text: read on, replaced
                 for _ in range(2):  # twice: the pipe is read after the first megabytes too
                     outcome["printed"] = client.run(print, "x" * PRINTED, flush=True)
 
