@@ -29,9 +29,10 @@ from spillway.cluster import polars_job
 from spillway.cluster.plan import plan_job
 from spillway.cluster.planning import PlanningCancelled, PlanningTimedOut, run_planning, stop_planning
 from spillway.cluster.progress import JobProgressPlugin, plugin_name
+from spillway.cluster.rank_progress import RankFollower
 from spillway.jobs.dask_read import check_partitions
 from spillway.jobs.engine_choice import EngineName, choose_engine
-from spillway.jobs.gpu_multi import MULTI_GPU_NOTE, MultiGpuEngines, MultiGpuResult, run_across_gpus
+from spillway.jobs.gpu_multi import MULTI_GPU_NOTE, MULTI_GPU_TRACE_NOTE, MultiGpuEngines, MultiGpuResult, run_across_gpus
 from spillway.jobs.gpu_placement import GpuPlacement, across_gpus, device_limit_bytes, place_on_gpu
 from spillway.jobs.gpu_support import settle_on_gpu, untrusted_on_gpu
 from spillway.jobs import ir
@@ -744,7 +745,7 @@ class JobManager:
             active.log.add(f"{self._now()} placement: {placement.reason}")
         if placement is not None and placement.executor == "multi-gpu":
             await asyncio.to_thread(self.store.save_progress, job.id, active.progress)
-            await self._execute_across_gpus(job, active, frame, logical, target, placement, planned_s)
+            await self._execute_across_gpus(job, active, frame, logical, target, placement, planned_s, {read.stage for read in reads})
             return
         active.log.add(f"{self._now()} Polars query built in {planned_s:.3f} s; running as one task")
         phase = time.perf_counter()
@@ -792,9 +793,11 @@ class JobManager:
 
     async def _execute_across_gpus(
         self, job: JobView, active: _ActiveJob, frame: pl.LazyFrame, logical: LogicalPlan, target: OutputTarget, placement: GpuPlacement,
-        planned_s: float,
+        planned_s: float, read_stages: set[str],
     ) -> None:
-        """Run the job on every GPU worker at once (jobs/gpu_multi.py), holding them alone, then commit."""
+        """Run the job on every GPU worker at once (jobs/gpu_multi.py), holding them alone, then commit.
+
+        While it runs, its stages come from the ranks' trace counts (cluster/rank_progress.py)."""
         if self._gpu_gate.sharing:
             active.log.add(f"{self._now()} waiting for the {self._gpu_gate.sharing} job(s) on the GPU workers to finish: "
                            "a job across all of them has them to itself")
@@ -805,6 +808,13 @@ class JobManager:
             active.log.add(f"{self._now()} Polars query built in {planned_s:.3f} s; running across {len(active.across_workers)} GPU "
                            "worker(s) with cudf-polars' DaskEngine (no task the scheduler sees; a cancel restarts them)")
             phase = time.perf_counter()
+
+            def update(stages: list[StageProgress], elapsed_s: float) -> None:
+                active.progress = active.progress.model_copy(update={"stages": stages, "note": MULTI_GPU_TRACE_NOTE, "elapsed_s": elapsed_s})
+
+            follower = RankFollower(self.cluster.client, active.across_workers, frame, active.progress.stages, read_stages,
+                                    self.progress_interval, update)
+            following = asyncio.create_task(follower.run(), name=f"spillway-ranks-{job.id}")
             try:
                 result: MultiGpuResult = await asyncio.to_thread(
                     run_across_gpus, self._multi_gpu, self.cluster.client.scheduler.address, active.across_workers, frame, target,
@@ -816,6 +826,10 @@ class JobManager:
                 if (named := _named_runtime_error(exc, logical)) is not None:
                     raise named from exc
                 raise
+            finally:
+                following.cancel()
+                await asyncio.gather(following, return_exceptions=True)
+                active.log.add(f"{self._now()} {follower.summary()}")
         computed_s = time.perf_counter() - phase
         if active.cancel_requested:
             raise _JobCancelled()

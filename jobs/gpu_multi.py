@@ -51,6 +51,14 @@ MULTI_GPU_NOTE = (
     "The ranks keep their workers busy and report nothing until the query ends, so each stage shows 0 of 1 while it runs "
     "and 1 of 1 once every rank has written its files; elapsed_s counts the seconds so far."
 )
+#: The same, with cudf-polars' traces on (``cluster.gpu_trace_progress``): what the live counts mean.
+MULTI_GPU_TRACE_NOTE = (
+    "cudf-polars runs all of this job's steps as one query across every GPU worker (its DaskEngine, one rank per worker). "
+    "Each rank counts its trace events and writes the counts in its worker's directory, which the service reads through "
+    "the worker's nanny about once a second (the ranks keep their workers' event loops busy). The steps stage counts the "
+    "plan's nodes the slowest rank has streamed through; each source's read shows 1 of 1 once that rank has run every "
+    "scan; the write completes with the query. elapsed_s counts the seconds so far."
+)
 #: Where the ranks write, inside the staging directory; hidden, so no commit could list it.
 RANKS_FOLDER = ".spillway-ranks"
 
@@ -178,15 +186,23 @@ class MultiGpuEngines:
             )
             self._client = Client(scheduler_address, set_as_default=False, timeout=60)
             try:
-                # cudf-polars prints a trace event per chunk to the ranks' stdout unless structlog is told otherwise:
-                # megabytes a query, where a single-GPU job's task counts and drops them (jobs/gpu_trace_progress.py).
-                self._client.run(_count_traces, workers=list(workers))
                 self._engine = DaskEngine.from_options(options, dask_client=self._client)
             except BaseException:
                 self._close()
                 raise
             self._key, self._worker_ids, self._engine_generation = key, worker_ids(self._client, workers), generation
             return self._engine, time.perf_counter() - started
+
+    def count_traces(self, workers: list[str]) -> None:
+        """Before a query: its ranks count cudf-polars' trace events from zero and publish them (:func:`_count_traces`)."""
+        with self._lock:
+            client = self._client
+        if client is None:
+            return
+        try:
+            client.run(_count_traces, workers=list(workers))
+        except Exception as exc:  # noqa: BLE001 - progress is a report: a rank that cannot count still runs the query
+            log.warning("the ranks' trace counts could not be started: %s: %s", type(exc).__name__, exc)
 
     def discard(self) -> None:
         """Shut the engine down (and its client); the next job starts a new one."""
@@ -203,11 +219,18 @@ class MultiGpuEngines:
         return engine, client
 
 
-def _count_traces() -> bool:
-    """On a rank: count cudf-polars' trace events and drop them, as a single-GPU job's worker does."""
-    from spillway.jobs.gpu_trace_progress import install
+def _count_traces(dask_worker: Any) -> bool:
+    """On a rank, before its query: count cudf-polars' trace events (and drop them) from zero, publishing the counts in
+    the worker's directory for its nanny to read; whether traces are on.
 
-    return install()
+    Not counted, cudf-polars would print an event per chunk to the worker's stdout: megabytes a query.
+    """
+    from spillway.jobs.gpu_trace_progress import COUNTER, COUNTS_FILE, install
+
+    if not install():
+        return False
+    COUNTER.reset(publish_to=Path(dask_worker.local_directory) / COUNTS_FILE)
+    return True
 
 
 def worker_ids(client: Any, workers: list[str]) -> tuple[tuple[str, str | None], ...] | None:
@@ -258,6 +281,7 @@ def run_across_gpus(
     ranks_dir = Path(target.location) / RANKS_FOLDER
     sink = target.sink
     engine, bootstrap_s = engines.get(scheduler_address, workers, spill_device_limit, gpu_sharing)
+    engines.count_traces(workers)
     got = time.perf_counter()
     try:
         verify_checked(target.checked)

@@ -7,7 +7,9 @@ the streaming executor, the query's plan first (``Query Plan``) and one ``Stream
 event per node it streamed through (seen on 26.10: bench/gpu_trace_probe.py, RESULTS.md). Those
 events happen in the worker thread that runs the query, where the worker's event loop cannot
 see them; :func:`install` routes them to one :class:`PlanNodeCounter` per worker process,
-which the job's heartbeat (jobs/polars_run.py) reads twice a second.
+which the job's heartbeat (jobs/polars_run.py) reads twice a second. A job across the GPU
+workers has no heartbeat (its ranks hold their workers' event loops): each rank writes its counts
+to a file in its worker's directory instead, which the service reads through the worker's nanny.
 
 What the counts mean: the optimized Polars plan's distinct nodes (:func:`plan_node_count`,
 about one cudf-polars node each) and how many cudf-polars has evaluated so far; a scan's
@@ -16,9 +18,12 @@ node counts for its source. Never 100 % before the query ends.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
-from dataclasses import dataclass
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -51,6 +56,15 @@ class NodeCounts:
     #: On the streaming executor: the nodes of the plan it logged, and the nodes streamed through.
     plan_nodes: int | None = None
     actors_done: int = 0
+    #: Every cudf-polars event so far, counted or not (a chunk read, a node evaluated): the query is moving.
+    events: int = 0
+
+
+#: Where a multi-GPU rank publishes its counts, in its worker's local directory: the rank's query holds the
+#: worker's event loop, so the service reads them through the worker's nanny (:func:`rank_trace_counts`).
+COUNTS_FILE = "spillway-trace-counts.json"
+#: How often a rank writes that file at most.
+PUBLISH_EVERY_S = 0.5
 
 
 class PlanNodeCounter:
@@ -58,19 +72,27 @@ class PlanNodeCounter:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._nodes = self._scans = self._actors = 0
+        self._nodes = self._scans = self._actors = self._events = 0
         self._plan_nodes: int | None = None
+        self._publish_to: Path | None = None
+        self._published_at = 0.0
 
-    def reset(self) -> None:
-        """Start counting a new query."""
+    def reset(self, publish_to: Path | None = None) -> None:
+        """Start counting a new query; with ``publish_to``, also write the counts there (now, then every
+        :data:`PUBLISH_EVERY_S` at most, from the query's own thread)."""
         with self._lock:
-            self._nodes = self._scans = self._actors = 0
+            self._nodes = self._scans = self._actors = self._events = 0
             self._plan_nodes = None
+            self._publish_to = publish_to
+            self._published_at = time.monotonic()
+        if publish_to is not None:
+            _write_counts(publish_to, self.counts())
 
     def record(self, event: dict[str, Any]) -> None:
         """Count one structlog event of cudf-polars (others are ignored)."""
         name = event.get("event")
         with self._lock:
+            self._events += 1
             if name == "Execute IR":
                 self._nodes += 1
                 self._scans += event.get("type") == "Scan"
@@ -80,10 +102,46 @@ class PlanNodeCounter:
                 plan = event.get("plan")
                 nodes = plan.get("nodes") if isinstance(plan, dict) else None
                 self._plan_nodes = len(nodes) if isinstance(nodes, dict) else None
+            path, now = self._publish_to, time.monotonic()
+            due = path is not None and now - self._published_at >= PUBLISH_EVERY_S
+            if due:
+                self._published_at = now
+        if due and path is not None:
+            _write_counts(path, self.counts())
 
     def counts(self) -> NodeCounts:
         with self._lock:
-            return NodeCounts(self._nodes, self._scans, self._plan_nodes, self._actors)
+            return NodeCounts(self._nodes, self._scans, self._plan_nodes, self._actors, self._events)
+
+
+def _write_counts(path: Path, counts: NodeCounts) -> None:
+    """Replace ``path`` with ``counts`` at once (a reader never sees half a file); a failed write is skipped."""
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    try:
+        partial.write_text(json.dumps(asdict(counts)))
+        os.replace(partial, path)
+    except OSError:  # progress is a report: the query goes on
+        pass
+
+
+def rank_trace_counts(dask_worker: Any) -> tuple[str | None, dict[str, Any] | None]:
+    """On a nanny: its worker's address and the counts its rank last published (None: none, or unreadable)."""
+    folder = dask_worker.worker_dir
+    try:
+        return dask_worker.worker_address, json.loads((Path(folder) / COUNTS_FILE).read_text()) if folder else None
+    except (OSError, ValueError):
+        return dask_worker.worker_address, None
+
+
+def slowest_rank(readings: list[dict[str, Any]]) -> NodeCounts:
+    """One count for a query across ranks: each figure of the rank furthest behind (the query ends with the last)."""
+    counts = [NodeCounts(**reading) for reading in readings]
+    plan_nodes = {c.plan_nodes for c in counts}
+    return NodeCounts(
+        nodes=min(c.nodes for c in counts), scans=min(c.scans for c in counts),
+        plan_nodes=plan_nodes.pop() if len(plan_nodes) == 1 else None,  # ranks that logged different plans: count nodes
+        actors_done=min(c.actors_done for c in counts), events=sum(c.events for c in counts),
+    )
 
 
 COUNTER = PlanNodeCounter()
@@ -172,4 +230,4 @@ def _compute_stage(plans: list[tuple[str, int | None]]) -> int:
     return max(len(plans) - 2, 0)
 
 
-__all__ = ["COUNTER", "NODE_UNIT", "TRACES_ENV", "TRACES_FRAMES_ENV", "TRACES_MEMORY_ENV", "TRACE_NOTE", "NodeCounts", "PlanNodeCounter", "PlanShape", "install", "installed", "plan_shape", "stage_rows", "traces_enabled"]
+__all__ = ["COUNTER", "COUNTS_FILE", "NODE_UNIT", "TRACES_ENV", "TRACES_FRAMES_ENV", "TRACES_MEMORY_ENV", "TRACE_NOTE", "NodeCounts", "PlanNodeCounter", "PlanShape", "install", "installed", "plan_shape", "rank_trace_counts", "slowest_rank", "stage_rows", "traces_enabled"]

@@ -237,6 +237,8 @@ def test_a_job_runs_across_both_workers_and_commits_the_ranks_files(across_servi
         assert job.state == JobStatus.SUCCEEDED, (job.error, log)
         # The ranks count cudf-polars' trace events and drop them: printed, a long query's filled the workers' stdout.
         assert set(dask_client.run(installed).values()) == {True}
+        # ... and publish them, read through their nannies while the query runs (cluster/rank_progress.py).
+        assert "live progress: the ranks' trace counts read" in log, log
         assert job.progress.engine is not None and "across 2 GPU worker(s)" in job.progress.engine.reason, job.progress.engine
         assert "DaskEngine ran on 2 rank(s)" in log, log
         assert re.search(r"\(engine [\d.]+ s, query [\d.]+ s, files [\d.]+ s, statistics [\d.]+ s\)", log), log

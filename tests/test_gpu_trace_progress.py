@@ -32,10 +32,10 @@ def test_the_counter_counts_evaluated_nodes_and_scans_and_ignores_other_events()
         counter.record({"event": "Execute IR", "type": node, "scope": "evaluate_ir_node"})
     counter.record({"event": "IO Task", "ir_type": "SplitScan"})
     counter.record({"event": "something else"})
-    assert counter.counts() == NodeCounts(nodes=5, scans=2)
+    assert counter.counts() == NodeCounts(nodes=5, scans=2, events=7)  # every event moves the query; only nodes are counted
     counter.record({"event": "Query Plan", "plan": {"roots": ["1"], "nodes": {"1": {}, "2": {}, "3": {}}}})
     counter.record({"event": "Streaming Actor"})
-    assert counter.counts() == NodeCounts(nodes=5, scans=2, plan_nodes=3, actors_done=1)
+    assert counter.counts() == NodeCounts(nodes=5, scans=2, plan_nodes=3, actors_done=1, events=9)
     counter.reset()
     assert counter.counts() == NodeCounts(nodes=0, scans=0)
 

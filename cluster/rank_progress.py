@@ -1,0 +1,65 @@
+"""Live progress of a job across the GPU workers: its ranks' trace counts, read through their nannies.
+
+Each rank of cudf-polars' DaskEngine holds its worker's event loop for the whole query, so it
+can send nothing; it counts cudf-polars' trace events and writes the counts to a file in its
+worker's directory (jobs/gpu_trace_progress.py). The nanny beside each worker has a free event
+loop and reads that file for the service about once a second. The query ends with its slowest
+rank, so the stages show that rank's counts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+import polars as pl
+from distributed import Client
+
+from spillway.jobs.gpu_trace_progress import NODE_UNIT, NodeCounts, plan_shape, rank_trace_counts, slowest_rank, stage_rows
+from spillway.jobs.status import StageProgress
+
+log = logging.getLogger(__name__)
+
+
+class RankFollower:
+    """Reads a multi-GPU job's ranks' counts every ``interval`` seconds and hands its stages to ``update``."""
+
+    def __init__(
+        self, client: Client, ranks: list[str], frame: pl.LazyFrame, stages: list[StageProgress], read_stages: set[str],
+        interval: float, update: Callable[[list[StageProgress], float], None],
+    ) -> None:
+        self.client, self.ranks, self.interval, self.update = client, list(ranks), interval, update
+        self.shape = plan_shape(frame)
+        self.planned = [(stage.name, 1 if stage.name in read_stages else None) for stage in stages]
+        #: Readings in which every rank answered, and the last of them.
+        self.readings = 0
+        self.last: NodeCounts | None = None
+
+    async def run(self) -> None:
+        """Until cancelled (when the query ends). A rank that has published nothing (traces off) leaves the stages as they are."""
+        started = time.perf_counter()
+        while True:
+            await asyncio.sleep(self.interval)
+            try:
+                answers = await self.client.run(rank_trace_counts, workers=self.ranks, nanny=True, on_error="ignore")
+            except Exception as exc:  # noqa: BLE001 - a nanny restarting: read again next time
+                log.debug("could not read the ranks' trace counts: %s: %s", type(exc).__name__, exc)
+                continue
+            readings = [counts for address, counts in answers.values() if address in self.ranks and counts is not None]
+            if len(readings) < len(self.ranks):
+                continue
+            self.last = slowest_rank(readings)
+            self.readings += 1
+            rows = stage_rows(self.planned, self.shape, self.last, finished=False)
+            self.update([StageProgress(name=name, done=done, total=total, unit=unit) for name, done, total, unit in rows],
+                        round(time.perf_counter() - started, 3))
+
+    def summary(self) -> str:
+        """What the job's log says of its live progress."""
+        if self.last is None:
+            return "live progress: no trace counts read from the ranks (cudf-polars' traces off, or the query ended first)"
+        of = f"{self.last.actors_done} of {self.last.plan_nodes}" if self.last.plan_nodes else f"{self.last.nodes}"
+        return (f"live progress: the ranks' trace counts read {self.readings} time(s) through their nannies; the last: "
+                f"{self.last.events} trace events over all ranks, {of} {NODE_UNIT} done by the slowest rank")

@@ -1,0 +1,90 @@
+"""A multi-GPU job's live progress: its ranks publish their trace counts to a file, read through their nannies.
+
+The ranks hold their workers' event loops for the whole query, so nothing can be asked of the
+workers themselves; here two CPU workers of a real LocalCluster publish counts as ranks do, and
+the service's follower (cluster/rank_progress.py) reads them through the nannies. The GPU run of
+it is tests/test_gpu_multi.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+from distributed import Client, LocalCluster
+
+from spillway.cluster.rank_progress import RankFollower
+from spillway.jobs import gpu_trace_progress
+from spillway.jobs.gpu_trace_progress import COUNTS_FILE, NODE_UNIT, PlanNodeCounter, slowest_rank
+from spillway.jobs.status import StageProgress
+
+
+def test_a_counter_publishes_its_counts_at_once_and_then_at_most_every_interval(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / COUNTS_FILE
+    counter = PlanNodeCounter()
+    counter.reset(publish_to=path)
+    assert json.loads(path.read_text()) == {"nodes": 0, "scans": 0, "plan_nodes": None, "actors_done": 0, "events": 0}
+    counter.record({"event": "Execute IR", "type": "Scan"})
+    assert json.loads(path.read_text())["events"] == 0  # within the interval: not written again
+    monkeypatch.setattr(gpu_trace_progress, "PUBLISH_EVERY_S", 0.0)
+    counter.record({"event": "Read Chunk"})  # an event it does not count as a node still moves the query
+    assert json.loads(path.read_text()) == {"nodes": 1, "scans": 1, "plan_nodes": None, "actors_done": 0, "events": 2}
+    counter.reset()  # the next query on this worker, on one GPU: nothing published any more
+    counter.record({"event": "Execute IR", "type": "Scan"})
+    assert json.loads(path.read_text())["events"] == 2
+
+
+def test_the_slowest_rank_sets_each_figure_and_events_add_up() -> None:
+    counts = slowest_rank([
+        {"nodes": 7, "scans": 2, "plan_nodes": 9, "actors_done": 4, "events": 100},
+        {"nodes": 5, "scans": 2, "plan_nodes": 9, "actors_done": 6, "events": 50},
+    ])
+    assert (counts.nodes, counts.scans, counts.plan_nodes, counts.actors_done, counts.events) == (5, 2, 9, 4, 150)
+    assert slowest_rank([{"nodes": 1, "scans": 0, "plan_nodes": 9, "actors_done": 0, "events": 1},
+                         {"nodes": 1, "scans": 0, "plan_nodes": 8, "actors_done": 0, "events": 1}]).plan_nodes is None
+
+
+def _publish(dask_worker: Any, nodes: dict[str, int]) -> None:
+    """On a worker: publish counts as a rank does after ``nodes[its address]`` evaluated nodes."""
+    from spillway.jobs import gpu_trace_progress as traces
+
+    traces.PUBLISH_EVERY_S = 0.0
+    traces.COUNTER.reset(publish_to=Path(dask_worker.local_directory) / traces.COUNTS_FILE)
+    for _ in range(nodes[dask_worker.address]):
+        traces.COUNTER.record({"event": "Execute IR", "type": "Filter"})
+
+
+def test_the_follower_reads_every_ranks_counts_through_its_nanny_and_shows_the_slowest() -> None:
+    frame = pl.LazyFrame({"a": [1, 2, 3]}).filter(pl.col("a") > 1).with_columns(b=pl.col("a") * 2).select("b").sort("b")
+    stages = [StageProgress(name="read sales", done=0, total=1), StageProgress(name="steps", done=0, total=1), StageProgress(name="write", done=0, total=1)]
+
+    async def main() -> tuple[list[list[StageProgress]], RankFollower, int]:
+        async with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, asynchronous=True) as cluster, \
+                Client(cluster, asynchronous=True) as client:
+            ranks = sorted(await client.run(lambda: None))
+            updates: list[list[StageProgress]] = []
+            follower = RankFollower(client, ranks, frame, stages, {"read sales"}, 0.05, lambda rows, _: updates.append(rows))
+            following = asyncio.create_task(follower.run())
+            await asyncio.sleep(0.5)
+            assert updates == [] and follower.readings == 0  # no rank has published: the stages stay as they are
+            await client.run(_publish, nodes={ranks[0]: 2, ranks[1]: 1})
+            for _ in range(100):
+                if updates:
+                    break
+                await asyncio.sleep(0.05)
+            following.cancel()
+            await asyncio.gather(following, return_exceptions=True)
+            return updates, follower, follower.shape.nodes
+
+    updates, follower, plan_nodes = asyncio.run(main())
+    assert updates, "the follower never read both ranks' counts"
+    read, steps, write = updates[-1]
+    assert (read.name, read.done, read.total) == ("read sales", 0, 1)  # no scan evaluated yet on the slowest rank
+    assert (steps.name, steps.done, steps.total, steps.unit) == ("steps", min(1, plan_nodes - 1), plan_nodes, NODE_UNIT)
+    assert (write.done, write.total) == (0, 1)
+    assert follower.last is not None and follower.last.events == 3
+    assert "read" in follower.summary() and "3 trace events" in follower.summary()
