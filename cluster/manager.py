@@ -69,6 +69,8 @@ CLUSTER_LOST = "cluster_lost"
 TIMED_OUT = "timed_out"
 #: A multi-GPU job one of whose ranks was stopped (SIGSTOP) for ``hung_worker_s``.
 WORKER_HUNG = "worker_hung"
+#: A multi-GPU job whose ranks logged no trace event for ``multi_gpu_stall_s``.
+QUERY_STALLED = "query_stalled"
 SWEEP_DELAYS_S = (1.0, 4.0, 30.0)
 #: How long a restart of the workers running a stopped job may take before it is logged and left to the nanny.
 RESTART_TIMEOUT_S = 60.0
@@ -137,6 +139,8 @@ class _ActiveJob:
     task_keys: frozenset[str] = frozenset()
     #: A job across every GPU worker (cudf-polars' DaskEngine): the workers its ranks run on.
     across_workers: list[str] = field(default_factory=list)
+    #: Being failed by the service (a stopped rank, a stalled query) before its workers restart.
+    failing: bool = False
     log: JobLog = field(default_factory=JobLog)
     plugin_ended: asyncio.Event = field(default_factory=asyncio.Event)
     #: The job's tasks are done and its progress final: progress events arriving later are stale.
@@ -191,6 +195,9 @@ class JobManager:
     hung_worker_s
         A worker that sends no heartbeat for this long while jobs run is taken to be hung and
         restarted (cluster/hung_workers.py); its tasks run again elsewhere. 0: never.
+    multi_gpu_stall_s
+        A job across the GPU workers whose ranks' trace events stop for this long fails as
+        ``query_stalled`` and its workers restart (cluster/rank_progress.py). 0: never.
     allowed_roots
         The data roots. A job's paths are checked against them again when it starts, its
         sources' files as they are listed, and its sink's parent at the commit (a link may have
@@ -217,6 +224,7 @@ class JobManager:
         default_engine: EngineName = "auto",
         default_timeout_s: float = 86_400.0,
         hung_worker_s: float = 60.0,
+        multi_gpu_stall_s: float = 1800.0,
         allowed_roots: list[str] | None = None,
         replica_id: str = "local",
         poll_interval_s: float = 1.0,
@@ -233,6 +241,7 @@ class JobManager:
         self.default_timeout_s = default_timeout_s
         self.hung_worker_s = hung_worker_s
         self._stopped_since: dict[str, float] = {}  # a multi-GPU rank seen stopped: since when (loop time)
+        self.multi_gpu_stall_s = multi_gpu_stall_s
         self.allowed_roots = allowed_roots
         self.replica_id = replica_id
         self.poll_interval_s = poll_interval_s
@@ -389,17 +398,26 @@ class JobManager:
         if not hung:
             return
         for active in list(self._active.values()):
-            if active.committing or active.cancel_requested or not set(hung) & set(active.across_workers):
+            if not set(hung) & set(active.across_workers):
                 continue
             message = (f"GPU worker(s) {', '.join(hung)} of this job's ranks stopped running (their process is stopped, as by "
                        f"SIGSTOP) for {self.hung_worker_s:g} s (SPILLWAY_HUNG_WORKER_S): the query cannot go on without them; "
                        "its workers are restarted and nothing was committed")
-            active.log.add(f"{self._now()} {message}")
-            log.warning("job %s: %s", active.job_id, message)
-            await self._fail(active.job_id, WORKER_HUNG, message, active.progress)
-            self._stop_in_background(active, message)
+            await self._fail_stopped_job(active, WORKER_HUNG, message)
         for worker in hung:
             self._stopped_since.pop(worker, None)
+
+    async def _fail_stopped_job(self, active: _ActiveJob, code: str, message: str) -> None:
+        """Fail a multi-GPU job that cannot go on (``code``, ``message``), then restart its workers in the background.
+
+        Failed first: the stop marks the job cancelled, and its runner would record CANCELLED."""
+        if active.committing or active.cancel_requested or active.failing:
+            return
+        active.failing = True
+        active.log.add(f"{self._now()} {message}")
+        log.warning("job %s: %s", active.job_id, message)
+        await self._fail(active.job_id, code, message, active.progress)
+        self._stop_in_background(active, message)
 
     def enqueue(self, job_id: str, owner: str | None = None) -> None:
         """Wake the runners for a PENDING job just stored here (it waits behind older ones, on any replica).
@@ -812,8 +830,13 @@ class JobManager:
             def update(stages: list[StageProgress], elapsed_s: float) -> None:
                 active.progress = active.progress.model_copy(update={"stages": stages, "note": MULTI_GPU_TRACE_NOTE, "elapsed_s": elapsed_s})
 
+            def stalled(silent_s: float) -> None:
+                message = (f"the ranks logged no cudf-polars trace event for {silent_s:.0f} s (SPILLWAY_MULTI_GPU_STALL_S): the query is "
+                           "taken to be stuck (a rank waiting for another forever); its workers are restarted and nothing was committed")
+                self._spawn(self._fail_stopped_job(active, QUERY_STALLED, message))
+
             follower = RankFollower(self.cluster.client, active.across_workers, frame, active.progress.stages, read_stages,
-                                    self.progress_interval, update)
+                                    self.progress_interval, update, stall_s=self.multi_gpu_stall_s, stalled=stalled)
             following = asyncio.create_task(follower.run(), name=f"spillway-ranks-{job.id}")
             try:
                 result: MultiGpuResult = await asyncio.to_thread(

@@ -5,6 +5,10 @@ can send nothing; it counts cudf-polars' trace events and writes the counts to a
 worker's directory (jobs/gpu_trace_progress.py). The nanny beside each worker has a free event
 loop and reads that file for the service about once a second. The query ends with its slowest
 rank, so the stages show that rank's counts.
+
+The same counts tell a stuck query from a slow one: a healthy query logs an event per chunk it
+reads or computes, so ranks whose events have not moved for ``stall_s`` wait for each other
+forever (a rank blocked, a collective that never completes).
 """
 
 from __future__ import annotations
@@ -28,9 +32,12 @@ class RankFollower:
 
     def __init__(
         self, client: Client, ranks: list[str], frame: pl.LazyFrame, stages: list[StageProgress], read_stages: set[str],
-        interval: float, update: Callable[[list[StageProgress], float], None],
+        interval: float, update: Callable[[list[StageProgress], float], None], *,
+        stall_s: float = 0.0, stalled: Callable[[float], None] | None = None,
     ) -> None:
         self.client, self.ranks, self.interval, self.update = client, list(ranks), interval, update
+        #: ``stalled(seconds)`` is called once when the ranks' events have not moved for ``stall_s`` (0: never).
+        self.stall_s, self.stalled = stall_s, stalled
         self.shape = plan_shape(frame)
         self.planned = [(stage.name, 1 if stage.name in read_stages else None) for stage in stages]
         #: Readings in which every rank answered, and the last of them.
@@ -40,6 +47,7 @@ class RankFollower:
     async def run(self) -> None:
         """Until cancelled (when the query ends). A rank that has published nothing (traces off) leaves the stages as they are."""
         started = time.perf_counter()
+        moved_at, events, told = started, -1, False
         while True:
             await asyncio.sleep(self.interval)
             try:
@@ -52,6 +60,12 @@ class RankFollower:
                 continue
             self.last = slowest_rank(readings)
             self.readings += 1
+            now = time.perf_counter()
+            if self.last.events != events:
+                moved_at, events = now, self.last.events
+            elif self.stall_s > 0 and now - moved_at >= self.stall_s and not told and self.stalled is not None:
+                told = True
+                self.stalled(now - moved_at)
             rows = stage_rows(self.planned, self.shape, self.last, finished=False)
             self.update([StageProgress(name=name, done=done, total=total, unit=unit) for name, done, total, unit in rows],
                         round(time.perf_counter() - started, 3))

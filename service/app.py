@@ -94,6 +94,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             default_engine=settings.default_engine,
             default_timeout_s=settings.default_job_timeout_s,
             hung_worker_s=settings.hung_worker_s,
+            multi_gpu_stall_s=settings.multi_gpu_stall_s,
             allowed_roots=settings.allowed_roots,
             metrics=metrics,
             replica_id=replica.id,

@@ -47,6 +47,12 @@ class Settings(BaseSettings):
         description="A worker that sends no heartbeat for this many seconds while jobs run is taken to be hung and restarted; "
         "its tasks run again on the other workers (0: never). Heartbeats come every 0.5-5 s.",
     )
+    multi_gpu_stall_s: float = Field(
+        default=1800.0, ge=0,
+        description="A job across the GPU workers whose ranks log no cudf-polars trace event for this many seconds is taken to be "
+        "stuck (a rank deadlocked or waiting for another forever): it fails as query_stalled and its workers restart (0: never; "
+        "needs cluster.gpu_trace_progress, whose events are what moves). A healthy query logs one per chunk it reads or computes.",
+    )
     default_job_timeout_s: float = Field(
         default=86_400.0,
         gt=0,

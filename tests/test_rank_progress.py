@@ -88,3 +88,28 @@ def test_the_follower_reads_every_ranks_counts_through_its_nanny_and_shows_the_s
     assert (write.done, write.total) == (0, 1)
     assert follower.last is not None and follower.last.events == 3
     assert "read" in follower.summary() and "3 trace events" in follower.summary()
+
+
+def test_ranks_whose_events_stop_moving_are_reported_stalled_once() -> None:
+    frame = pl.LazyFrame({"a": [1]}).select(pl.col("a") + 1)
+    stages = [StageProgress(name="steps", done=0, total=1), StageProgress(name="write", done=0, total=1)]
+
+    async def main() -> tuple[list[float], list[float]]:
+        async with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, asynchronous=True) as cluster, \
+                Client(cluster, asynchronous=True) as client:
+            ranks = sorted(await client.run(lambda: None))
+            stalls: list[float] = []
+            follower = RankFollower(client, ranks, frame, stages, set(), 0.05, lambda *_: None, stall_s=0.6, stalled=stalls.append)
+            following = asyncio.create_task(follower.run())
+            for round_ in range(1, 6):  # events moving every 0.2 s: never stalled
+                await client.run(_publish, nodes={ranks[0]: round_, ranks[1]: round_})
+                await asyncio.sleep(0.2)
+            moving = list(stalls)
+            await asyncio.sleep(1.5)  # then nothing moves
+            following.cancel()
+            await asyncio.gather(following, return_exceptions=True)
+            return moving, stalls
+
+    moving, stalls = asyncio.run(main())
+    assert moving == []
+    assert len(stalls) == 1 and stalls[0] >= 0.6  # reported once, though silent for over twice as long
