@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 from rich.markup import escape
 
-from spillway.service.cli_common import DEFAULT_URL, UrlOption, console, err, fail, plural
+from spillway.service.cli_common import DEFAULT_URL, UrlOption, console, err, fail, plural, unreachable
 from spillway.service.cli_db import db_app
 from spillway.service.cli_delete import delete
 from spillway.service.cli_pipelines import pipeline_app
@@ -238,6 +238,10 @@ def submit(
     url: UrlOption = DEFAULT_URL,
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Follow progress and print the result manifest.")] = False,
     overrides: SetOption = None,
+    idempotency_key: Annotated[str | None, typer.Option(
+        "--idempotency-key", help="Sent again with the same key (after a timeout, say), the submit returns the job the first one made, "
+        "never a second. Without it the client makes one per call, which covers its own retries only.",
+    )] = None,
 ) -> None:
     """Submit a job spec. With --wait, show progress per stage and print where the result is."""
     from spillway.service.client import ApiError
@@ -245,11 +249,11 @@ def submit(
     spec = load_spec(spec_file, overrides)
     with _client(url) as client:
         try:
-            accepted = client.submit(spec)
+            accepted = client.submit(spec, idempotency_key=idempotency_key)
         except ApiError as exc:
             raise _fail(str(exc), 2) from exc
         except Exception as exc:  # noqa: BLE001 - connection problems, said plainly
-            raise _fail(f"cannot reach {url}: {exc}. Is `spillway serve` running?") from exc
+            raise _fail(unreachable(exc, url)) from exc
         console.print(f"submitted [bold]{accepted.id}[/] ({spec.name})")
         if not wait:
             console.print(f"follow it: spillway wait {accepted.id}")
@@ -540,7 +544,7 @@ def main() -> None:
             err.print(f"[bold red]error:[/] {escape(str(exc))}")
             raise SystemExit(1) from None
         if isinstance(exc, httpx.TransportError):
-            err.print(f"[bold red]error:[/] cannot reach the service: {escape(str(exc))}. Is `spillway serve` running (see --url)?")
+            err.print(f"[bold red]error:[/] {escape(unreachable(exc, 'the service'))}")
             raise SystemExit(1) from None
         raise
 

@@ -31,3 +31,13 @@ def fail(message: str, code: int = 1) -> typer.Exit:
 def plural(count: int, noun: str) -> str:
     """``1 job``, ``2 jobs`` (nouns that take an s)."""
     return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def unreachable(exc: BaseException, url: str) -> str:
+    """What to tell the user when a request to ``url`` got no answer (an httpx transport error, passed untyped to keep httpx unloaded)."""
+    name = type(exc).__name__
+    if name.endswith("Timeout") and name != "ConnectTimeout":  # ReadTimeout, WriteTimeout, PoolTimeout: the service is there
+        return (f"{url} did not answer in time ({exc or name}). It may be busy: a submit reads every source file's footer. "
+                "`spillway list` shows whether the job was created; a submit sent again with the same --idempotency-key "
+                "never makes a second one.")
+    return f"cannot reach {url}: {exc or name}. Is `spillway serve` running (see --url)?"

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 from rich.markup import escape
 
-from spillway.service.cli_common import DEFAULT_URL, UrlOption, console, fail, plural
+from spillway.service.cli_common import DEFAULT_URL, UrlOption, console, fail, plural, unreachable
 
 if TYPE_CHECKING:
     from spillway.service.pipelines.client import PipelineClient
@@ -57,7 +57,7 @@ def _client(ctx: typer.Context, url: str) -> Iterator[PipelineClient]:
         except ApiError as exc:
             raise _fail(str(exc), 2 if exc.status == 422 else 1) from exc
         except httpx.HTTPError as exc:
-            raise _fail(f"cannot reach {url}: {exc}. Is `spillway serve` running?") from exc
+            raise _fail(unreachable(exc, url)) from exc
 
 
 @pipeline_app.callback()

@@ -6,6 +6,7 @@ import functools
 import json
 import ssl
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -97,6 +98,14 @@ class JobEvent:
         self.job = JobView.model_validate(data["job"]) if data.get("job") else None
 
 
+#: Seconds a submit may take at least: its checks read every source file's footer (thousands of files: seconds).
+SUBMIT_TIMEOUT_S = 300.0
+#: How many times a submit whose answer was lost is sent again, with the same Idempotency-Key.
+SUBMIT_RETRIES = 2
+#: Seconds before the first retry (the second waits twice as long).
+SUBMIT_RETRY_PAUSE_S = 1.0
+
+
 class SpillwayClient:
     """A synchronous client for one Spillway service.
 
@@ -137,11 +146,24 @@ class SpillwayClient:
     def submit(self, spec: JobSpec | dict[str, Any], *, idempotency_key: str | None = None) -> JobAccepted:
         """Submit a job; it is validated against its sources before it is accepted.
 
-        The same ``idempotency_key`` sent again returns the same job, never a second run.
+        The same ``idempotency_key`` sent again returns the same job, never a second run. Without
+        one the client makes one (a random UUID), so that a submit whose answer was lost (a
+        timeout, a dropped connection) is sent again, up to :data:`SUBMIT_RETRIES` times, and gets
+        the job the first attempt created instead of a second. A submit may take up to
+        :data:`SUBMIT_TIMEOUT_S` (or the client's timeout, if longer): its checks read every
+        source file's footer.
         """
         body = spec.model_dump(mode="json") if isinstance(spec, JobSpec) else spec
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-        return JobAccepted.model_validate(self._request("POST", "/jobs", json=body, headers=headers))
+        headers = {"Idempotency-Key": idempotency_key or uuid.uuid4().hex}
+        timeout = max(SUBMIT_TIMEOUT_S, self._http.timeout.read or 0.0)
+        for attempt in range(SUBMIT_RETRIES + 1):
+            try:
+                return JobAccepted.model_validate(self._request("POST", "/jobs", json=body, headers=headers, timeout=timeout))
+            except httpx.TransportError:
+                if attempt == SUBMIT_RETRIES:
+                    raise
+                time.sleep(SUBMIT_RETRY_PAUSE_S * (attempt + 1))
+        raise AssertionError("unreachable")  # the loop returns or raises
 
     def validate(self, spec: JobSpec | dict[str, Any]) -> ValidationReport:
         """Every check ``submit`` makes, and the engine the job would run on; no job is created.
