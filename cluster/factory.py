@@ -223,12 +223,16 @@ def _read_handshake(stream: Any, timeout: float) -> dict[str, Any]:
 
     def read() -> None:
         for line in stream:
-            if not shook_hands.is_set() and line.startswith(HANDSHAKE):
-                result.clear()
-                result.update(json.loads(line[len(HANDSHAKE):]))
-                shook_hands.set()
-                continue
-            log.info("cluster process: %s", line.rstrip())
+            try:
+                if not shook_hands.is_set() and line.startswith(HANDSHAKE):
+                    reply = json.loads(line[len(HANDSHAKE):])
+                    result.clear()
+                    result.update(reply)
+                    shook_hands.set()
+                    continue
+                log.info("cluster process: %s", line.rstrip())
+            except Exception as exc:  # noqa: BLE001 - a line it cannot take: say so and read on, or the pipe fills
+                log.warning("cluster process: unreadable line %r (%s: %s)", line[:200], type(exc).__name__, exc)
         shook_hands.set()  # EOF: the child exited
 
     reader = threading.Thread(target=read, daemon=True, name="spillway-cluster-stdout")

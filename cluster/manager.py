@@ -372,10 +372,13 @@ class JobManager:
                 # A job across the GPU workers keeps their event loops busy in client.run: silent, not hung.
                 spare = frozenset(worker for active in self._active.values() for worker in active.across_workers)
                 restarted = await restart_silent_workers(self.cluster.client, self.hung_worker_s, spare=spare)
-                await self._fail_jobs_of_stopped_ranks(sorted(spare))
             except Exception as exc:  # noqa: BLE001 - a cluster being replaced: the supervisor's business, try again next round
                 log.debug("hung-worker check failed: %s: %s", type(exc).__name__, exc)
                 continue
+            try:
+                await self._fail_jobs_of_stopped_ranks(sorted(spare))
+            except Exception as exc:  # noqa: BLE001 - as above; the silent workers' restarts are still reported below
+                log.debug("stopped-rank check failed: %s: %s", type(exc).__name__, exc)
             if restarted:
                 message = (f"worker(s) {', '.join(restarted)} sent no heartbeat for {self.hung_worker_s:g} s "
                            "(SPILLWAY_HUNG_WORKER_S): restarted; their tasks run again on the other workers")
@@ -410,13 +413,21 @@ class JobManager:
     async def _fail_stopped_job(self, active: _ActiveJob, code: str, message: str) -> None:
         """Fail a multi-GPU job that cannot go on (``code``, ``message``), then restart its workers in the background.
 
-        Failed first: the stop marks the job cancelled, and its runner would record CANCELLED."""
+        Failed first: the stop marks the job cancelled, and its runner would record CANCELLED. Not
+        stopped where it ended first (committed, cancelled), nor twice; tried again next time where
+        the failure could not be recorded."""
         if active.committing or active.cancel_requested or active.failing:
             return
         active.failing = True
+        try:
+            failed = await self._fail(active.job_id, code, message, active.progress)
+        except Exception:
+            active.failing = False  # the database did not answer: the next check tries again
+            raise
+        if not failed or active.cancel_requested:
+            return
         active.log.add(f"{self._now()} {message}")
         log.warning("job %s: %s", active.job_id, message)
-        await self._fail(active.job_id, code, message, active.progress)
         self._stop_in_background(active, message)
 
     def enqueue(self, job_id: str, owner: str | None = None) -> None:
@@ -837,11 +848,11 @@ class JobManager:
 
             follower = RankFollower(self.cluster.client, active.across_workers, frame, active.progress.stages, read_stages,
                                     self.progress_interval, update, stall_s=self.multi_gpu_stall_s, stalled=stalled)
-            following = asyncio.create_task(follower.run(), name=f"spillway-ranks-{job.id}")
+            following = asyncio.create_task(follower.run(job.id), name=f"spillway-ranks-{job.id}")
             try:
                 result: MultiGpuResult = await asyncio.to_thread(
                     run_across_gpus, self._multi_gpu, self.cluster.client.scheduler.address, active.across_workers, frame, target,
-                    placement.spill_device_limit, bool(self.cluster.extra.get("allow_gpu_sharing")),
+                    placement.spill_device_limit, bool(self.cluster.extra.get("allow_gpu_sharing")), job.id,
                 )
             except Exception as exc:
                 if active.cancel_requested:
@@ -1068,9 +1079,10 @@ class JobManager:
             await asyncio.to_thread(writer.abort)
         self._sweeps.discard(asyncio.current_task())  # type: ignore[arg-type]
 
-    async def _fail(self, job_id: str, code: str, message: str, progress: JobProgress, *, field: str | None = None) -> None:
+    async def _fail(self, job_id: str, code: str, message: str, progress: JobProgress, *, field: str | None = None) -> bool:
+        """Record the job FAILED; False where it had ended already."""
         error = ErrorDetail(code=code, message=message, field=field)
-        await asyncio.to_thread(self.store.finish, job_id, JobStatus.FAILED, progress=progress, error=error)
+        return await asyncio.to_thread(self.store.finish, job_id, JobStatus.FAILED, progress=progress, error=error)
 
     async def _cleanup(self, active: _ActiveJob) -> None:
         client = self.cluster.client

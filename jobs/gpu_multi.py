@@ -55,9 +55,9 @@ MULTI_GPU_NOTE = (
 MULTI_GPU_TRACE_NOTE = (
     "cudf-polars runs all of this job's steps as one query across every GPU worker (its DaskEngine, one rank per worker). "
     "Each rank counts its trace events and writes the counts in its worker's directory, which the service reads through "
-    "the worker's nanny about once a second (the ranks keep their workers' event loops busy). The steps stage counts the "
-    "plan's nodes the slowest rank has streamed through; each source's read shows 1 of 1 once that rank has run every "
-    "scan; the write completes with the query. elapsed_s counts the seconds so far."
+    "the worker's nanny every progress interval (the ranks keep their workers' event loops busy). The steps stage counts "
+    "the plan's nodes streamed through, the lowest count over the ranks; each source's read shows 1 of 1 once every rank "
+    "has run every scan; the write completes with the query. elapsed_s counts the seconds so far."
 )
 #: Where the ranks write, inside the staging directory; hidden, so no commit could list it.
 RANKS_FOLDER = ".spillway-ranks"
@@ -193,14 +193,14 @@ class MultiGpuEngines:
             self._key, self._worker_ids, self._engine_generation = key, worker_ids(self._client, workers), generation
             return self._engine, time.perf_counter() - started
 
-    def count_traces(self, workers: list[str]) -> None:
-        """Before a query: its ranks count cudf-polars' trace events from zero and publish them (:func:`_count_traces`)."""
+    def count_traces(self, workers: list[str], query: str) -> None:
+        """Before ``query`` (a job's id): its ranks count cudf-polars' trace events from zero and publish them (:func:`_count_traces`)."""
         with self._lock:
             client = self._client
         if client is None:
             return
         try:
-            client.run(_count_traces, workers=list(workers))
+            client.run(_count_traces, query, workers=list(workers))
         except Exception as exc:  # noqa: BLE001 - progress is a report: a rank that cannot count still runs the query
             log.warning("the ranks' trace counts could not be started: %s: %s", type(exc).__name__, exc)
 
@@ -219,7 +219,7 @@ class MultiGpuEngines:
         return engine, client
 
 
-def _count_traces(dask_worker: Any) -> bool:
+def _count_traces(dask_worker: Any, query: str) -> bool:
     """On a rank, before its query: count cudf-polars' trace events (and drop them) from zero, publishing the counts in
     the worker's directory for its nanny to read; whether traces are on.
 
@@ -229,7 +229,7 @@ def _count_traces(dask_worker: Any) -> bool:
 
     if not install():
         return False
-    COUNTER.reset(publish_to=Path(dask_worker.local_directory) / COUNTS_FILE)
+    COUNTER.reset(publish_to=Path(dask_worker.local_directory) / COUNTS_FILE, query=query)
     return True
 
 
@@ -263,12 +263,13 @@ def _shut(engine: Any, client: Any) -> None:
 
 def run_across_gpus(
     engines: MultiGpuEngines, scheduler_address: str, workers: list[str], frame: pl.LazyFrame, target: OutputTarget,
-    spill_device_limit: int | None, gpu_sharing: bool = False,
+    spill_device_limit: int | None, gpu_sharing: bool = False, query: str = "",
 ) -> MultiGpuResult:
     """Run ``frame`` on ``workers`` (every GPU worker of the cluster), into ``target``'s staging directory.
 
     Blocking: call it in a thread. ``spill_device_limit`` (bytes per worker) is where rapidsmpf
-    starts spilling to host; None keeps its default (80 % of the device).
+    starts spilling to host; None keeps its default (80 % of the device). ``query`` (the job's id) marks
+    the trace counts the ranks publish while it runs (cluster/rank_progress.py).
 
     Raises
     ------
@@ -281,7 +282,7 @@ def run_across_gpus(
     ranks_dir = Path(target.location) / RANKS_FOLDER
     sink = target.sink
     engine, bootstrap_s = engines.get(scheduler_address, workers, spill_device_limit, gpu_sharing)
-    engines.count_traces(workers)
+    engines.count_traces(workers, query)
     got = time.perf_counter()
     try:
         verify_checked(target.checked)

@@ -18,6 +18,7 @@ node counts for its source. Never 100 % before the query ends.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -76,17 +77,19 @@ class PlanNodeCounter:
         self._plan_nodes: int | None = None
         self._publish_to: Path | None = None
         self._published_at = 0.0
+        self._query: str | None = None
 
-    def reset(self, publish_to: Path | None = None) -> None:
+    def reset(self, publish_to: Path | None = None, query: str | None = None) -> None:
         """Start counting a new query; with ``publish_to``, also write the counts there (now, then every
-        :data:`PUBLISH_EVERY_S` at most, from the query's own thread)."""
+        :data:`PUBLISH_EVERY_S` at most, from the query's own thread), marked with ``query`` (the job's
+        id: a reader tells them from the counts of the query before)."""
         with self._lock:
             self._nodes = self._scans = self._actors = self._events = 0
             self._plan_nodes = None
-            self._publish_to = publish_to
+            self._publish_to, self._query = publish_to, query
             self._published_at = time.monotonic()
         if publish_to is not None:
-            _write_counts(publish_to, self.counts())
+            _write_counts(publish_to, self.counts(), query)
 
     def record(self, event: dict[str, Any]) -> None:
         """Count one structlog event of cudf-polars (others are ignored)."""
@@ -102,30 +105,33 @@ class PlanNodeCounter:
                 plan = event.get("plan")
                 nodes = plan.get("nodes") if isinstance(plan, dict) else None
                 self._plan_nodes = len(nodes) if isinstance(nodes, dict) else None
-            path, now = self._publish_to, time.monotonic()
+            path, query, now = self._publish_to, self._query, time.monotonic()
             due = path is not None and now - self._published_at >= PUBLISH_EVERY_S
             if due:
                 self._published_at = now
         if due and path is not None:
-            _write_counts(path, self.counts())
+            _write_counts(path, self.counts(), query)
 
     def counts(self) -> NodeCounts:
         with self._lock:
             return NodeCounts(self._nodes, self._scans, self._plan_nodes, self._actors, self._events)
 
 
-def _write_counts(path: Path, counts: NodeCounts) -> None:
-    """Replace ``path`` with ``counts`` at once (a reader never sees half a file); a failed write is skipped."""
-    partial = path.with_name(f".{path.name}.{os.getpid()}")
+def _write_counts(path: Path, counts: NodeCounts, query: str | None) -> None:
+    """Replace ``path`` with ``counts`` at once (a reader never sees half a file); a failed write is skipped.
+
+    The partial file is this thread's own: two threads writing at once never share one."""
+    partial = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
     try:
-        partial.write_text(json.dumps(asdict(counts)))
+        partial.write_text(json.dumps({**asdict(counts), "query": query}))
         os.replace(partial, path)
     except OSError:  # progress is a report: the query goes on
-        pass
+        with contextlib.suppress(OSError):
+            partial.unlink()
 
 
 def rank_trace_counts(dask_worker: Any) -> tuple[str | None, dict[str, Any] | None]:
-    """On a nanny: its worker's address and the counts its rank last published (None: none, or unreadable)."""
+    """On a nanny: its worker's address and the counts its rank last published, with their ``query`` (None: none, or unreadable)."""
     folder = dask_worker.worker_dir
     try:
         return dask_worker.worker_address, json.loads((Path(folder) / COUNTS_FILE).read_text()) if folder else None
@@ -134,8 +140,10 @@ def rank_trace_counts(dask_worker: Any) -> tuple[str | None, dict[str, Any] | No
 
 
 def slowest_rank(readings: list[dict[str, Any]]) -> NodeCounts:
-    """One count for a query across ranks: each figure of the rank furthest behind (the query ends with the last)."""
-    counts = [NodeCounts(**reading) for reading in readings]
+    """One count for a query across ranks: each figure at its lowest over the ranks (the query ends with the last),
+    the events summed."""
+    fields = NodeCounts.__dataclass_fields__
+    counts = [NodeCounts(**{key: value for key, value in reading.items() if key in fields}) for reading in readings]
     plan_nodes = {c.plan_nodes for c in counts}
     return NodeCounts(
         nodes=min(c.nodes for c in counts), scans=min(c.scans for c in counts),

@@ -27,12 +27,12 @@ def test_a_counter_publishes_its_counts_at_once_and_then_at_most_every_interval(
     path = tmp_path / COUNTS_FILE
     counter = PlanNodeCounter()
     counter.reset(publish_to=path)
-    assert json.loads(path.read_text()) == {"nodes": 0, "scans": 0, "plan_nodes": None, "actors_done": 0, "events": 0}
+    assert json.loads(path.read_text()) == {"nodes": 0, "scans": 0, "plan_nodes": None, "actors_done": 0, "events": 0, "query": None}
     counter.record({"event": "Execute IR", "type": "Scan"})
     assert json.loads(path.read_text())["events"] == 0  # within the interval: not written again
     monkeypatch.setattr(gpu_trace_progress, "PUBLISH_EVERY_S", 0.0)
     counter.record({"event": "Read Chunk"})  # an event it does not count as a node still moves the query
-    assert json.loads(path.read_text()) == {"nodes": 1, "scans": 1, "plan_nodes": None, "actors_done": 0, "events": 2}
+    assert json.loads(path.read_text()) == {"nodes": 1, "scans": 1, "plan_nodes": None, "actors_done": 0, "events": 2, "query": None}
     counter.reset()  # the next query on this worker, on one GPU: nothing published any more
     counter.record({"event": "Execute IR", "type": "Scan"})
     assert json.loads(path.read_text())["events"] == 2
@@ -48,12 +48,12 @@ def test_the_slowest_rank_sets_each_figure_and_events_add_up() -> None:
                          {"nodes": 1, "scans": 0, "plan_nodes": 8, "actors_done": 0, "events": 1}]).plan_nodes is None
 
 
-def _publish(dask_worker: Any, nodes: dict[str, int]) -> None:
-    """On a worker: publish counts as a rank does after ``nodes[its address]`` evaluated nodes."""
+def _publish(dask_worker: Any, nodes: dict[str, int], query: str = "job1") -> None:
+    """On a worker: publish counts as a rank running ``query`` does after ``nodes[its address]`` evaluated nodes."""
     from spillway.jobs import gpu_trace_progress as traces
 
     traces.PUBLISH_EVERY_S = 0.0
-    traces.COUNTER.reset(publish_to=Path(dask_worker.local_directory) / traces.COUNTS_FILE)
+    traces.COUNTER.reset(publish_to=Path(dask_worker.local_directory) / traces.COUNTS_FILE, query=query)
     for _ in range(nodes[dask_worker.address]):
         traces.COUNTER.record({"event": "Execute IR", "type": "Filter"})
 
@@ -68,9 +68,12 @@ def test_the_follower_reads_every_ranks_counts_through_its_nanny_and_shows_the_s
             ranks = sorted(await client.run(lambda: None))
             updates: list[list[StageProgress]] = []
             follower = RankFollower(client, ranks, frame, stages, {"read sales"}, 0.05, lambda rows, _: updates.append(rows))
-            following = asyncio.create_task(follower.run())
+            following = asyncio.create_task(follower.run("job1"))
             await asyncio.sleep(0.5)
             assert updates == [] and follower.readings == 0  # no rank has published: the stages stay as they are
+            await client.run(_publish, nodes={ranks[0]: 9, ranks[1]: 9}, query="job0")
+            await asyncio.sleep(0.5)
+            assert updates == []  # the job before's counts, still in the files: not this job's
             await client.run(_publish, nodes={ranks[0]: 2, ranks[1]: 1})
             for _ in range(100):
                 if updates:
@@ -100,16 +103,16 @@ def test_ranks_whose_events_stop_moving_are_reported_stalled_once() -> None:
             ranks = sorted(await client.run(lambda: None))
             stalls: list[float] = []
             follower = RankFollower(client, ranks, frame, stages, set(), 0.05, lambda *_: None, stall_s=0.6, stalled=stalls.append)
-            following = asyncio.create_task(follower.run())
+            following = asyncio.create_task(follower.run("job1"))
             for round_ in range(1, 6):  # events moving every 0.2 s: never stalled
                 await client.run(_publish, nodes={ranks[0]: round_, ranks[1]: round_})
                 await asyncio.sleep(0.2)
             moving = list(stalls)
-            await asyncio.sleep(1.5)  # then nothing moves
+            await asyncio.sleep(1.0)  # then nothing moves: told once in 1.0 s (again only after 1.2 s)
             following.cancel()
             await asyncio.gather(following, return_exceptions=True)
             return moving, stalls
 
     moving, stalls = asyncio.run(main())
     assert moving == []
-    assert len(stalls) == 1 and stalls[0] >= 0.6  # reported once, though silent for over twice as long
+    assert len(stalls) == 1 and stalls[0] >= 0.6
