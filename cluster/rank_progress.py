@@ -41,6 +41,7 @@ class RankFollower:
         #: once more; 0: never).
         self.stall_s, self.stalled = stall_s, stalled
         self._moved_at, self._events = time.perf_counter(), -1
+        self._warned = False
         self.shape = plan_shape(frame)
         self.planned = [(stage.name, 1 if stage.name in read_stages else None) for stage in stages]
         #: Readings in which every rank answered, and the last of them.
@@ -61,8 +62,10 @@ class RankFollower:
                 await self._read(query, started)
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - a nanny restarting, an odd file: read again next time, said once in a while
-                log.warning("could not read the ranks' trace counts: %s: %s", type(exc).__name__, exc)
+            except Exception as exc:  # noqa: BLE001 - a nanny restarting, an odd file: read again next time (said once a job)
+                log.log(logging.DEBUG if self._warned else logging.WARNING, "could not read the ranks' trace counts: %s: %s",
+                        type(exc).__name__, exc)
+                self._warned = True
 
     async def _read(self, query: str, started: float) -> None:
         answers = await nanny_answers(self.client, rank_trace_counts, self.ranks)
