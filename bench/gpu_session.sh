@@ -9,6 +9,7 @@
 #     bash bench/gpu_session.sh concurrent # after tpch10: eight jobs at once on one GPU, 1, 2 and 4 workers
 #     bash bench/gpu_session.sh multi      # TPC-H SF 10, every query across two workers sharing the GPU (DaskEngine)
 #     bash bench/gpu_session.sh long       # one query of ~6 minutes across two workers sharing the GPU (worker-ttl is 5)
+#     bash bench/gpu_session.sh multi-tests  # the GPU tests of jobs across the workers and of faults
 #     bash bench/gpu_session.sh plans      # TPC-H SF 10 over REST and in process with both orders of filters and read casts; semi joins two ways
 #
 # Logs and JSON go under $OUT; bench/RESULTS.md records what they said.
@@ -46,8 +47,15 @@ multi)
     echo "multi rc=$?"; tail -40 "$OUT/multi.log"
     ;;
 long)
-    timeout 590 python3 bench/long_query.py --out "$OUT" --work /tmp/spw_tpch --sf 10 --target-s 360 --deadline 560 "$@" > "$OUT/long_query.log" 2>&1
+    # Within one 600 s call that also installs the wheels (~15 s).
+    timeout 565 python3 bench/long_query.py --out "$OUT" --work /tmp/spw_tpch --sf 10 --target-s 340 --deadline 540 "$@" > "$OUT/long_query.log" 2>&1
     echo "long rc=$?"; tail -45 "$OUT/long_query.log"
+    ;;
+multi-tests)
+    # The GPU tests of jobs across the workers and of faults (two workers sharing the GPU): ~100 s.
+    timeout 300 python3 -m pytest -m gpu tests/test_gpu_multi.py tests/test_gpu_faults.py -o addopts="" -q -rs -p no:cacheprovider "$@" \
+        > "$OUT/gpu_multi_tests.log" 2>&1
+    echo "multi tests rc=$?"; tail -15 "$OUT/gpu_multi_tests.log"
     ;;
 plans)
     timeout 420 python3 bench/gpu_tpch.py --out "$OUT" --work /tmp/spw_tpch --sf 10 --parts 1 --gpus 0 \
@@ -66,6 +74,6 @@ spill)
     echo "spill rc=$?"; tail -30 "$OUT/spill.log"
     ;;
 *)
-    echo "usage: bash bench/gpu_session.sh tests|tpch10|tpch100|plans|spill|concurrent|multi|long" >&2; exit 2
+    echo "usage: bash bench/gpu_session.sh tests|tpch10|tpch100|plans|spill|concurrent|multi|multi-tests|long" >&2; exit 2
     ;;
 esac
