@@ -211,3 +211,12 @@ def test_the_cli_s_copies_of_the_state_names_are_the_service_s() -> None:
 
     assert JOB_STATES == tuple(state.value for state in JobStatus)
     assert RUN_STATES == tuple(state.value for state in RunState)
+
+
+def test_submit_with_the_same_idempotency_key_twice_is_one_job(service: ServiceProcess, sample_data: dict[str, Path], tmp_path: Path) -> None:
+    """A nightly script that submits again after a timeout, with its own key, gets the job of the first submit."""
+    spec_file = write_spec(tmp_path / "job.yaml", groupby_spec(sample_data, tmp_path / "out"))
+    first = spillway(service, "submit", str(spec_file), "--idempotency-key", "nightly-sales-2026-12-05")
+    again = spillway(service, "submit", str(spec_file), "--idempotency-key", "nightly-sales-2026-12-05")
+    assert first.returncode == 0 and again.returncode == 0, (first.stderr, again.stderr)
+    assert job_id_of(first.stdout) == job_id_of(again.stdout)
