@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 from distributed import Client
 
-from spillway.cluster.gpu_stats import worker_gpu_stats
+from spillway.cluster.gpu_stats import nanny_gpu_stats, worker_gpu_stats
 from spillway.cluster.info import ClusterInfo, worker_info
 from spillway.cluster.local_process import HANDSHAKE
 from spillway.cluster.settings import DASHBOARD_PREFIX, ClusterSettings, parse_memory
@@ -131,6 +131,18 @@ class ClusterHandle:
             return await self.client.run(worker_gpu_stats)
         except Exception as exc:  # noqa: BLE001 - best effort: e.g. workers without Spillway installed
             log.debug("no GPU readings from the workers: %s", exc)
+            return {}
+
+    async def rank_gpu_stats(self, ranks: list[str]) -> dict[str, dict[str, Any]]:
+        """The GPU readings of ``ranks``, workers whose event loops a query holds, taken by their nannies (NVML only)."""
+        if self.backend != "cudf":
+            return {}
+        from spillway.cluster.hung_workers import nanny_answers
+
+        try:
+            return {address: stats for address, stats in await nanny_answers(self.client, nanny_gpu_stats, ranks) if address in ranks}
+        except Exception as exc:  # noqa: BLE001 - best effort, as gpu_stats
+            log.debug("no GPU readings from the ranks' nannies: %s", exc)
             return {}
 
     async def info(self) -> ClusterInfo:

@@ -11,7 +11,9 @@ from spillway.jobs.status import JobResources
 METHOD = (
     "sampled with client.run on every worker each progress interval: device memory in use from NVML "
     "(includes any RMM pool reservation and other jobs running at the same time), and the growth of "
-    "cuDF's spill statistics (device → host bytes) between the first and last sample"
+    "cuDF's spill statistics (device → host bytes) between the first and last sample. A job across the GPU "
+    "workers holds their event loops: its GPUs are read by the workers' nannies, NVML only (its spilling is "
+    "rapidsmpf's, in streaming_spilled_bytes)"
 )
 
 

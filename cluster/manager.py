@@ -846,6 +846,9 @@ class JobManager:
                            "taken to be stuck (a rank waiting for another forever); its workers are restarted and nothing was committed")
                 self._spawn(self._fail_stopped_job(active, QUERY_STALLED, message))
 
+            if active.gpu is not None:  # the ranks' event loops are the query's now: their GPUs are read through their nannies
+                ranks = list(active.across_workers)
+                active.gpu.read = lambda: self.cluster.rank_gpu_stats(ranks)
             follower = RankFollower(self.cluster.client, active.across_workers, frame, active.progress.stages, read_stages,
                                     self.progress_interval, update, stall_s=self.multi_gpu_stall_s, stalled=stalled)
             following = asyncio.create_task(follower.run(job.id), name=f"spillway-ranks-{job.id}")
