@@ -1,0 +1,103 @@
+"""The service's end of a job across the GPU workers that cannot go on, run on CPU workers.
+
+The query itself needs GPUs (tests/test_gpu_multi.py); what the service does around it does not:
+its check of the ranks' processes through their nannies, the failure it records first, and the
+restart of the ranks. Here the "ranks" are the two workers of a real LocalCluster with nannies,
+the store a real SQLite database, and one worker is stopped with SIGSTOP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from distributed import Client, LocalCluster
+
+from spillway.cluster.manager import QUERY_STALLED, WORKER_HUNG, JobManager, _ActiveJob
+from spillway.jobs.spec import JobSpec
+from spillway.jobs.status import EngineChoice, JobStatus
+from spillway.service.store import JobStore
+
+SPEC = JobSpec.model_validate({"name": "across", "source": {"format": "parquet", "path": "/tmp/in.parquet"}, "sink": {"path": "/tmp/out"}})
+ACROSS = EngineChoice(engine="polars", device="gpu", reason="across 2 GPU worker(s) with cudf-polars' DaskEngine")
+
+
+def _running(store: JobStore) -> str:
+    job, _ = store.create(SPEC, "cudf")
+    assert store.transition(job.id, JobStatus.RUNNING)
+    return job.id
+
+
+def test_a_stopped_rank_fails_its_job_as_worker_hung_and_the_ranks_are_restarted(tmp_path: Path) -> None:
+    store = JobStore(f"sqlite:///{tmp_path / 'spillway.db'}")
+    job_id = _running(store)
+
+    async def scenario() -> tuple[dict[str, int], dict[str, int], _ActiveJob]:
+        async with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, asynchronous=True) as cluster, \
+                Client(cluster, asynchronous=True) as client:
+            manager = JobManager(store, cluster=SimpleNamespace(client=client), hung_worker_s=0.5)  # type: ignore[arg-type]
+            before = await client.run(os.getpid)
+            ranks = sorted(before)
+            active = _ActiveJob(job_id, writer=None, engine=ACROSS, across_workers=ranks)  # type: ignore[arg-type]
+            manager._active[job_id] = active
+            await manager._fail_jobs_of_stopped_ranks(ranks)
+            assert store.get(job_id).state == JobStatus.RUNNING  # nothing stopped: nothing done
+            os.kill(before[ranks[0]], signal.SIGSTOP)
+            try:
+                await manager._fail_jobs_of_stopped_ranks(ranks)  # seen stopped: the clock starts
+                assert store.get(job_id).state == JobStatus.RUNNING
+                await asyncio.sleep(0.6)
+                await manager._fail_jobs_of_stopped_ranks(ranks)  # stopped for hung_worker_s: failed, then restarted
+                now: dict[str, int] = {}
+                for _ in range(300):
+                    await asyncio.sleep(0.1)
+                    try:
+                        now = await client.run(os.getpid, on_error="ignore")
+                    except OSError:  # a worker restarting as it is asked
+                        continue
+                    if len(now) == 2 and set(now.values()).isdisjoint(before.values()):
+                        break
+            finally:
+                try:
+                    os.kill(before[ranks[0]], signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+            await asyncio.gather(*manager._sweeps, return_exceptions=True)
+            return before, now, active
+
+    before, after, active = asyncio.run(scenario())
+    job = store.get(job_id)
+    assert job.state == JobStatus.FAILED and job.error is not None and job.error.code == WORKER_HUNG, job.error
+    assert sorted(before)[0] in job.error.message and "SPILLWAY_HUNG_WORKER_S" in job.error.message
+    assert active.cancel_requested  # its runner ends now; the FAILED recorded first stays
+    assert len(after) == 2 and set(after.values()).isdisjoint(before.values())  # both ranks restarted
+    assert any("restarting worker(s)" in line for line in active.log.to_list())
+
+
+def test_a_job_that_ended_first_is_neither_failed_nor_stopped(tmp_path: Path) -> None:
+    store = JobStore(f"sqlite:///{tmp_path / 'spillway.db'}")
+    job_id = _running(store)
+    assert store.finish(job_id, JobStatus.SUCCEEDED)
+    manager = JobManager(store, cluster=None)  # type: ignore[arg-type]
+    active = _ActiveJob(job_id, writer=None, engine=ACROSS, across_workers=["tcp://127.0.0.1:1"])  # type: ignore[arg-type]
+    asyncio.run(manager._fail_stopped_job(active, QUERY_STALLED, "stalled"))
+    assert store.get(job_id).state == JobStatus.SUCCEEDED and not active.cancel_requested
+
+
+def test_a_failure_the_database_did_not_take_is_tried_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = JobStore(f"sqlite:///{tmp_path / 'spillway.db'}")
+    job_id = _running(store)
+    manager = JobManager(store, cluster=None)  # type: ignore[arg-type]
+    active = _ActiveJob(job_id, writer=None, engine=ACROSS, across_workers=["tcp://127.0.0.1:1"])  # type: ignore[arg-type]
+
+    def down(*_: object, **__: object) -> bool:
+        raise OSError("database is locked")
+
+    monkeypatch.setattr(store, "finish", down)
+    with pytest.raises(OSError):
+        asyncio.run(manager._fail_stopped_job(active, QUERY_STALLED, "stalled"))
+    assert not active.failing and not active.cancel_requested  # the next check tries again
