@@ -222,6 +222,10 @@ class LocalClusterProcess:
             self.process.wait()
 
 
+#: The longest piece of the cluster's stdout logged as one line.
+MAX_LINE_CHARS = 64 * 1024
+
+
 def _read_handshake(stream: Any, timeout: float) -> dict[str, Any]:
     """The child's handshake reply. Its stdout is read for as long as it lives: other lines (library chatter) go to the log.
 
@@ -234,7 +238,7 @@ def _read_handshake(stream: Any, timeout: float) -> dict[str, Any]:
     shook_hands = threading.Event()
 
     def read() -> None:
-        for line in stream:
+        for line in iter(lambda: stream.readline(MAX_LINE_CHARS), ""):  # a line without end is logged in pieces, never held whole
             try:
                 if not shook_hands.is_set() and line.startswith(HANDSHAKE):
                     reply = json.loads(line[len(HANDSHAKE):])

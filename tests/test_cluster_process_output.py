@@ -28,6 +28,7 @@ def test_workers_printing_megabytes_to_stdout_do_not_block() -> None:
 
             def chatter() -> None:
                 client.run(os.write, 1, b"\xff\xfe not UTF-8\n")  # bytes that are no text: read on, replaced
+                client.run(print, "y" * PRINTED, end="", flush=True)  # megabytes without a line's end: logged in pieces
                 for _ in range(2):  # twice: the pipe is read after the first megabytes too
                     outcome["printed"] = client.run(print, "x" * PRINTED, flush=True)
 
