@@ -86,7 +86,7 @@ def run_job(service: ServiceProcess, spec: dict[str, Any], timeout: float = 600,
 
     ``submit_timeout``: how long the submit may take (its checks read every source file's footer).
     """
-    with SpillwayClient(service.url, timeout=submit_timeout) as client:
+    with SpillwayClient(service.url, submit_timeout=submit_timeout) as client:
         start = time.perf_counter()
         job_id = client.submit(spec).id
         job = client.wait(job_id, timeout=timeout)

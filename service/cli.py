@@ -250,10 +250,10 @@ def submit(
     with _client(url) as client:
         try:
             accepted = client.submit(spec, idempotency_key=idempotency_key)
-        except ApiError as exc:
+        except (ApiError, ValueError) as exc:  # ValueError: a key that cannot be sent, named
             raise _fail(str(exc), 2) from exc
         except Exception as exc:  # noqa: BLE001 - connection problems, said plainly
-            raise _fail(unreachable(exc, url)) from exc
+            raise _fail(unreachable(exc, url, submitting=True)) from exc
         console.print(f"submitted [bold]{accepted.id}[/] ({spec.name})")
         if not wait:
             console.print(f"follow it: spillway wait {accepted.id}")
@@ -543,7 +543,7 @@ def main() -> None:
         if isinstance(exc, ApiError):
             err.print(f"[bold red]error:[/] {escape(str(exc))}")
             raise SystemExit(1) from None
-        if isinstance(exc, httpx.TransportError):
+        if isinstance(exc, (httpx.TransportError, httpx.InvalidURL)):
             err.print(f"[bold red]error:[/] {escape(unreachable(exc, 'the service'))}")
             raise SystemExit(1) from None
         raise

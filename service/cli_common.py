@@ -33,11 +33,20 @@ def plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
-def unreachable(exc: BaseException, url: str) -> str:
-    """What to tell the user when a request to ``url`` got no answer (an httpx transport error, passed untyped to keep httpx unloaded)."""
+def unreachable(exc: BaseException, url: str, *, submitting: bool = False) -> str:
+    """What to tell the user when a request to ``url`` got no answer (an httpx transport error, passed untyped to keep httpx
+    unloaded); ``submitting``: the request was a submit, which may have created its job all the same."""
     name = type(exc).__name__
+    said = str(exc).rstrip(". ") or name
+    if name in ("InvalidURL", "UnsupportedProtocol"):
+        return f"{url} is not a service's URL ({said}); give one like http://127.0.0.1:8000 (--url or SPILLWAY_URL)"
     if name.endswith("Timeout") and name != "ConnectTimeout":  # ReadTimeout, WriteTimeout, PoolTimeout: the service is there
-        return (f"{url} did not answer in time ({exc or name}). It may be busy: a submit reads every source file's footer. "
-                "`spillway list` shows whether the job was created; a submit sent again with the same --idempotency-key "
-                "never makes a second one.")
-    return f"cannot reach {url}: {exc or name}. Is `spillway serve` running (see --url)?"
+        if submitting:
+            return (f"{url} did not answer the submit in time ({said}). It may be busy: a submit reads every source file's "
+                    "footer. `spillway list` shows whether the job was created; a submit sent again with the same "
+                    "--idempotency-key never makes a second one.")
+        return f"{url} did not answer in time ({said}); it may be busy. Try again, or look at the service's log."
+    if submitting and name in ("RemoteProtocolError", "ReadError", "WriteError"):
+        return (f"{url} dropped the connection before answering the submit, three times ({said}). `spillway list` shows whether "
+                "the job was created.")
+    return f"cannot reach {url}: {said}. Is `spillway serve` running (see --url)?"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import ssl
 import time
 import uuid
@@ -98,12 +99,29 @@ class JobEvent:
         self.job = JobView.model_validate(data["job"]) if data.get("job") else None
 
 
+log = logging.getLogger(__name__)
+
 #: Seconds a submit may take at least: its checks read every source file's footer (thousands of files: seconds).
 SUBMIT_TIMEOUT_S = 300.0
-#: How many times a submit whose answer was lost is sent again, with the same Idempotency-Key.
+#: How many times a submit whose connection dropped before its answer is sent again, with the same Idempotency-Key.
 SUBMIT_RETRIES = 2
 #: Seconds before the first retry (the second waits twice as long).
 SUBMIT_RETRY_PAUSE_S = 1.0
+
+
+def check_idempotency_key(key: str) -> str:
+    """``key`` if an HTTP header can carry it as the service takes it: 1-200 printable ASCII characters, no space at either end.
+
+    Raises
+    ------
+    ValueError
+        Naming what is wrong (an empty key, say from an unset variable, would make no submit safe).
+    """
+    if not key or key != key.strip():
+        raise ValueError("Idempotency-Key: empty, or with spaces at an end; give the key itself (1-200 printable ASCII characters)")
+    if len(key) > 200 or not all(" " <= char <= "~" for char in key):
+        raise ValueError(f"Idempotency-Key: {key[:40]!r}{'…' if len(key) > 40 else ''} is not 1-200 printable ASCII characters")
+    return key
 
 
 class SpillwayClient:
@@ -114,7 +132,10 @@ class SpillwayClient:
     base_url
         The service, e.g. ``http://127.0.0.1:8000``.
     timeout
-        Seconds for each request (streams are not limited).
+        Seconds for each request (streams are not limited), and to connect for a submit.
+    submit_timeout
+        Seconds a submit may wait for its answer (default: the larger of ``timeout`` and
+        :data:`SUBMIT_TIMEOUT_S`).
     token
         A bearer token (``spillway token create``), when the service requires one.
     transport
@@ -122,11 +143,15 @@ class SpillwayClient:
     """
 
     def __init__(
-        self, base_url: str = DEFAULT_URL, *, timeout: float = 30.0, token: str | None = None, transport: httpx.BaseTransport | None = None
+        self, base_url: str = DEFAULT_URL, *, timeout: float = 30.0, token: str | None = None, transport: httpx.BaseTransport | None = None,
+        submit_timeout: float | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.Client(base_url=self.base_url, timeout=timeout, headers=headers, transport=transport, verify=_tls(self.base_url))
+        # A submit's answer may take minutes (its checks); its connection is made as quickly as any request's.
+        wait = submit_timeout if submit_timeout is not None else max(timeout, SUBMIT_TIMEOUT_S)
+        self._submit_timeout = httpx.Timeout(wait, connect=min(timeout, wait))
 
     def close(self) -> None:
         self._http.close()
@@ -147,21 +172,26 @@ class SpillwayClient:
         """Submit a job; it is validated against its sources before it is accepted.
 
         The same ``idempotency_key`` sent again returns the same job, never a second run. Without
-        one the client makes one (a random UUID), so that a submit whose answer was lost (a
-        timeout, a dropped connection) is sent again, up to :data:`SUBMIT_RETRIES` times, and gets
-        the job the first attempt created instead of a second. A submit may take up to
-        :data:`SUBMIT_TIMEOUT_S` (or the client's timeout, if longer): its checks read every
-        source file's footer.
+        one the client makes one (a random UUID), so that a submit whose connection dropped before
+        its answer came is sent again, up to :data:`SUBMIT_RETRIES` times, and gets the job the
+        first attempt created instead of a second. A submit may take ``submit_timeout`` seconds
+        (:data:`SUBMIT_TIMEOUT_S` unless the client was given more): its checks read every source
+        file's footer. A timeout is not sent again: the service may still be checking.
+
+        Raises
+        ------
+        ValueError
+            For an ``idempotency_key`` that cannot be sent: empty, over 200 characters, or not printable ASCII.
         """
         body = spec.model_dump(mode="json") if isinstance(spec, JobSpec) else spec
-        headers = {"Idempotency-Key": idempotency_key or uuid.uuid4().hex}
-        timeout = max(SUBMIT_TIMEOUT_S, self._http.timeout.read or 0.0)
+        headers = {"Idempotency-Key": check_idempotency_key(idempotency_key) if idempotency_key is not None else uuid.uuid4().hex}
         for attempt in range(SUBMIT_RETRIES + 1):
             try:
-                return JobAccepted.model_validate(self._request("POST", "/jobs", json=body, headers=headers, timeout=timeout))
-            except httpx.TransportError:
+                return JobAccepted.model_validate(self._request("POST", "/jobs", json=body, headers=headers, timeout=self._submit_timeout))
+            except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:  # the connection dropped mid-way
                 if attempt == SUBMIT_RETRIES:
                     raise
+                log.warning("submit: %s: %s; sending it again with the same Idempotency-Key", type(exc).__name__, exc)
                 time.sleep(SUBMIT_RETRY_PAUSE_S * (attempt + 1))
         raise AssertionError("unreachable")  # the loop returns or raises
 

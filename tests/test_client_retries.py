@@ -1,7 +1,8 @@
-"""A submit whose answer is lost is sent again with the same Idempotency-Key: one job, never two.
+"""A submit whose connection drops before its answer is sent again with the same Idempotency-Key: one job, never two.
 
-The service is real (the session's, over HTTP); only the answer to the first POST is dropped on
-its way back, after the service has created the job, as a timeout or a dropped connection would.
+The service is real (the session's, over HTTP); only the answer to the first POSTs is dropped on
+its way back, after the service has created the job, as a dropped connection would. A timeout is
+not sent again (the service may still be checking the spec), nor is a service that is not there.
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ from spillway.service.launcher import ServiceProcess
 
 
 class LosesAnswers(httpx.BaseTransport):
-    """Forwards each request to the service; drops the answers to the first ``lose`` POSTs to /jobs (or never connects)."""
+    """Forwards each request to the service; loses the answers to the first ``lose`` POSTs to /jobs as ``how`` (or never connects)."""
 
-    def __init__(self, lose: int, *, connect: bool = True) -> None:
+    def __init__(self, lose: int, *, connect: bool = True, how: type[httpx.TransportError] = httpx.RemoteProtocolError) -> None:
         self.inner = httpx.HTTPTransport()
-        self.lose, self.connect = lose, connect
+        self.lose, self.connect, self.how = lose, connect, how
         self.keys: list[str | None] = []
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
@@ -35,7 +36,7 @@ class LosesAnswers(httpx.BaseTransport):
         if posted and len(self.keys) <= self.lose:
             response.read()
             response.close()
-            raise httpx.ReadTimeout("the answer was lost", request=request)
+            raise self.how("the answer was lost", request=request)
         return response
 
 
@@ -78,17 +79,52 @@ def test_a_key_given_is_the_one_sent_and_each_call_without_one_is_a_job_of_its_o
     assert one.id != other.id
 
 
-def test_a_service_that_never_answers_is_tried_three_times_then_the_error_is_raised(tmp_path: Path) -> None:
-    transport = LosesAnswers(lose=0, connect=False)
-    with SpillwayClient("http://127.0.0.1:9", transport=transport) as api, pytest.raises(httpx.ConnectError):
-        api.submit({"source": {"format": "parquet", "path": str(tmp_path)}, "sink": {"path": str(tmp_path / "o")}})
+def test_a_connection_dropped_every_time_is_tried_three_times_then_raised(
+    service: ServiceProcess, sample_data: dict[str, Path], tmp_path: Path,
+) -> None:
+    transport = LosesAnswers(lose=99)
+    with SpillwayClient(service.url, transport=transport) as api, pytest.raises(httpx.RemoteProtocolError):
+        api.submit(_spec("dropped_always", sample_data, tmp_path))
     assert len(transport.keys) == 3 and len(set(transport.keys)) == 1
+    assert len(_jobs_named(service, "dropped_always")) == 1  # the service made it once, whatever the client saw
 
 
-def test_the_cli_tells_a_slow_service_from_one_that_is_not_there() -> None:
+@pytest.mark.parametrize(("connect", "how", "raised"), [
+    (False, httpx.ConnectError, httpx.ConnectError),   # nobody there: said at once
+    (True, httpx.ReadTimeout, httpx.ReadTimeout),      # the service still checking: sending it again would wait as long
+])
+def test_a_service_not_there_or_slow_is_not_asked_again(
+    service: ServiceProcess, sample_data: dict[str, Path], tmp_path: Path, connect: bool, how: type[httpx.TransportError], raised: type[Exception],
+) -> None:
+    transport = LosesAnswers(lose=99, connect=connect, how=how)
+    with SpillwayClient(service.url, transport=transport) as api, pytest.raises(raised):
+        api.submit(_spec(f"not_again_{how.__name__}", sample_data, tmp_path))
+    assert len(transport.keys) == 1
+
+
+@pytest.mark.parametrize("key", ["", " padded", "clé", "x" * 201, "line\nbreak"])
+def test_a_key_that_cannot_be_sent_is_refused_before_anything_is_sent(tmp_path: Path, key: str) -> None:
+    transport = LosesAnswers(lose=0, connect=False)
+    with SpillwayClient("http://127.0.0.1:9", transport=transport) as api, pytest.raises(ValueError, match="Idempotency-Key"):
+        api.submit({"source": {"format": "parquet", "path": str(tmp_path)}, "sink": {"path": str(tmp_path / "o")}}, idempotency_key=key)
+    assert transport.keys == []
+
+
+def test_an_empty_key_sent_by_hand_is_a_422_naming_the_header(service: ServiceProcess, sample_data: dict[str, Path], tmp_path: Path) -> None:
+    answer = httpx.post(f"{service.url}/jobs", json=_spec("empty_key", sample_data, tmp_path), headers={"Idempotency-Key": ""}, timeout=30)
+    assert answer.status_code == 422 and "idempotency-key" in answer.text.lower()
+    assert _jobs_named(service, "empty_key") == []
+
+
+def test_the_cli_tells_a_slow_service_from_one_that_is_not_there_and_from_a_bad_url() -> None:
     request = httpx.Request("POST", "http://127.0.0.1:8000/jobs")
-    slow = unreachable(httpx.ReadTimeout("timed out", request=request), "http://127.0.0.1:8000")
-    assert "did not answer in time" in slow and "--idempotency-key" in slow and "spillway list" in slow
+    slow = unreachable(httpx.ReadTimeout("timed out", request=request), "http://127.0.0.1:8000", submitting=True)
+    assert "did not answer the submit in time" in slow and "--idempotency-key" in slow and "spillway list" in slow
+    listing = unreachable(httpx.ReadTimeout("timed out", request=request), "http://127.0.0.1:8000")
+    assert "did not answer in time" in listing and "submit" not in listing and "idempotency" not in listing
     gone = unreachable(httpx.ConnectError("connection refused", request=request), "http://127.0.0.1:8000")
     assert gone.startswith("cannot reach http://127.0.0.1:8000") and "spillway serve" in gone
     assert "cannot reach" in unreachable(httpx.ConnectTimeout("timed out", request=request), "http://x")
+    dropped = unreachable(httpx.RemoteProtocolError("Server disconnected without sending a response.", request=request), "u", submitting=True)
+    assert "dropped the connection" in dropped and ".." not in dropped
+    assert "is not a service's URL" in unreachable(httpx.UnsupportedProtocol("Request URL has an unsupported protocol 'ftp://'."), "ftp://x")

@@ -70,7 +70,7 @@ async def submit_job(
     response: Response,
     caller: CallerDep,
     idempotency_key: Annotated[
-        str | None, Header(max_length=200, description="Send the same key again to get the same job back, never a second run.")
+        str | None, Header(min_length=1, max_length=200, description="Send the same key again to get the same job back, never a second run.")
     ] = None,
 ) -> JobAccepted:
     """Validate a JobSpec against the data roots and its sources' schemas, persist it and queue it."""
