@@ -538,9 +538,9 @@ def main() -> None:
         # Imported only now: a command that raised one of these has loaded them already.
         import httpx
 
-        from spillway.service.client import ApiError
+        from spillway.service.client import ApiError, BadArgument
 
-        if isinstance(exc, ApiError):
+        if isinstance(exc, (ApiError, BadArgument)):
             err.print(f"[bold red]error:[/] {escape(str(exc))}")
             raise SystemExit(1) from None
         if isinstance(exc, (httpx.TransportError, httpx.InvalidURL)):

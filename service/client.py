@@ -10,6 +10,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from urllib.parse import quote
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -109,18 +110,38 @@ SUBMIT_RETRIES = 2
 SUBMIT_RETRY_PAUSE_S = 1.0
 
 
+class BadArgument(ValueError):
+    """An argument the client cannot send as given (an empty id, a key no header can carry); nothing was sent."""
+
+
+def path_segment(value: str | int, what: str) -> str:
+    """``value`` as one segment of a URL's path: never empty, and a ``/`` or ``..`` in it cannot reach another resource.
+
+    Raises
+    ------
+    BadArgument
+        For an empty ``value``, naming ``what`` it is.
+    """
+    value = str(value)
+    if not value:
+        raise BadArgument(f"{what} is empty")
+    if value in (".", ".."):  # a URL's path would drop them (RFC 3986 dot segments): sent escaped, they name nothing
+        return value.replace(".", "%2E")
+    return quote(value, safe="")
+
+
 def check_idempotency_key(key: str) -> str:
     """``key`` if an HTTP header can carry it as the service takes it: 1-200 printable ASCII characters, no space at either end.
 
     Raises
     ------
-    ValueError
+    BadArgument
         Naming what is wrong (an empty key, say from an unset variable, would make no submit safe).
     """
     if not key or key != key.strip():
-        raise ValueError("Idempotency-Key: empty, or with spaces at an end; give the key itself (1-200 printable ASCII characters)")
+        raise BadArgument("Idempotency-Key: empty, or with spaces at an end; give the key itself (1-200 printable ASCII characters)")
     if len(key) > 200 or not all(" " <= char <= "~" for char in key):
-        raise ValueError(f"Idempotency-Key: {key[:40]!r}{'…' if len(key) > 40 else ''} is not 1-200 printable ASCII characters")
+        raise BadArgument(f"Idempotency-Key: {key[:40]!r}{'…' if len(key) > 40 else ''} is not 1-200 printable ASCII characters")
     return key
 
 
@@ -180,7 +201,7 @@ class SpillwayClient:
 
         Raises
         ------
-        ValueError
+        BadArgument
             For an ``idempotency_key`` that cannot be sent: empty, over 200 characters, or not printable ASCII.
         """
         body = spec.model_dump(mode="json") if isinstance(spec, JobSpec) else spec
@@ -211,7 +232,7 @@ class SpillwayClient:
         return self.submit(load_spec(path), idempotency_key=idempotency_key)
 
     def get(self, job_id: str) -> JobView:
-        return JobView.model_validate(self._request("GET", f"/jobs/{job_id}"))
+        return JobView.model_validate(self._request("GET", f"/jobs/{path_segment(job_id, 'the job id')}"))
 
     def list(self, *, state: JobStatus | None = None, limit: int = 50, offset: int = 0) -> JobPage:
         params: dict[str, Any] = {"limit": limit, "offset": offset}
@@ -221,10 +242,10 @@ class SpillwayClient:
 
     def logs(self, job_id: str) -> list[str]:
         """The job's log lines: service events, the worker traceback, workers' warnings."""
-        return JobLogs.model_validate(self._request("GET", f"/jobs/{job_id}/logs")).lines
+        return JobLogs.model_validate(self._request("GET", f"/jobs/{path_segment(job_id, 'the job id')}/logs")).lines
 
     def cancel(self, job_id: str) -> JobView:
-        return JobView.model_validate(self._request("POST", f"/jobs/{job_id}/cancel"))
+        return JobView.model_validate(self._request("POST", f"/jobs/{path_segment(job_id, 'the job id')}/cancel"))
 
     def delete(self, job_id: str, *, output: bool = False) -> JobDeleted:
         """Delete a finished job's record and logs; with ``output``, also its committed files.
@@ -237,7 +258,7 @@ class SpillwayClient:
             (nothing is deleted then), 404 for no such job.
         """
         params = {"output": "true"} if output else {}
-        return JobDeleted.model_validate(self._request("DELETE", f"/jobs/{job_id}", params=params))
+        return JobDeleted.model_validate(self._request("DELETE", f"/jobs/{path_segment(job_id, 'the job id')}", params=params))
 
     def result(self, job_id: str) -> ResultManifest:
         """The manifest of a SUCCEEDED job.
@@ -289,15 +310,15 @@ class SpillwayClient:
 
     def revoke_token(self, token_id: int) -> TokenInfo:
         """Revoke an API token: its next request is a 401."""
-        return TokenInfo.model_validate(self._request("POST", f"/tokens/{token_id}/revoke"))
+        return TokenInfo.model_validate(self._request("POST", f"/tokens/{path_segment(token_id, 'the token id')}/revoke"))
 
     def rotate_token(self, token_id: int, *, expires_in: str | None = None) -> IssuedToken:
         """A new secret for an API token, which keeps its id (and so its jobs); the old secret is refused."""
-        return IssuedToken.model_validate(self._request("POST", f"/tokens/{token_id}/rotate", json={"expires_in": expires_in}))
+        return IssuedToken.model_validate(self._request("POST", f"/tokens/{path_segment(token_id, 'the token id')}/rotate", json={"expires_in": expires_in}))
 
     def events(self, job_id: str) -> Iterator[JobEvent]:
         """Follow a job's server-sent events until it is terminal."""
-        with self._http.stream("GET", f"/jobs/{job_id}/events", timeout=httpx.Timeout(None, connect=10.0)) as response:
+        with self._http.stream("GET", f"/jobs/{path_segment(job_id, 'the job id')}/events", timeout=httpx.Timeout(None, connect=10.0)) as response:
             if response.status_code >= 400:
                 response.read()
                 raise ApiError(response.status_code, _error_detail(response))
