@@ -152,6 +152,22 @@ def test_trigger_backfill_and_run_history(env: Any) -> None:
     assert client.get("/pipelines/nope/runs").status_code == 404
 
 
+@pytest.mark.parametrize(("path", "payload", "field"), [
+    ("runs", {"logical_date": "9999-12-31"}, "logical_date"),
+    ("runs", {"logical_date": "9999-12-31T23:59:59"}, "logical_date"),
+    ("backfill", {"start": "0001-01-01", "end": "0001-01-03"}, "start"),
+    ("backfill", {"start": "9999-12-29", "end": "9999-12-31"}, "start"),
+])
+def test_dates_at_the_calendars_ends_are_a_422_not_a_500(env: Any, path: str, payload: dict[str, str], field: str) -> None:
+    """Found by a hostile run: an interval's end past 9999-12-31 (or its start before year 1) raised OverflowError."""
+    client, _, _, _ = env
+    client.post("/pipelines", json=body(schedule="@daily"))
+    answer = client.post(f"/pipelines/sales/{path}", json=payload)
+    assert answer.status_code == 422, answer.text
+    assert error_of(answer)["code"] == "invalid_schedule" and error_of(answer)["field"] == field
+    assert client.get("/pipelines/sales/runs").json()["total"] == 0  # nothing half made
+
+
 def test_the_schedule_fires_runs_visible_over_http(env: Any) -> None:
     client, clock, _, services = env
     client.post("/pipelines", json=body())

@@ -15,6 +15,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 
 from spillway.jobs.errors import SpillwayError
 from spillway.service.auth import CallerDep, Scope, require
+from spillway.service.pipelines.errors import InvalidSchedule
 from spillway.service.pipelines import PipelineServices
 from spillway.service.pipelines.models import (
     BackfillRequest,
@@ -119,7 +120,11 @@ async def resume_pipeline(name: str, services: PipelinesDep, caller: CallerDep) 
 @router.post("/{name}/runs", status_code=201, response_model=RunView, responses=_ERRORS, dependencies=_SUBMIT)
 async def trigger_run(name: str, body: TriggerRequest, services: PipelinesDep, caller: CallerDep) -> RunView:
     """A manual run for one logical date, with parameter overrides; it starts when a slot is free."""
-    return await services.scheduler.trigger(name, body.logical_date, body.params, owner=caller.sees)
+    try:
+        return await services.scheduler.trigger(name, body.logical_date, body.params, owner=caller.sees)
+    except OverflowError as exc:  # the interval's end (or start) falls outside Python's calendar
+        raise InvalidSchedule(f"no data interval of the schedule around {body.logical_date} fits the calendar (years 1 to 9999)",
+                              field="logical_date") from exc
 
 
 @router.get("/{name}/runs", response_model=RunPage, responses=_ERRORS)
@@ -140,4 +145,8 @@ async def list_runs(
 @router.post("/{name}/backfill", status_code=202, response_model=BackfillResult, responses=_ERRORS, dependencies=_SUBMIT)
 async def backfill(name: str, body: BackfillRequest, services: PipelinesDep, caller: CallerDep) -> BackfillResult:
     """Queue runs for every ended interval starting in ``[start, end]``; they respect ``max_active_runs``."""
-    return await services.scheduler.backfill(name, body.start, body.end, body.params, owner=caller.sees)
+    try:
+        return await services.scheduler.backfill(name, body.start, body.end, body.params, owner=caller.sees)
+    except OverflowError as exc:
+        raise InvalidSchedule(f"the data intervals from {body.start} to {body.end} do not all fit the calendar (years 1 to 9999)",
+                              field="start") from exc
