@@ -34,9 +34,12 @@ def read_mapping(path: Path, what: str) -> dict[str, Any]:
         Naming the file and what is wrong; ``what`` names the expected keys.
     """
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise DocumentError(f"cannot read {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise DocumentError(f"{path} is not UTF-8 text (byte {exc.start}: {exc.object[exc.start:exc.start + 1]!r}); "
+                            "save it as UTF-8") from exc
     kind = "JSON" if path.suffix == ".json" else "YAML"
     try:
         data = json.loads(text) if kind == "JSON" else yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass

@@ -220,3 +220,10 @@ def test_submit_with_the_same_idempotency_key_twice_is_one_job(service: ServiceP
     again = spillway(service, "submit", str(spec_file), "--idempotency-key", "nightly-sales-2026-12-05")
     assert first.returncode == 0 and again.returncode == 0, (first.stderr, again.stderr)
     assert job_id_of(first.stdout) == job_id_of(again.stdout)
+
+
+def test_a_spec_file_that_is_not_utf8_is_named_without_a_traceback(service: ServiceProcess, tmp_path: Path) -> None:
+    spec_file = tmp_path / "latin1.yaml"
+    spec_file.write_bytes("name: caf\xe9\n".encode("latin-1"))
+    answer = spillway(service, "submit", str(spec_file))
+    assert answer.returncode != 0 and "is not UTF-8 text" in answer.stderr and "Traceback" not in answer.stderr, answer.stderr
