@@ -222,8 +222,10 @@ class LocalClusterProcess:
             self.process.wait()
 
 
-#: The longest piece of the cluster's stdout logged as one line.
+#: The longest piece of the cluster's stdout read as one line (a line without end is read in such pieces).
 MAX_LINE_CHARS = 64 * 1024
+#: What the service's log keeps of each: a worker's flood must not flood the log too.
+LOGGED_CHARS = 2000
 
 
 def _read_handshake(stream: Any, timeout: float) -> dict[str, Any]:
@@ -246,7 +248,9 @@ def _read_handshake(stream: Any, timeout: float) -> dict[str, Any]:
                     result.update(reply)
                     shook_hands.set()
                     continue
-                log.info("cluster process: %s", line.rstrip())
+                text = line.rstrip()
+                cut = f"… ({len(text) - LOGGED_CHARS} more characters)" if len(text) > LOGGED_CHARS else ""
+                log.info("cluster process: %s%s", text[:LOGGED_CHARS], cut)
             except Exception as exc:  # noqa: BLE001 - a line it cannot take: say so and read on, or the pipe fills
                 log.warning("cluster process: unreadable line %r (%s: %s)", line[:200], type(exc).__name__, exc)
         shook_hands.set()  # EOF: the child exited
