@@ -430,6 +430,14 @@ class JobManager:
         log.warning("job %s: %s", active.job_id, message)
         self._stop_in_background(active, message)
 
+    async def _fail_stalled_quietly(self, active: _ActiveJob, message: str) -> None:
+        """:meth:`_fail_stopped_job` as ``query_stalled``, in the background: a failure to record it is logged, and the
+        follower asks again after as long once more."""
+        try:
+            await self._fail_stopped_job(active, QUERY_STALLED, message)
+        except Exception as exc:  # noqa: BLE001 - the database did not answer: tried again at the next stall
+            log.warning("job %s: could not fail it as stalled: %s: %s", active.job_id, type(exc).__name__, exc)
+
     def enqueue(self, job_id: str, owner: str | None = None) -> None:
         """Wake the runners for a PENDING job just stored here (it waits behind older ones, on any replica).
 
@@ -844,7 +852,7 @@ class JobManager:
             def stalled(silent_s: float) -> None:
                 message = (f"the ranks logged no cudf-polars trace event for {silent_s:.0f} s (SPILLWAY_MULTI_GPU_STALL_S): the query is "
                            "taken to be stuck (a rank waiting for another forever); its workers are restarted and nothing was committed")
-                self._spawn(self._fail_stopped_job(active, QUERY_STALLED, message))
+                self._spawn(self._fail_stalled_quietly(active, message))
 
             if active.gpu is not None:  # the ranks' event loops are the query's now: their GPUs are read through their nannies
                 ranks = list(active.across_workers)
