@@ -88,16 +88,21 @@ def test_a_job_that_ended_first_is_neither_failed_nor_stopped(tmp_path: Path) ->
     assert store.get(job_id).state == JobStatus.SUCCEEDED and not active.cancel_requested
 
 
-def test_a_failure_the_database_did_not_take_is_tried_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _store_down(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[JobManager, _ActiveJob]:
+    """A manager with one running job across GPU workers, whose database refuses to record its end."""
     store = JobStore(f"sqlite:///{tmp_path / 'spillway.db'}")
     job_id = _running(store)
-    manager = JobManager(store, cluster=None)  # type: ignore[arg-type]
-    active = _ActiveJob(job_id, writer=None, engine=ACROSS, across_workers=["tcp://127.0.0.1:1"])  # type: ignore[arg-type]
 
     def down(*_: object, **__: object) -> bool:
         raise OSError("database is locked")
 
     monkeypatch.setattr(store, "finish", down)
+    manager = JobManager(store, cluster=None)  # type: ignore[arg-type]
+    return manager, _ActiveJob(job_id, writer=None, engine=ACROSS, across_workers=["tcp://127.0.0.1:1"])  # type: ignore[arg-type]
+
+
+def test_a_failure_the_database_did_not_take_is_tried_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    manager, active = _store_down(tmp_path, monkeypatch)
     with pytest.raises(OSError):
         asyncio.run(manager._fail_stopped_job(active, QUERY_STALLED, "stalled"))
     assert not active.failing and not active.cancel_requested  # the next check tries again
@@ -106,14 +111,6 @@ def test_a_failure_the_database_did_not_take_is_tried_again(tmp_path: Path, monk
 def test_a_stall_whose_failure_the_database_did_not_take_is_logged_and_left_to_the_next_stall(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
 ) -> None:
-    store = JobStore(f"sqlite:///{tmp_path / 'spillway.db'}")
-    job_id = _running(store)
-    manager = JobManager(store, cluster=None)  # type: ignore[arg-type]
-    active = _ActiveJob(job_id, writer=None, engine=ACROSS, across_workers=["tcp://127.0.0.1:1"])  # type: ignore[arg-type]
-
-    def down(*_: object, **__: object) -> bool:
-        raise OSError("database is locked")
-
-    monkeypatch.setattr(store, "finish", down)
+    manager, active = _store_down(tmp_path, monkeypatch)
     asyncio.run(manager._fail_stalled_quietly(active, "stalled"))  # raises nothing: it runs as a background task
     assert "could not fail it as stalled" in caplog.text and not active.failing
