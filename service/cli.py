@@ -246,12 +246,21 @@ def submit(
     """Submit a job spec. With --wait, show progress per stage and print where the result is."""
     from spillway.service.client import ApiError
 
+    import uuid
+
     spec = load_spec(spec_file, overrides)
+    key = idempotency_key if idempotency_key is not None else uuid.uuid4().hex  # made here, to be shown should the submit be cut short
     with _client(url) as client:
         try:
-            accepted = client.submit(spec, idempotency_key=idempotency_key)
+            accepted = client.submit(spec, idempotency_key=key)
         except (ApiError, ValueError) as exc:  # ValueError: a key that cannot be sent, named
             raise _fail(str(exc), 2) from exc
+        except KeyboardInterrupt:
+            where = "" if url == DEFAULT_URL else f" --url {url}"
+            err.print(f"\nstopped before the service answered: the job may have been created all the same. Submit again with "
+                      f"the same key to get that job and never a second one:\n  spillway submit {spec_file} --idempotency-key {key}{where}"
+                      + (" (with the same --set options)" if overrides else ""))
+            raise typer.Exit(130) from None
         except Exception as exc:  # noqa: BLE001 - connection problems, said plainly
             raise _fail(unreachable(exc, url, submitting=True)) from exc
         console.print(f"submitted [bold]{accepted.id}[/] ({spec.name})")

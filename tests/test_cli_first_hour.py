@@ -227,3 +227,30 @@ def test_a_spec_file_that_is_not_utf8_is_named_without_a_traceback(service: Serv
     spec_file.write_bytes("name: caf\xe9\n".encode("latin-1"))
     answer = spillway(service, "submit", str(spec_file))
     assert answer.returncode != 0 and "is not UTF-8 text" in answer.stderr and "Traceback" not in answer.stderr, answer.stderr
+
+
+def test_ctrl_c_before_the_submit_is_answered_says_how_to_submit_again_safely(sample_data: dict[str, Path], tmp_path: Path) -> None:
+    """A service that takes the connection and has not answered yet (busy checking a large source): the job may exist."""
+    import re
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    spec_file = write_spec(tmp_path / "job.yaml", groupby_spec(sample_data, tmp_path / "out"))
+    try:
+        submitting = subprocess.Popen([*CLI, "submit", str(spec_file), "--url", url], cwd=ROOT, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True, env=ENV)
+        connection, _ = listener.accept()  # the CLI is waiting for an answer now
+        try:
+            wait_for(lambda: connection.recv(65536, socket.MSG_PEEK), timeout=30, what="the POST")
+            submitting.send_signal(signal.SIGINT)
+            _, stderr = submitting.communicate(timeout=60)
+        finally:
+            connection.close()
+    finally:
+        listener.close()
+    assert submitting.returncode == 130, stderr
+    assert "may have been created" in stderr and "Traceback" not in stderr, stderr
+    assert re.search(rf"spillway submit {re.escape(str(spec_file))} --idempotency-key [0-9a-f]{{32}} --url {re.escape(url)}", stderr), stderr
