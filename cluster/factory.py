@@ -24,6 +24,7 @@ from distributed import Client
 from spillway.cluster.gpu_stats import nanny_gpu_stats, worker_gpu_stats
 from spillway.cluster.info import ClusterInfo, worker_info
 from spillway.cluster.local_process import HANDSHAKE
+from spillway.cluster.nannies import nanny_answers
 from spillway.cluster.settings import DASHBOARD_PREFIX, ClusterSettings, parse_memory
 from spillway.jobs.errors import ClusterConfigError
 from spillway.jobs.pipeline import Backend
@@ -137,10 +138,8 @@ class ClusterHandle:
         """The GPU readings of ``ranks``, workers whose event loops a query holds, taken by their nannies (NVML only)."""
         if self.backend != "cudf":
             return {}
-        from spillway.cluster.hung_workers import nanny_answers
-
         try:
-            return {address: stats for address, stats in await nanny_answers(self.client, nanny_gpu_stats, ranks) if address in ranks}
+            return await nanny_answers(self.client, nanny_gpu_stats, ranks)
         except Exception as exc:  # noqa: BLE001 - best effort, as gpu_stats
             log.debug("no GPU readings from the ranks' nannies: %s", exc)
             return {}

@@ -17,16 +17,15 @@ worker's process is stopped (SIGSTOP, a debugger), which no query ever is.
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
 from distributed import Client
 
+from spillway.cluster.nannies import NANNY_TIMEOUT_S, nanny_answers
+
 #: /proc states of a process that will not run again until someone continues it.
 STOPPED_STATES = frozenset({"T", "t"})
-#: How long a question to the workers' nannies may take (their event loops are free: milliseconds).
-NANNY_TIMEOUT_S = 10.0
 
 
 async def restart_silent_workers(client: Client, silent_s: float, *, spare: frozenset[str] = frozenset()) -> list[str]:
@@ -57,23 +56,7 @@ async def stopped_workers(client: Client, workers: list[str], timeout_s: float =
     not answer within ``timeout_s`` (the check must never hang the watch that makes it).
     """
     states = await nanny_answers(client, worker_process_state, workers, timeout_s)
-    return sorted(address for address, state in states if address in workers and state in STOPPED_STATES)
-
-
-async def nanny_answers(client: Client, function: Any, workers: list[str], timeout_s: float = NANNY_TIMEOUT_S) -> list[Any]:
-    """``function`` run on the nannies of those of ``workers`` the scheduler knows now; the answers of those that gave one in time."""
-    known = await asyncio.wait_for(client.run_on_scheduler(_known_with_nanny, workers=workers), timeout_s) if workers else []
-    if not known:
-        return []
-    try:
-        answers = await asyncio.wait_for(client.run(function, workers=known, nanny=True, on_error="ignore"), timeout_s)
-    except TimeoutError:
-        return []
-    return list(answers.values())
-
-
-def _known_with_nanny(dask_scheduler: Any, workers: list[str]) -> list[str]:
-    return [address for address in workers if (state := dask_scheduler.workers.get(address)) is not None and state.nanny]
+    return sorted(address for address, state in states.items() if state in STOPPED_STATES)
 
 
 def worker_process_state(dask_worker: Any) -> tuple[str | None, str | None]:

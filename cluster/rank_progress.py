@@ -21,7 +21,7 @@ from collections.abc import Callable
 import polars as pl
 from distributed import Client
 
-from spillway.cluster.hung_workers import nanny_answers
+from spillway.cluster.nannies import nanny_answers
 from spillway.jobs.gpu_trace_progress import NODE_UNIT, NodeCounts, plan_shape, rank_trace_counts, slowest_rank, stage_rows
 from spillway.jobs.status import StageProgress
 
@@ -69,7 +69,7 @@ class RankFollower:
 
     async def _read(self, query: str, started: float) -> None:
         answers = await nanny_answers(self.client, rank_trace_counts, self.ranks)
-        readings = [counts for address, counts in answers if address in self.ranks and counts is not None and counts.get("query") == query]
+        readings = [counts for counts in answers.values() if counts is not None and counts.get("query") == query]
         if len(readings) < len(self.ranks):
             return
         self.last = slowest_rank(readings)

@@ -244,7 +244,7 @@ def submit(
     )] = None,
 ) -> None:
     """Submit a job spec. With --wait, show progress per stage and print where the result is."""
-    from spillway.service.client import ApiError
+    from spillway.service.client import ApiError, BadArgument
 
     import uuid
 
@@ -253,7 +253,7 @@ def submit(
     with _client(url) as client:
         try:
             accepted = client.submit(spec, idempotency_key=key)
-        except (ApiError, ValueError) as exc:  # ValueError: a key that cannot be sent, named
+        except (ApiError, BadArgument) as exc:  # BadArgument: a key that cannot be sent, named
             raise _fail(str(exc), 2) from exc
         except KeyboardInterrupt:
             where = "" if url == DEFAULT_URL else f" --url {url}"

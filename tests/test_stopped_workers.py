@@ -45,9 +45,9 @@ def test_a_stopped_worker_is_found_through_its_nanny_and_a_running_one_is_not() 
 def test_a_workers_nanny_reads_its_gpu_from_the_environment_it_starts_the_worker_with() -> None:
     """What a job across the GPU workers samples while its ranks hold their event loops (NVML only; none here)."""
     from spillway.cluster.gpu_stats import nanny_gpu_stats
-    from spillway.cluster.hung_workers import nanny_answers
+    from spillway.cluster.nannies import nanny_answers
 
-    async def main() -> list[tuple[str, dict[str, object]]]:
+    async def main() -> dict[str, dict[str, object]]:
         async with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None, asynchronous=True,
                                 env={"CUDA_VISIBLE_DEVICES": "3,0"}) as cluster, Client(cluster, asynchronous=True) as client:
             workers = sorted(await client.run(os.getpid))
@@ -55,5 +55,5 @@ def test_a_workers_nanny_reads_its_gpu_from_the_environment_it_starts_the_worker
 
     answers = asyncio.run(main())
     assert len(answers) == 1  # the worker the scheduler does not know is left out
-    (address, stats), = answers
+    (address, stats), = answers.items()
     assert address.startswith("tcp://") and stats["index"] == "3"  # the worker's first GPU, as its nanny starts it
