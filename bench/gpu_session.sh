@@ -9,7 +9,7 @@
 #     bash bench/gpu_session.sh concurrent # after tpch10: eight jobs at once on one GPU, 1, 2 and 4 workers
 #     bash bench/gpu_session.sh multi      # TPC-H SF 10, every query across two workers sharing the GPU (DaskEngine)
 #     bash bench/gpu_session.sh long       # one query of ~6 minutes across two workers sharing the GPU (worker-ttl is 5)
-#     bash bench/gpu_session.sh multi-tests  # the GPU tests of jobs across the workers and of faults
+#     bash bench/gpu_session.sh multi-tests  # the GPU tests of jobs across the workers, of faults and of the submit's GPU check; its cost by file count
 #     bash bench/gpu_session.sh plans      # TPC-H SF 10 over REST and in process with both orders of filters and read casts; semi joins two ways
 #
 # Logs and JSON go under $OUT; bench/RESULTS.md records what they said.
@@ -52,10 +52,13 @@ long)
     echo "long rc=$?"; tail -45 "$OUT/long_query.log"
     ;;
 multi-tests)
-    # The GPU tests of jobs across the workers and of faults (two workers sharing the GPU): ~100 s.
-    timeout 300 python3 -m pytest -m gpu tests/test_gpu_multi.py tests/test_gpu_faults.py -o addopts="" -q -rs -p no:cacheprovider "$@" \
+    # The GPU tests of jobs across the workers and of faults (two workers sharing the GPU): ~100 s; then what the
+    # submit's question to cudf-polars costs by file count (bench/gpu_refusal_cost.py).
+    timeout 300 python3 -m pytest -m gpu tests/test_gpu_multi.py tests/test_gpu_faults.py tests/test_gpu_support.py -o addopts="" -q -rs -p no:cacheprovider "$@" \
         > "$OUT/gpu_multi_tests.log" 2>&1
     echo "multi tests rc=$?"; tail -15 "$OUT/gpu_multi_tests.log"
+    timeout 200 python3 bench/gpu_refusal_cost.py --files 10,300,2300 --out "$OUT" > "$OUT/gpu_refusal_cost.log" 2>&1
+    echo "refusal cost rc=$?"; cat "$OUT/gpu_refusal_cost.log"
     ;;
 plans)
     timeout 420 python3 bench/gpu_tpch.py --out "$OUT" --work /tmp/spw_tpch --sf 10 --parts 1 --gpus 0 \

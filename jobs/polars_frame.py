@@ -160,13 +160,15 @@ class _Uncast:
 class PolarsFrames(NamedSources[pl.LazyFrame]):
     """Builds the LazyFrame of a checked job, each named source once."""
 
-    def __init__(self, plan: LogicalPlan, *, filters_before_casts: bool = False, ieee_comparisons: bool = True) -> None:
+    def __init__(self, plan: LogicalPlan, *, filters_before_casts: bool = False, ieee_comparisons: bool = True,
+                 first_file_only: bool = False) -> None:
         if plan.spec is None:
             raise ValueError("the Polars engine needs a checked plan (jobs.validate.plan_spec)")
         super().__init__(plan.spec)
         self.plan = plan
         self.filters_before_casts = filters_before_casts
         self.ieee_comparisons = ieee_comparisons
+        self.first_file_only = first_file_only
         self._step_input: pl.LazyFrame | None = None
         self._step_field = ""
         self._step_dtypes: pl.Schema | None = None
@@ -176,7 +178,7 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
         self._rows: dict[int, tuple[pl.LazyFrame, int]] = {}
 
     def read(self, source: SourceSpec, field: str) -> pl.LazyFrame:
-        stored, casts = scan_source_as_stored(source, field=field)
+        stored, casts = scan_source_as_stored(source, field=field, first_file_only=self.first_file_only)
         frame = self._cast(stored, casts)
         if self.filters_before_casts:  # the CPU's plan: where a join's read casts run (_join_before_casts)
             self._note_rows(frame, source_rows(source, field))
@@ -483,7 +485,8 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
         return self._cast(joined, {name: dtype for name, dtype in deferred.items() if name in columns})
 
 
-def build_lazyframe(plan: LogicalPlan, *, filters_before_casts: bool = False, ieee_comparisons: bool = True) -> pl.LazyFrame:
+def build_lazyframe(plan: LogicalPlan, *, filters_before_casts: bool = False, ieee_comparisons: bool = True,
+                    first_file_only: bool = False) -> pl.LazyFrame:
     """The job's output as a Polars LazyFrame (nothing is read until it is collected or sunk).
 
     ``filters_before_casts``: a source's first filters run on its files' own types, before the read
@@ -492,8 +495,11 @@ def build_lazyframe(plan: LogicalPlan, *, filters_before_casts: bool = False, ie
     may run where comparisons follow IEEE (cudf-polars), so a SQL source's comparisons that may meet
     a NaN get the terms that keep NaN's total order (:mod:`jobs.sql_nan`); off for Polars' CPU
     engine, which orders NaN so itself (reading and typing the SQL for them takes ~14 ms a TPC-H query).
+    ``first_file_only``: each source scans its first file alone (:func:`jobs.polars_io.scan_source_as_stored`), a
+    frame to ask cudf-polars about, never to run.
     """
-    return PolarsFrames(plan, filters_before_casts=filters_before_casts, ieee_comparisons=ieee_comparisons).output()
+    return PolarsFrames(plan, filters_before_casts=filters_before_casts, ieee_comparisons=ieee_comparisons,
+                        first_file_only=first_file_only).output()
 
 
 _UNIT_ORDER = ("ns", "us", "ms")  # finest first

@@ -99,11 +99,17 @@ def scan_source(source: SourceSpec, *, field: str = "source") -> pl.LazyFrame:
     return with_read_types(frame, casts)
 
 
-def scan_source_as_stored(source: SourceSpec, *, field: str = "source") -> tuple[pl.LazyFrame, dict[str, pl.DataType]]:
+def scan_source_as_stored(source: SourceSpec, *, field: str = "source", first_file_only: bool = False) -> tuple[pl.LazyFrame, dict[str, pl.DataType]]:
     """A LazyFrame over a source's files with the files' own types, and the casts (:func:`read_casts`) that
     give the language's read types: a filter can then run before them (jobs.polars_frame), where Polars
-    pushes it into the scan."""
+    pushes it into the scan.
+
+    ``first_file_only``: the frame scans the source's first file alone, with the scan options, types and hive keys
+    all of its files give: the same plan over fewer files, for asking cudf-polars whether it can run it
+    (jobs.gpu_support), whose translation reads every scanned file's footer (~15 ms a file on an H100).
+    """
     files = resolve_files(source, field=field)
+    scanned = files[:1] if first_file_only else files
     options = polars_storage_options(files[0])
     frame: pl.LazyFrame
     if source.format == "parquet":
@@ -111,9 +117,9 @@ def scan_source_as_stored(source: SourceSpec, *, field: str = "source") -> tuple
         # files, so other scans are those cudf-polars was measured with.
         scan = {"extra_columns": "ignore"} if check_parquet_footers(source, files, field=field, polars=True) else {}
         hive = any("=" in part for part in os.path.dirname(files[0]).replace("\\", "/").split("/")[-8:])
-        frame = _scan_hive(files, options, scan) if hive else pl.scan_parquet(files, storage_options=options, **scan)
+        frame = _scan_hive(files, options, scan, scanned) if hive else pl.scan_parquet(scanned, storage_options=options, **scan)
     else:
-        frame = _scan_text(source, files, options, field)
+        frame = _scan_text(source, scanned, options, field)
     if source.columns:
         frame = frame.select(list(source.columns))
     if source.format != "parquet":
@@ -200,18 +206,19 @@ def failing_file(exc: Exception, checked: tuple[CheckedFile, ...]) -> Unreadable
     return unreadable(None, None, str(exc), None)
 
 
-def _scan_hive(files: list[str], options: dict[str, str] | None, scan: dict[str, Any]) -> pl.LazyFrame:
+def _scan_hive(files: list[str], options: dict[str, str] | None, scan: dict[str, Any], scanned: list[str]) -> pl.LazyFrame:
     """Hive ``key=value/`` folders as columns: one scan per folder, its values as typed literals.
 
     The keys are typed as the checker types them (:func:`jobs.sources.parquet_schema`: int64 where
     every folder's value is an integer, else text), as the Dask engine reads them: Polars' own hive
     scan inferred floats, dates and booleans from the names (and failed on some). cudf-polars 26.10
     refuses hive-partitioned scans: written this way, a job over a partitioned dataset runs on the GPU.
+    The keys are typed from all ``files``; the frame scans those of ``scanned``.
     """
     schema, keys = parquet_schema(files)
     types = {key: pl.Int64() if pa.types.is_integer(schema.field(key).type) else pl.String() for key in keys}
     by_folder: dict[str, list[str]] = {}
-    for path in files:
+    for path in scanned:
         by_folder.setdefault(path.replace("\\", "/").rsplit("/", 1)[0], []).append(path)
     frames = []
     for group in by_folder.values():

@@ -18,8 +18,9 @@ import pytest
 
 from spillway.jobs.errors import GpuUnsupported
 from spillway.jobs.expr import parse_expression
-from spillway.jobs.gpu_support import check_gpu_submission, gpu_engine, gpu_refusal, settle_on_gpu, untrusted_on_gpu
+from spillway.jobs.gpu_support import check_gpu_submission, gpu_engine, gpu_refusal, plan_gpu_refusal, settle_on_gpu, untrusted_on_gpu
 from spillway.jobs.lower_polars import to_polars
+from spillway.jobs.polars_frame import build_lazyframe
 from spillway.jobs.polars_run import cannot_run_on_gpu
 from spillway.jobs.spec import JobSpec
 from spillway.jobs.status import EngineChoice, JobStatus
@@ -157,3 +158,54 @@ def test_a_hive_partitioned_source_runs_on_cudf_polars_not_dask_cudf(gpu_service
     got = pl.read_parquet(tmp_path / "out" / "*.parquet").sort("region")
     want = sales.groupby("region")["amount"].sum()
     assert got["region"].to_list() == list(want.index) and np.allclose(got["total"].to_numpy(), want.to_numpy())
+
+
+# --- the frame cudf-polars is asked about scans one file a source ------------------------------
+
+def _many_files(root: Path, hive: bool, **options: Any) -> dict[str, Any]:
+    """Four parquet files with a decimal column; under ``hive``, folders ``k=1`` then ``k=x`` (the key is text only because of the last)."""
+    for index, key in enumerate(["1", "1", "x", "x"]):
+        folder = root / (f"k={key}" if hive else "")
+        folder.mkdir(parents=True, exist_ok=True)
+        pl.DataFrame({"id": [index * 10 + i for i in range(5)], "price": [1.5, 2.0, 3.25, 4.0, 5.5]},
+                     schema={"id": pl.Int64, "price": pl.Decimal(12, 2)}).write_parquet(folder / f"part{index}.parquet")
+    return {"format": "parquet", "path": str(root), **options}
+
+
+@pytest.mark.parametrize("hive", [False, True], ids=["plain", "hive"])
+def test_the_frame_asked_about_scans_the_first_file_with_the_types_all_files_give(tmp_path: Path, hive: bool) -> None:
+    spec = JobSpec.model_validate({"name": "t", "source": _many_files(tmp_path / "in", hive), "steps": [{"op": "filter", "expr": "price > 2"}],
+                                   "sink": {"path": str(tmp_path / "out")}})
+    plan = plan_spec(spec)
+    whole, probe = build_lazyframe(plan), build_lazyframe(plan, first_file_only=True)
+    assert probe.collect_schema() == whole.collect_schema()
+    assert whole.collect().height == 12
+    assert sorted(probe.collect()["id"].to_list()) == [2, 3, 4]  # the first file's rows alone
+    if hive:
+        assert probe.collect_schema()["k"] == pl.String  # typed from every folder, not from k=1 alone
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("expr", ["price > 2", "ts_shift > 0"], ids=["runs", "refused"])
+def test_cudf_polars_is_asked_about_one_file_a_source_and_answers_as_for_all(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, expr: str) -> None:
+    pytest.importorskip("cudf_polars")
+    from cudf_polars.dsl import ir as cudf_ir
+
+    footers_read: list[list[str]] = []
+    physical_types = cudf_ir._parquet_physical_types
+    monkeypatch.setattr(cudf_ir, "_parquet_physical_types", lambda paths, columns: footers_read.append(list(paths)) or physical_types(paths, columns))
+    steps: list[dict[str, Any]] = [{"op": "filter", "expr": "price > 2"}]
+    if expr != "price > 2":  # a month interval: Polars' offset_by, which cudf-polars 26.10 refuses
+        steps = [{"op": "assign", "column": "ts", "expr": "timestamp('2020-01-31')"},
+                 {"op": "assign", "column": "ts_shift", "expr": 'ts + interval(1, "month")'}, *steps]
+    # Exact decimals: the filter reaches the scan on the decimal column, where cudf-polars reads the footers' types.
+    source = _many_files(tmp_path / "in", False, decimals="exact")
+    spec = JobSpec.model_validate({"name": "t", "source": source, "steps": steps, "sink": {"path": str(tmp_path / "out")}})
+    plan = plan_spec(spec)
+    asked = plan_gpu_refusal(plan)
+    probe_reads = list(footers_read)
+    assert asked == gpu_refusal(build_lazyframe(plan))
+    assert (asked is None) == (expr == "price > 2"), asked
+    assert all(len(paths) == 1 for paths in probe_reads), probe_reads
+    assert probe_reads or expr != "price > 2", "the filter on the decimal column did not reach the scan: nothing was measured"
+    assert any(len(paths) == 4 for paths in footers_read[len(probe_reads):]) or not probe_reads, footers_read  # the whole frame's: every file
