@@ -67,7 +67,12 @@ def _validation_response(exc: RequestValidationError) -> JSONResponse:
         reason = (first.get("ctx") or {}).get("error", "invalid JSON")
         return error_response(400, "malformed_json", f"the request body is not valid JSON: {reason}")
     detail = first_error_detail(errors)  # worded once, for the SDK and the CLI too
-    return error_response(422, detail.code, detail.message, detail.field)
+    code = "invalid_parameter" if errors[0].get("loc", ("body",))[0] in _REQUEST_PARTS else detail.code
+    return error_response(422, code, detail.message, detail.field)
+
+
+#: Where a request's own parameters come from: a bad one is ``invalid_parameter``, not a bad spec (``invalid_spec``).
+_REQUEST_PARTS = frozenset({"query", "header", "path", "cookie"})
 
 
 _METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
