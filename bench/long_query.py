@@ -39,6 +39,7 @@ from distributed import Client  # noqa: E402
 from bench.common import log, run_job, service_env  # noqa: E402
 from bench.gpu_tpch import generate  # noqa: E402
 from spillway.cluster.hung_workers import heartbeat_silences  # noqa: E402
+from spillway.jobs.status import JobStatus  # noqa: E402
 from spillway.service.launcher import launch_service  # noqa: E402
 
 AGGS = {
@@ -136,6 +137,48 @@ class HeartbeatWatch:
                 self.longest[address] = max(self.longest.get(address, 0.0), seconds)
 
 
+class ProgressWatch:
+    """Samples the running job's stages through REST (what a user watching it sees): when they last moved, and the
+    longest time they stood still while it ran (how long a stall check must wait before it may call a query stuck)."""
+
+    def __init__(self, service: Any, every_s: float) -> None:
+        self.service = service
+        self.every_s = every_s
+        self.samples: list[dict[str, Any]] = []
+        self.note: str | None = None  # what the counts mean, as the job view says
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> dict[str, Any]:
+        self._stop.set()
+        self._thread.join()
+        moving = [sample for sample in self.samples if sample["stages"]]
+        changes = [sample["t"] for before, sample in zip(moving, moving[1:], strict=False) if sample["stages"] != before["stages"]]
+        edges = [moving[0]["t"], *changes, moving[-1]["t"]] if moving else []
+        return {
+            "samples": len(self.samples), "samples_with_stages": len(moving), "changes": len(changes),
+            "longest_unchanged_s": round(max((b - a for a, b in zip(edges, edges[1:], strict=False)), default=0.0), 1),
+            "first": moving[0] if moving else None, "last": moving[-1] if moving else None, "note": self.note,
+        }
+
+    def _run(self) -> None:
+        started = time.monotonic()
+        with self.service.client() as api:
+            while not self._stop.wait(self.every_s):
+                try:
+                    running = api.list(state=JobStatus.RUNNING).items
+                except Exception:  # noqa: BLE001 - a slow answer is a missed sample, not the bench's end
+                    continue
+                if running:
+                    progress = running[0].progress
+                    self.note = progress.note
+                    self.samples.append({"t": round(time.monotonic() - started, 1),
+                                         "stages": [[stage.name, stage.done, stage.total] for stage in progress.stages]})
+
+
 def _jobs_now(service: Any) -> list[dict[str, Any]]:
     """Every job's state, and the log of any still running (how a hang looked from the service)."""
     with service.client() as api:
@@ -196,6 +239,8 @@ def main() -> None:
         pids_before = watch.worker_pids()
         ttl = watch.client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.worker_ttl)
         watch.start()
+        progress = ProgressWatch(service, 2.0)
+        progress.start()
         sink = args.work / "long_out"
         try:
             left = args.deadline - (time.monotonic() - started)
@@ -204,17 +249,18 @@ def main() -> None:
             log(f"the long job did not end in time: {error!r}")  # the service, stopped below, ends it
             record = {"state": "NOT ENDED", "error": repr(error)}
         longest = watch.stop()
+        seen = progress.stop()
         pids_after = watch.worker_pids()
         watch.client.close()  # before the service (and its scheduler) stops
         with service.client() as api:
-            steps = [line for line in api.logs(record["id"]) if "across" in line or "step" in line] if "id" in record else []
+            steps = [line for line in api.logs(record["id"]) if any(word in line for word in ("across", "step", "progress"))] if "id" in record else []
         problem = answer_problem(sink, one, copies) if record["state"] == "SUCCEEDED" else record.get("error")
         result["long"] = {
             "copies": copies, "rows": one["count_order"].sum() * copies, "state": record["state"], "run_s": record.get("run_s"),
             "engine": (record.get("progress") or {}).get("engine"), "answer": problem or "equal to copies x one copy (counts exact, sums within 1e-9)",
             "scheduler_worker_ttl_s": ttl, "longest_heartbeat_silence_s": longest, "samples": watch.samples,
             "worker_pids_before": pids_before, "worker_pids_after": pids_after, "workers_restarted": pids_before != pids_after,
-            "log": steps,
+            "progress_seen": seen, "log": steps,
         }
         log(json.dumps(result["long"], indent=1, default=str))
     finally:
