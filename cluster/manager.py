@@ -36,8 +36,8 @@ from spillway.jobs.gpu_multi import MULTI_GPU_NOTE, MULTI_GPU_TRACE_NOTE, MultiG
 from spillway.jobs.gpu_placement import GpuPlacement, across_gpus, device_limit_bytes, place_on_gpu
 from spillway.jobs.gpu_support import settle_on_gpu, untrusted_on_gpu
 from spillway.jobs import ir
-from spillway.jobs.errors import (DatetimeOutOfRange, DivisionByZero, IntegerOverflow, InvalidTransition, SpillwayError, TextNotParsed,
-                                  TooManyPartitions)
+from spillway.jobs.errors import (CsvScanMiscount, DatetimeOutOfRange, DivisionByZero, IntegerOverflow, InvalidTransition, SpillwayError,
+                                  TextNotParsed, TooManyPartitions)
 from spillway.jobs.expr import shorten
 from spillway.jobs.lower_pandas import INT64_MAX, INT64_MIN
 from spillway.jobs.lower_polars import INT64_OVERFLOW, SENTINEL_TYPES, has_integer_arithmetic
@@ -793,8 +793,20 @@ class JobManager:
             active.futures = [future]
             # The stages are stored while the task runs, not before it is sent: a write less on the way to the worker.
             await asyncio.to_thread(self.store.save_progress, job.id, active.progress)
-            with _naming_checked_errors(logical):
-                result: polars_job.PolarsRunResult = await future
+            try:
+                with _naming_checked_errors(logical):
+                    result: polars_job.PolarsRunResult = await future
+            except CsvScanMiscount as miscount:
+                if device != "cpu" or (job.spec.engine or self.default_engine) != "auto" or active.cancel_requested:
+                    raise
+                miscounted = miscount
+            else:
+                miscounted = None
+        if miscounted is not None:  # nothing was written: the query failed while reading
+            reason = (f"engine: auto — Polars' CSV scan miscounts the rows of '{miscounted.path}' (a quote inside a field or left open); "
+                      "the Dask engine reads CSV in blocks")
+            await self._fallback_to_dask(job, active, logical, EngineChoice(engine="dask", device="cpu", reason=reason))
+            return
         computed_s = time.perf_counter() - phase
         received_at = time.time()
         if active.cancel_requested:
@@ -940,10 +952,14 @@ class JobManager:
     async def _gpu_fallback(self, job: JobView, active: _ActiveJob, logical: LogicalPlan, why: str) -> None:
         """cudf-polars refused the query while running it (its translation had passed): under ``auto``, run it on dask-cudf."""
         assert active.engine is not None
-        active.engine = settle_on_gpu(active.engine, job.spec.engine or self.default_engine, why)
+        await self._fallback_to_dask(job, active, logical, settle_on_gpu(active.engine, job.spec.engine or self.default_engine, why))
+
+    async def _fallback_to_dask(self, job: JobView, active: _ActiveJob, logical: LogicalPlan, choice: EngineChoice) -> None:
+        """The Polars engine could not run the job, before it wrote anything: run it on the Dask engine, ``choice`` saying why."""
+        active.engine = choice
         active.planning_deadline = asyncio.get_running_loop().time() + self.max_planning_s  # planning again, for the other engine
-        active.log.add(f"{self._now()} engine: dask on gpu ({active.engine.reason})")
-        log.info("job %s: %s", job.id, active.engine.reason)
+        active.log.add(f"{self._now()} engine: dask on {choice.device} ({choice.reason})")
+        log.info("job %s: %s", job.id, choice.reason)
         await self._execute_dask(job, active, logical, time.perf_counter())
 
     async def _execute_dask(self, job: JobView, active: _ActiveJob, logical: LogicalPlan, phase: float) -> None:

@@ -127,6 +127,16 @@ class UnreadableSource(SpecError):
     code = "unreadable_source"
 
 
+class CsvScanMiscount(UnreadableSource):
+    """A CSV file Polars' scan cannot split into rows, while Polars' whole-file reader and the Dask engine read it: a quote
+    character inside an unquoted field (``ab"c``) or one left open in a column the job does not read. Polars' parallel
+    scan counts rows by the quotes and then finds one more (``CSV malformed: expected 1100 rows, actual 1101 rows``).
+    Under ``engine: auto`` such a job runs on the Dask engine, with the reason recorded; under ``engine: polars`` it fails,
+    naming the file (:attr:`path`)."""
+
+    path: str = ""
+
+
 class TooManyPartitions(SpecError):
     """A job's graph is over the configured partition limit (at submit, a 422 naming the blocksize)."""
 

@@ -36,7 +36,7 @@ import polars as pl
 import pyarrow as pa
 from fsspec.utils import infer_compression
 
-from spillway.jobs.errors import ReadTypeMismatch, SpecError, UnreadableSource
+from spillway.jobs.errors import CsvScanMiscount, ReadTypeMismatch, SpecError, UnreadableSource
 from spillway.jobs.parquet_footers import check_parquet_footers, hive_folders
 from spillway.jobs.safe_open import open_checked, open_for_writing, verify_checked
 from spillway.jobs.sandbox import CheckedFile, checked_file
@@ -191,7 +191,10 @@ def named_read_error(exc: pl.exceptions.ComputeError, checked: tuple[CheckedFile
 def failing_file(exc: Exception, checked: tuple[CheckedFile, ...]) -> UnreadableSource:
     """``exc``, Polars failing to read a CSV or JSON-lines file (:func:`file_failure`), as the error naming the first of
     the job's ``checked`` files that fails so when read alone (each read again as text: only when a job fails); the
-    file unnamed where none does (an object store's, or one that fails only beside the others)."""
+    file unnamed where none does (an object store's, or one that fails only beside the others). A CSV file only Polars'
+    scan miscounts is :class:`CsvScanMiscount` (:func:`scan_miscount`)."""
+    if (miscounted := scan_miscount(exc, checked)) is not None:
+        return miscounted
     for file in checked:
         format = next((f for f in ("csv", "jsonl") if file.path.endswith(SUFFIXES[f])), None)
         if format is None:
@@ -204,6 +207,32 @@ def failing_file(exc: Exception, checked: tuple[CheckedFile, ...]) -> Unreadable
         except READ_FAILURES:  # read as text (or every row's own type), only the file itself can fail
             return unreadable(file.path, format, str(exc), file.field.removesuffix(".path"))
     return unreadable(None, None, str(exc), None)
+
+
+#: Polars' parallel CSV scan finding more rows in a piece of a file than its quote-aware count of line ends said.
+_MISCOUNT = re.compile(r"CSV malformed: expected \d+ rows, actual \d+ rows")
+
+
+def scan_miscount(exc: Exception, checked: tuple[CheckedFile, ...]) -> CsvScanMiscount | None:
+    """``exc`` as :class:`CsvScanMiscount` naming the first of the job's ``checked`` CSV files Polars' scan miscounts
+    when it scans that file alone; None when ``exc`` is not that failure or no file fails so alone."""
+    if not _MISCOUNT.search(str(exc)):
+        return None
+    for file in checked:
+        if not file.path.endswith(SUFFIXES["csv"]) or compressed(file.path):  # compressed files are read whole, never scanned
+            continue
+        try:  # one column: with all of them, a field the quote left open can fail to parse before the rows are counted
+            pl.scan_csv(file.path, infer_schema=False, raise_if_empty=False).select(pl.nth(0)).collect()
+        except pl.exceptions.ComputeError as alone:
+            if (found := _MISCOUNT.search(str(alone))) is not None:
+                error = CsvScanMiscount(
+                    f"'{file.path}' cannot be read by Polars' CSV scan: {found.group(0)} (a quote character inside an unquoted "
+                    "field, or one left open, which Polars' parallel scan miscounts); the Dask engine reads CSV files in blocks "
+                    "with Polars' whole-text reader and may read it: set engine: dask (engine: auto runs such a job there)",
+                    field=file.field)
+                error.path = file.path  # kept when the error travels from the worker (an exception pickles its __dict__)
+                return error
+    return None
 
 
 def _scan_hive(files: list[str], options: dict[str, str] | None, scan: dict[str, Any], scanned: list[str]) -> pl.LazyFrame:

@@ -208,3 +208,27 @@ def test_sorted_output_reads_back_in_order(api: SpillwayClient, engine: str, big
     assert job.result is not None and len(job.result.files) > (1 if engine == "dask" else 0)  # Polars writes one file
     amounts = pd.read_parquet(out, columns=["amount"]).amount
     assert amounts.is_monotonic_increasing and len(amounts) == 1_200_000
+
+
+@pytest.mark.parametrize("engine", ["auto", "polars"])
+def test_a_csv_file_polars_scan_miscounts_runs_on_dask_under_auto_and_is_named_under_polars(
+        service: ServiceProcess, tmp_path: Path, engine: str) -> None:
+    # A quote inside an unquoted field: Polars' parallel CSV scan miscounts the rows (jobs.polars_io.scan_miscount).
+    rows = 1200
+    (tmp_path / "g.csv").write_text("id,g\n" + "".join(f"{i},{i}\n" for i in range(rows)) + f'{rows},ab"c\n')
+    spec = {"name": f"stray_quote_{engine}", "engine": engine, "source": {"format": "csv", "path": str(tmp_path / "g.csv")},
+            "steps": [{"op": "select", "columns": ["id"]}], "sink": {"path": str(tmp_path / "out")}}
+    with service.client() as client:
+        job = wait_terminal(client, client.submit(spec).id)
+        log = "\n".join(client.logs(job.id))
+    if engine == "auto":
+        assert job.state == JobStatus.SUCCEEDED, job.error
+        assert job.progress.engine is not None and (job.progress.engine.engine, job.progress.engine.device) == ("dask", "cpu")
+        assert "g.csv" in job.progress.engine.reason and "Polars' CSV scan" in job.progress.engine.reason
+        assert "engine: dask on cpu" in log
+        assert sorted(pd.read_parquet(tmp_path / "out")["id"].tolist()) == list(range(rows + 1))
+    else:
+        assert job.state == JobStatus.FAILED and job.error is not None
+        assert job.error.code == "unreadable_source" and job.error.field == "source.path", job.error
+        assert "g.csv" in job.error.message and "engine: dask" in job.error.message
+        assert not (tmp_path / "out").exists()
