@@ -19,7 +19,7 @@ from spillway.jobs.join_condition_polars import LEFT_ROW, RIGHT_ROW, join_with_c
 from spillway.jobs.logical import LogicalPlan
 from spillway.jobs.named_sources import NamedSources
 from spillway.jobs.lower_polars import has_integer_arithmetic, orders_numbers, to_polars
-from spillway.jobs.polars_io import scan_source_as_stored, with_read_types
+from spillway.jobs.polars_io import csv_read_without_a_column, scan_source_as_stored, with_read_types
 from spillway.jobs.polars_rows import COUNTERS, in_order, position, with_counters
 from spillway.jobs.spec import (
     Aggregation,
@@ -161,7 +161,7 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
     """Builds the LazyFrame of a checked job, each named source once."""
 
     def __init__(self, plan: LogicalPlan, *, filters_before_casts: bool = False, ieee_comparisons: bool = True,
-                 first_file_only: bool = False) -> None:
+                 first_file_only: bool = False, csv_rows_by_a_column: bool = False) -> None:
         if plan.spec is None:
             raise ValueError("the Polars engine needs a checked plan (jobs.validate.plan_spec)")
         super().__init__(plan.spec)
@@ -169,6 +169,7 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
         self.filters_before_casts = filters_before_casts
         self.ieee_comparisons = ieee_comparisons
         self.first_file_only = first_file_only
+        self.csv_rows_by_a_column = csv_rows_by_a_column
         self._step_input: pl.LazyFrame | None = None
         self._step_field = ""
         self._step_dtypes: pl.Schema | None = None
@@ -178,7 +179,8 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
         self._rows: dict[int, tuple[pl.LazyFrame, int]] = {}
 
     def read(self, source: SourceSpec, field: str) -> pl.LazyFrame:
-        stored, casts = scan_source_as_stored(source, field=field, first_file_only=self.first_file_only)
+        stored, casts = scan_source_as_stored(source, field=field, first_file_only=self.first_file_only,
+                                              csv_rows_by_a_column=self.csv_rows_by_a_column)
         frame = self._cast(stored, casts)
         if self.filters_before_casts:  # the CPU's plan: where a join's read casts run (_join_before_casts)
             self._note_rows(frame, source_rows(source, field))
@@ -497,9 +499,15 @@ def build_lazyframe(plan: LogicalPlan, *, filters_before_casts: bool = False, ie
     engine, which orders NaN so itself (reading and typing the SQL for them takes ~14 ms a TPC-H query).
     ``first_file_only``: each source scans its first file alone (:func:`jobs.polars_io.scan_source_as_stored`), a
     frame to ask cudf-polars about, never to run.
+
+    Where the query would read no column of a CSV file (a row count), it is built again with every CSV scan parsing a
+    column (:func:`jobs.polars_io.counted_by_a_column`): Polars' count without one misses rows after a stray quote.
     """
-    return PolarsFrames(plan, filters_before_casts=filters_before_casts, ieee_comparisons=ieee_comparisons,
-                        first_file_only=first_file_only).output()
+    options = {"filters_before_casts": filters_before_casts, "ieee_comparisons": ieee_comparisons, "first_file_only": first_file_only}
+    frame = PolarsFrames(plan, **options).output()
+    if plan.spec is not None and csv_read_without_a_column(plan.spec, frame):
+        frame = PolarsFrames(plan, **options, csv_rows_by_a_column=True).output()
+    return frame
 
 
 _UNIT_ORDER = ("ns", "us", "ms")  # finest first

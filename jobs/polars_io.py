@@ -42,7 +42,7 @@ from spillway.jobs.safe_open import open_checked, open_for_writing, verify_check
 from spillway.jobs.sandbox import CheckedFile, checked_file
 from spillway.jobs.sources import (SUFFIXES, check_csv_headers, inferred_text_types, parquet_schema, read_type_mismatch,
                                    resolve_files, text_read_types)
-from spillway.jobs.spec import SinkSpec, SourceSpec
+from spillway.jobs.spec import JobSpec, SinkSpec, SourceSpec
 from spillway.jobs.storage import StorageSettings, is_url, storage_options
 from spillway.jobs.text_reading import READ_FAILURES, READ_TYPES, compressed, file_failure, parse_read_error, refuses, refusing_column, unreadable
 
@@ -99,7 +99,8 @@ def scan_source(source: SourceSpec, *, field: str = "source") -> pl.LazyFrame:
     return with_read_types(frame, casts)
 
 
-def scan_source_as_stored(source: SourceSpec, *, field: str = "source", first_file_only: bool = False) -> tuple[pl.LazyFrame, dict[str, pl.DataType]]:
+def scan_source_as_stored(source: SourceSpec, *, field: str = "source", first_file_only: bool = False,
+                          csv_rows_by_a_column: bool = False) -> tuple[pl.LazyFrame, dict[str, pl.DataType]]:
     """A LazyFrame over a source's files with the files' own types, and the casts (:func:`read_casts`) that
     give the language's read types: a filter can then run before them (jobs.polars_frame), where Polars
     pushes it into the scan.
@@ -107,6 +108,7 @@ def scan_source_as_stored(source: SourceSpec, *, field: str = "source", first_fi
     ``first_file_only``: the frame scans the source's first file alone, with the scan options, types and hive keys
     all of its files give: the same plan over fewer files, for asking cudf-polars whether it can run it
     (jobs.gpu_support), whose translation reads every scanned file's footer (~15 ms a file on an H100).
+    ``csv_rows_by_a_column``: a CSV scan always parses its first column (:func:`counted_by_a_column`).
     """
     files = resolve_files(source, field=field)
     scanned = files[:1] if first_file_only else files
@@ -120,6 +122,8 @@ def scan_source_as_stored(source: SourceSpec, *, field: str = "source", first_fi
         frame = _scan_hive(files, options, scan, scanned) if hive else pl.scan_parquet(scanned, storage_options=options, **scan)
     else:
         frame = _scan_text(source, scanned, options, field)
+        if csv_rows_by_a_column and source.format == "csv":
+            frame = counted_by_a_column(frame)
     if source.columns:
         frame = frame.select(list(source.columns))
     if source.format != "parquet":
@@ -128,6 +132,30 @@ def scan_source_as_stored(source: SourceSpec, *, field: str = "source", first_fi
     if pl.Datetime("ms") in frame.collect_schema().dtypes():  # maybe a date64, which pyarrow reads as a date
         dates = frozenset(column.name for column in parquet_schema(files)[0] if pa.types.is_date(column.type))
     return frame, read_casts(frame, exact_decimals=source.decimals == "exact", dates=dates)
+
+
+def counted_by_a_column(frame: pl.LazyFrame) -> pl.LazyFrame:
+    """``frame``, a CSV scan, with its rows counted by parsing its first column.
+
+    A query that reads no column of a CSV file (a row count) makes Polars count the file's line ends outside quotes, a
+    stray quote (``ab"c``) included: one row short, silently. Parsing a column finds every row, or fails as
+    :class:`CsvScanMiscount` where the two counts differ. A filter true on every row keeps that column in the scan.
+    """
+    first = pl.col(frame.collect_schema().names()[0])
+    return frame.filter(first.is_null() | first.is_not_null())
+
+
+def csv_read_without_a_column(spec: JobSpec, frame: pl.LazyFrame) -> bool:
+    """Whether ``frame``, built from ``spec``, leaves some uncompressed local CSV file of its sources with no column read
+    (the row count :func:`counted_by_a_column` is for), or cannot tell."""
+    from spillway.jobs.read_progress import scanned_columns  # it reads the plan through Polars' node visitor
+
+    files = [f for _, source in spec.source_fields() if source.format == "csv"
+             for f in resolve_files(source) if not compressed(f) and not is_url(f)]
+    if not files:
+        return False
+    scanned = scanned_columns(frame)
+    return any(scanned.get(os.path.realpath(f), frozenset()) == frozenset() for f in files)
 
 
 def _scan_text(source: SourceSpec, files: list[str], options: dict[str, str] | None, field: str) -> pl.LazyFrame:

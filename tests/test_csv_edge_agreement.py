@@ -23,6 +23,7 @@ import pytest
 
 from spillway.jobs.errors import CsvScanMiscount, SpecError, SpillwayError
 from spillway.jobs.pipeline import backend_config, build_frame
+from spillway.jobs.polars_frame import build_lazyframe
 from spillway.jobs.sandbox import enforce_roots
 from spillway.jobs.sources import TEXT_HEAD_ROWS, text_read_types
 from spillway.jobs.spec import JobSpec
@@ -449,19 +450,34 @@ def stray_quote_file(root: Path, garbage: str) -> str:
     return "g.csv"
 
 
+COUNT_ROWS = [{"op": "groupby", "by": [], "aggs": {"rows": {"func": "size"}}}]
+
+
 @STRAY_QUOTES
-def test_a_stray_quote_polars_scan_miscounts_is_read_by_dask_and_named_by_polars(root: Path, garbage: str) -> None:
+@pytest.mark.parametrize("steps", [[{"op": "select", "columns": ["id", "n"]}], COUNT_ROWS], ids=["columns", "a row count"])
+def test_a_stray_quote_polars_scan_miscounts_is_read_by_dask_and_named_by_polars(root: Path, garbage: str, steps: list[dict[str, Any]]) -> None:
     # Documented in docs/spec.md ("CSV"): Polars' scan fails on such a file (its eager reader does not), the Dask engine
-    # reads it; under engine: auto the service then runs the job on Dask (tests/test_service_e2e.py).
-    spec = job(root, stray_quote_file(root, garbage), [{"op": "select", "columns": ["id", "n"]}])
+    # reads it; under engine: auto the service then runs the job on Dask (tests/test_service_e2e.py). A row count, which
+    # reads no column, was one row short on Polars, silently (jobs.polars_io.counted_by_a_column).
+    spec = job(root, stray_quote_file(root, garbage), steps)
     with backend_config("pandas"), dask.config.set(scheduler="sync"):
         on_dask = build_frame(spec, plan_spec(spec)).compute()
-    assert values(on_dask["id"])[-1] == PAST_HEAD and len(on_dask) == PAST_HEAD + 1
+    if steps is COUNT_ROWS:
+        assert values(on_dask["rows"]) == [PAST_HEAD + 1]
+    else:
+        assert values(on_dask["id"])[-1] == PAST_HEAD and len(on_dask) == PAST_HEAD + 1
     with pytest.raises(CsvScanMiscount) as refused:
         run_on("polars", spec, root / "out")
     error = refused.value
     assert error.code == "unreadable_source" and error.field == "source.path" and error.path == str(root / "g.csv")
     assert "g.csv" in error.message and "engine: dask" in error.message and "expected" in error.message
+
+
+def test_a_row_count_parses_a_column_only_where_the_query_reads_none(root: Path) -> None:
+    write(root, {"a.csv": "id,n\n" + csv_rows(50, "{i},{i}")})
+    counted = build_lazyframe(plan_spec(job(root, "a.csv", COUNT_ROWS)))
+    assert "is_not_null" in counted.explain() and values(counted.collect().to_pandas()["rows"]) == [50]
+    assert "is_not_null" not in build_lazyframe(plan_spec(job(root, "a.csv", [{"op": "select", "columns": ["n"]}]))).explain()
 
 
 # 6. Date-times.
