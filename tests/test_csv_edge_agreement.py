@@ -533,12 +533,18 @@ def _layout_change_at_a_block_boundary() -> str:
     raise AssertionError("no such layout")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "documented in docs/spec.md (one layout per block on Dask, per file on Polars): a file whose date-times gain or "
-    "lose an offset exactly at a block boundary reads on Dask and fails on Polars with read_type_mismatch"))
-def test_a_layout_change_at_a_block_boundary_reads_or_fails_alike(root: Path) -> None:
-    write(root, {"t.csv": _layout_change_at_a_block_boundary()})
-    agreed(job(root, "t.csv", types={"ts": "datetime64[ns]"}, blocksize="1KiB"), root)
+def test_a_layout_change_at_a_block_boundary_reads_on_dask_and_fails_on_polars_as_documented(root: Path) -> None:
+    # docs/spec.md: one layout per block on the Dask engine, per file on the Polars engine. Here each block holds one.
+    text = _layout_change_at_a_block_boundary()
+    write(root, {"t.csv": text})
+    spec = job(root, "t.csv", types={"ts": "datetime64[ns]"}, blocksize="1KiB")
+    with backend_config("pandas"), dask.config.set(scheduler="sync"):
+        on_dask = build_frame(spec, plan_spec(spec)).compute()
+    offsets = text.count("+02:00")
+    assert len(on_dask) == text.count("\n") - 1 and offsets > 0
+    assert str(on_dask["ts"].iloc[0]) == "2024-01-04 22:00:00" and str(on_dask["ts"].iloc[offsets]) == "2024-01-05 10:00:00"
+    failed = _failure("polars", spec, root / "out")
+    assert isinstance(failed, SpillwayError) and failed.code == "read_type_mismatch" and "'ts'" in failed.message, failed
 
 
 # 7. JSON lines.
