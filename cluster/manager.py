@@ -46,6 +46,7 @@ from spillway.jobs.pandas_numbers import DIVISION_BY_ZERO
 from spillway.jobs.time_functions import STRPTIME_MISMATCH
 from spillway.jobs.logical import LogicalPlan
 from spillway.jobs.polars_frame import build_lazyframe
+from spillway.jobs.polars_io import csv_miscount
 from spillway.jobs.read_progress import SourceRead, source_reads
 from spillway.jobs.sandbox import check_paths, enforce_roots
 from spillway.jobs.sink import SinkWriter
@@ -797,6 +798,8 @@ class JobManager:
                 with _naming_checked_errors(logical):
                     result: polars_job.PolarsRunResult = await future
             except CsvScanMiscount as miscount:
+                if (only := job.spec.polars_only()) is not None:  # a SQL source or exact decimals: no Dask engine to move to
+                    raise csv_miscount(miscount.path, miscount.counts, miscount.field, polars_only=only[1]) from None
                 if device != "cpu" or (job.spec.engine or self.default_engine) != "auto" or active.cancel_requested:
                     raise
                 miscounted = miscount

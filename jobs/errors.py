@@ -135,6 +135,7 @@ class CsvScanMiscount(UnreadableSource):
     naming the file (:attr:`path`)."""
 
     path: str = ""
+    counts: str = ""  # Polars' words: "CSV malformed: expected 1100 rows, actual 1101 rows"
 
 
 class TooManyPartitions(SpecError):

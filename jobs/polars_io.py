@@ -253,14 +253,23 @@ def scan_miscount(exc: Exception, checked: tuple[CheckedFile, ...]) -> CsvScanMi
             pl.scan_csv(file.path, infer_schema=False, raise_if_empty=False).select(pl.nth(0)).collect()
         except pl.exceptions.ComputeError as alone:
             if (found := _MISCOUNT.search(str(alone))) is not None:
-                error = CsvScanMiscount(
-                    f"'{file.path}' cannot be read by Polars' CSV scan: {found.group(0)} (a quote character inside an unquoted "
-                    "field, or one left open, which Polars' parallel scan miscounts); the Dask engine reads CSV files in blocks "
-                    "with Polars' whole-text reader and may read it: set engine: dask (engine: auto runs such a job there)",
-                    field=file.field)
-                error.path = file.path  # kept when the error travels from the worker (an exception pickles its __dict__)
-                return error
+                return csv_miscount(file.path, found.group(0), file.field)
     return None
+
+
+def csv_miscount(path: str, counts: str, field: str | None, polars_only: str | None = None) -> CsvScanMiscount:
+    """The error naming a CSV file Polars' scan miscounts (``counts``: its words), and what to do: run it on the Dask
+    engine, or, where ``polars_only`` says why the job cannot run there, fix the file's quotes."""
+    what = (f"'{path}' cannot be read by Polars' CSV scan: {counts} (a quote character inside an unquoted field, or one "
+            "left open, which Polars' parallel scan miscounts); ")
+    if polars_only is None:
+        what += ("the Dask engine reads CSV files in blocks with Polars' whole-text reader and may read it: set engine: dask "
+                 "(engine: auto runs such a job there)")
+    else:
+        what += f"{polars_only}, so the Dask engine cannot read it instead: quote such a field whole, its quotes doubled (\"ab\"\"c\")"
+    error = CsvScanMiscount(what, field=field)
+    error.path, error.counts = path, counts  # kept when the error travels from the worker (an exception pickles its __dict__)
+    return error
 
 
 def _scan_hive(files: list[str], options: dict[str, str] | None, scan: dict[str, Any], scanned: list[str]) -> pl.LazyFrame:

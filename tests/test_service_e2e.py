@@ -236,3 +236,17 @@ def test_a_csv_file_polars_scan_miscounts_runs_on_dask_under_auto_and_is_named_u
         assert job.error.code == "unreadable_source" and job.error.field == "source.path", job.error
         assert "g.csv" in job.error.message and "engine: dask" in job.error.message
         assert not (tmp_path / "out").exists()
+
+
+def test_a_csv_file_polars_scan_miscounts_under_a_sql_source_is_named_with_the_fix(service: ServiceProcess, tmp_path: Path) -> None:
+    # A SQL source runs on Polars only: under engine: auto there is no Dask engine to move to, so the error says what to fix.
+    rows = 1200
+    (tmp_path / "g.csv").write_text("id,g\n" + "".join(f"{i},{i}\n" for i in range(rows)) + f'{rows},ab"c\n')
+    spec = {"name": "stray_quote_sql", "sources": {"t": {"format": "csv", "path": str(tmp_path / "g.csv")},
+                                                    "q": {"sql": "SELECT count(*) AS n FROM t"}},
+            "source": "q", "sink": {"path": str(tmp_path / "out")}}
+    with service.client() as client:
+        job = wait_terminal(client, client.submit(spec).id)
+    assert job.state == JobStatus.FAILED and job.error is not None and job.error.code == "unreadable_source", job.error
+    assert "g.csv" in job.error.message and "only the Polars engine runs" in job.error.message and '"ab""c"' in job.error.message
+    assert "set engine: dask" not in job.error.message and not (tmp_path / "out").exists()
