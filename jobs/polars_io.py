@@ -146,12 +146,11 @@ def counted_by_a_column(frame: pl.LazyFrame) -> pl.LazyFrame:
 
 
 def csv_read_without_a_column(spec: JobSpec, frame: pl.LazyFrame) -> bool:
-    """Whether ``frame``, built from ``spec``, leaves some uncompressed local CSV file of its sources with no column read
-    (the row count :func:`counted_by_a_column` is for), or cannot tell."""
+    """Whether ``frame``, built from ``spec``, leaves some uncompressed CSV file of its sources with no column read
+    (the row count :func:`counted_by_a_column` is for), or cannot tell. (A compressed file is read whole, all columns.)"""
     from spillway.jobs.read_progress import scanned_columns  # it reads the plan through Polars' node visitor
 
-    files = [f for _, source in spec.source_fields() if source.format == "csv"
-             for f in resolve_files(source) if not compressed(f) and not is_url(f)]
+    files = [f for _, source in spec.source_fields() if source.format == "csv" for f in resolve_files(source) if not compressed(f)]
     if not files:
         return False
     scanned = scanned_columns(frame)
