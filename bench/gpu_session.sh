@@ -3,6 +3,7 @@
 # with RAPIDS and cudf-polars staged (../shared/gpu/README.md):
 #
 #     bash bench/gpu_session.sh tests [-s]  # pytest -m gpu over the whole suite (-s: with what each test prints)
+#     bash bench/gpu_session.sh first      # the whole GPU suite, then bench/gpu_refusal_cost.py: one call after the install
 #     bash bench/gpu_session.sh tpch10 [--rmm-pool 32GB]   # TPC-H SF 10 over REST, side by side with cudf-polars and DuckDB
 #     bash bench/gpu_session.sh tpch100    # TPC-H SF 100, the same, two iterations each (data generated first, ~90 s)
 #     bash bench/gpu_session.sh spill [--limit 2GB]   # after tpch10: jobs over a device limit below their working set
@@ -60,6 +61,14 @@ multi-tests)
     timeout 200 python3 bench/gpu_refusal_cost.py --files 10,300,2300 --out "$OUT" > "$OUT/gpu_refusal_cost.log" 2>&1
     echo "refusal cost rc=$?"; cat "$OUT/gpu_refusal_cost.log"
     ;;
+first)
+    # A fresh tree's first GPU call, after the install: the whole GPU suite (~300 s), then what the submit's question to
+    # cudf-polars costs by file count; both within one 600 s call.
+    timeout 440 python3 -m pytest -m gpu tests/ -o addopts="" -q -rs -p no:cacheprovider --durations=15 --continue-on-collection-errors "$@" > "$OUT/gpu_tests.log" 2>&1
+    echo "gpu tests rc=$?"; grep -E "passed|failed|error" "$OUT/gpu_tests.log" | tail -40
+    timeout 100 python3 bench/gpu_refusal_cost.py --files 10,300,2300 --out "$OUT" > "$OUT/gpu_refusal_cost.log" 2>&1
+    echo "refusal cost rc=$?"; cat "$OUT/gpu_refusal_cost.log"
+    ;;
 plans)
     timeout 420 python3 bench/gpu_tpch.py --out "$OUT" --work /tmp/spw_tpch --sf 10 --parts 1 --gpus 0 \
         --engines spillway,spillway-plan,spillway-plan-filters,cudf-polars,duckdb --spillway-engines auto --gpu-trace-progress off \
@@ -77,6 +86,6 @@ spill)
     echo "spill rc=$?"; tail -30 "$OUT/spill.log"
     ;;
 *)
-    echo "usage: bash bench/gpu_session.sh tests|tpch10|tpch100|plans|spill|concurrent|multi|multi-tests|long" >&2; exit 2
+    echo "usage: bash bench/gpu_session.sh tests|first|tpch10|tpch100|plans|spill|concurrent|multi|multi-tests|long" >&2; exit 2
     ;;
 esac
