@@ -22,8 +22,9 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 from dask.dataframe.io.parquet.arrow import ArrowDatasetEngine
 
-from spillway.jobs.errors import TooManyPartitions
-from spillway.jobs.parquet_footers import check_parquet_footers
+from spillway.jobs.errors import SpecError, TooManyPartitions
+from spillway.jobs.parquet_footers import check_parquet_footers, hive_folders
+from spillway.jobs.polars_io import ESCAPED_HIVE_NULL
 from spillway.jobs.safe_open import RootBoundFileSystem, checked_url
 from spillway.jobs.sandbox import checked_file
 from spillway.jobs.sources import (PANDAS_READ_DTYPES, check_csv_headers, parquet_schema, plain_types, read_arrow_type, read_type_mismatch,
@@ -57,6 +58,11 @@ def read_source(source: SourceSpec, *, field: str = "source") -> dd.DataFrame:
         engine = PlainArrowEngine if dask.config.get("dataframe.backend") == "pandas" else None
         where: dict[str, Any] = {"storage_options": options} if checked is None else {"filesystem": checked}
         schema, partitions = parquet_schema(files)
+        if partitions and (spelled := next((f for f in files if any(v == ESCAPED_HIVE_NULL for _, v in hive_folders(f))), None)):
+            # pyarrow undoes a folder's %-escapes before it looks for the null's name, so it would read this value as null.
+            raise SpecError(f"'{spelled}' lies in a folder whose value is the text __HIVE_DEFAULT_PARTITION__ (written "
+                            f"{ESCAPED_HIVE_NULL}), which the Dask engine would read as null: use engine: polars",
+                            field=f"{field}.path")
         if partitions and engine is not None:
             # Hive keys in the types the checker gave them from every folder: dask inferred them file by file, so a
             # folder of the null key (__HIVE_DEFAULT_PARTITION__) alone failed, and text keys 01, 007 became 1 and null.

@@ -327,12 +327,16 @@ def checked_folder_name(column: str, folder: str) -> str:
 
 #: Hive's folder name for a null partition value.
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+#: The folder name of a value that is that text (:func:`escaped_in_partition`).
+ESCAPED_HIVE_NULL = "%5F" + HIVE_NULL[1:]
 
 
 def escaped_in_partition(text: str) -> str:
     """``text`` as it appears in a hive folder's name: every character but letters, digits and `` _-.+,@~`` %-escaped,
-    so a value or a column name never forms a path of its own (``/``, ``..``) nor another ``key=value``."""
-    return quote(text, safe=_SAFE_IN_PARTITION)
+    so a value or a column name never forms a path of its own (``/``, ``..``) nor another ``key=value``. The text
+    ``__HIVE_DEFAULT_PARTITION__`` itself gets its first character escaped: unescaped, it is the null's folder, and the
+    rows of both would share one folder, the ones written first lost."""
+    return ESCAPED_HIVE_NULL if text == HIVE_NULL else quote(text, safe=_SAFE_IN_PARTITION)
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 import pytest
 
-from spillway.jobs.errors import SpillwayError
+from spillway.jobs.errors import SpecError, SpillwayError
 from spillway.jobs.sandbox import enforce_roots
 from spillway.jobs.sink import SinkWriter, read_manifest
 from spillway.jobs.spec import JobSpec
@@ -332,6 +332,23 @@ def test_a_partition_on_that_leaves_nothing_or_names_a_dropped_column_is_refused
 @pytest.mark.parametrize("value", ["a/b", "../x", "c%20d", "a=b", "100%", "a*b?[c]"])
 def test_a_partition_value_that_looks_like_a_path_or_an_escape_is_kept_alike(root: Path, value: str) -> None:
     written(agreed(root, source(root, {"id": [1, 2], "p": [value, "plain"]}), {"partition_on": ["p"]}))
+
+
+@pytest.mark.parametrize("value", ["__HIVE_DEFAULT_PARTITION__", "%5F_HIVE_DEFAULT_PARTITION__"])
+def test_the_null_folders_name_as_a_value_keeps_its_rows_apart_from_the_nulls(root: Path, value: str) -> None:
+    # Both used to land in the null's folder, the rows written first overwritten: 3 rows in, 2 committed, silently.
+    src = source(root, {"id": [1, 2, 3], "p": [value, None, "x"]})
+    sinks = written(agreed(root, src, {"partition_on": ["p"]}))
+    for engine in ENGINES:
+        assert commit(engine, root, src, {"path": str(root / f"{engine}_count"), "partition_on": ["p"]}).total_rows == 3, engine
+    for engine, sink in sinks.items():  # read back: Polars reads each folder's value; Dask (pyarrow) cannot tell it from null
+        src_back = {"format": "parquet", "path": str(sink.path)}
+        back = commit("polars", root, src_back, {"path": str(root / f"back_{engine}")})
+        assert pq.read_table(root / f"back_{engine}").sort_by("id").column("p").to_pylist() == [value, None, "x"], (engine, back)
+        if value == "__HIVE_DEFAULT_PARTITION__":
+            with pytest.raises(SpecError, match="engine: polars") as refused:
+                commit("dask", root, src_back, {"path": str(root / f"back_dask_{engine}")})
+            assert refused.value.field == "source.path"
 
 
 @pytest.mark.parametrize("values", [["héllo 日本", "x"], ["a\nb", "c"], ts(dt.datetime(2024, 1, 1), dt.datetime(2024, 1, 2, 3, 4, 5))],
