@@ -118,5 +118,11 @@ def _rows(fs: AbstractFileSystem, path: str, format: str) -> int:
         with fs.open(path, "rb") as handle:
             return pq.ParquetFile(handle).metadata.num_rows
     compression = "gzip" if path.endswith(".gz") else None
+    # Python's reader refuses a field over 128 KiB by default; the writers have no such limit, so neither has the count.
+    csv.field_size_limit(max(csv.field_size_limit(), _LARGEST_CSV_FIELD))
     with fs.open(path, "rt", compression=compression, newline="", encoding="utf-8") as handle:
         return max(sum(1 for _ in csv.reader(handle)) - 1, 0)  # less the header
+
+
+#: The largest field :func:`_rows` reads (the most a C long holds on every platform).
+_LARGEST_CSV_FIELD = 2**31 - 1

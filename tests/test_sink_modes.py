@@ -83,6 +83,19 @@ def test_csv_sink_gzip_and_quoted_newlines_count_rows(tmp_path: Path) -> None:
     assert len(resolve_files(SourceSpec(format="csv", path=str(tmp_path / "gz")))) == 2
 
 
+def test_a_csv_field_over_128_kib_is_counted_and_committed(tmp_path: Path) -> None:
+    # Python's csv reader refuses fields over 128 KiB by default: the commit's row count failed the job after its query.
+    import csv
+
+    before = csv.field_size_limit(131072)  # Python's default, whatever an earlier test in this process set
+    try:
+        data = pd.DataFrame({"k": [1, 2], "v": ["x" * 500_000, "short"]})
+        manifest = write(SinkSpec(format="csv", path=str(tmp_path / "wide")), "c3", data, partitions=1)
+    finally:
+        csv.field_size_limit(max(before, csv.field_size_limit()))
+    assert manifest.total_rows == 2 and manifest.files[0].rows == 2
+
+
 @pytest.mark.parametrize(
     ("sink", "field"),
     [
