@@ -301,6 +301,16 @@ def _hive_value(text: str | None, dtype: pl.DataType) -> Any:
     return int(value) if dtype == pl.Int64 else value
 
 
+def check_csv_writable(table: pl.DataFrame) -> None:
+    """Refuse, before anything is written, a column a CSV file cannot hold (a list, an array, a struct, bytes); Polars'
+    writer failed on it with a message naming none."""
+    held = {pl.List: "a list", pl.Array: "an array", pl.Struct: "a struct", pl.Binary: "bytes"}
+    for name, dtype in table.schema.items():
+        if (what := next((text for kind, text in held.items() if isinstance(dtype, kind) or dtype == kind), None)) is not None:
+            raise SpecError(f"column '{name}' holds {what} ({dtype}), which a CSV sink cannot hold: write a parquet sink "
+                            "(format: parquet), or leave the column out with a select step", field="sink.format")
+
+
 def partition_directory(names: list[str], values: tuple[Any, ...]) -> str:
     """The hive directory ``name=value/...`` for one partition, every part %-escaped.
 
@@ -413,6 +423,7 @@ def write_output(frame: pl.LazyFrame, target: OutputTarget, engine: Any = "auto"
         with _open(target.path(), target.root) as handle:
             table.write_parquet(handle, compression=codec, row_group_size=sink.row_group_size)
     else:
+        check_csv_writable(table)
         with _open(target.path(), target.root) as raw:
             handle = gzip.open(raw, "wb") if sink.codec == "gzip" else raw
             try:

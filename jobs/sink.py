@@ -46,7 +46,7 @@ from spillway.jobs.commit import (
 )
 from spillway.jobs.errors import SinkExists, SpecError, SpillwayError
 from spillway.jobs.manifest import column_difference, describe_files, frame_columns
-from spillway.jobs.polars_io import OutputTarget, checked_folder_name, escaped_in_partition
+from spillway.jobs.polars_io import OutputTarget, check_csv_writable, checked_folder_name, escaped_in_partition
 from spillway.jobs.safe_open import open_directory, open_for_writing, staging_url
 from spillway.jobs.sandbox import PathNotAllowed, check_sink_parent, checked_so_far, local_root_of
 from spillway.jobs.spec import SinkSpec
@@ -531,6 +531,7 @@ def write_csv_part(part: pd.DataFrame, url: str, options: dict[str, Any] | None,
     writer as the Polars engine writes its CSV sinks: the same text for every value on both engines (pandas' wrote an
     empty string as a null, a column of midnights as dates, its own datetime and float text)."""
     table = pl.from_pandas(part)
+    check_csv_writable(table)
     with fsspec.open(url, "wb", compression="gzip" if gzip else None, **(options or {})) as handle:
         table.write_csv(handle)
 
