@@ -18,7 +18,7 @@ from spillway.jobs.sandbox import check_paths
 from spillway.jobs.validate import validate_submission
 from spillway.service.auth import redact_tokens
 from spillway.service.config import Settings
-from spillway.service.errors import BodySizeLimit, install_error_handlers
+from spillway.service.errors import AnswerUnexpectedErrors, BodySizeLimit, install_error_handlers
 from spillway.service.gc_tuning import tune_gc
 from spillway.service.http_metrics import HttpMetrics
 from spillway.service.job_changes import JobChanges
@@ -170,6 +170,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     redact_tokens()
     app.add_middleware(BodySizeLimit, limit=settings.max_body_bytes)
+    app.add_middleware(AnswerUnexpectedErrors)  # inside the metrics: they count its 500s
     app.add_middleware(HttpMetrics, observe=metrics.http_request)  # outermost: counts the 413s too
     app.include_router(job_routes.router)
     app.include_router(cluster_routes.router)

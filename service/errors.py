@@ -153,7 +153,34 @@ def install_error_handlers(app: FastAPI) -> None:
             headers["Allow"] = ", ".join(allowed_methods(request))
         return error_response(exc.status_code, code, str(exc.detail), headers=headers or None)
 
-    @app.exception_handler(Exception)
-    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
-        log.exception("unexpected error")
-        return error_response(500, "internal_error", f"unexpected {type(exc).__name__}; see the service log")
+
+class AnswerUnexpectedErrors:
+    """Answer an unexpected error with a 500 in the stable shape, and keep the connection.
+
+    Starlette's own handler for ``Exception`` answers and then raises again, so uvicorn closed the
+    connection without a ``Connection: close``: a client's next request on it failed with a reset.
+    Here the error ends with the answer. One raised after the response began (a stream) still
+    closes the connection: nothing else can tell the client its response is cut short.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception as exc:
+            log.exception("unexpected error")
+            if started:
+                raise
+            await error_response(500, "internal_error", f"unexpected {type(exc).__name__}; see the service log")(scope, receive, send)
