@@ -394,6 +394,8 @@ def _read_text_types(format: str, path: str) -> dict[str, str]:
         head = pd.read_csv(io.BytesIO(b"".join(lines)), nrows=TEXT_HEAD_ROWS, dtype_backend="numpy_nullable", index_col=False, **CSV_NULLS)
         types = {str(name): _csv_type(head[name]) for name in head.columns}
     else:
+        if not lines:  # as an empty CSV file has no header: the engines disagreed (no columns on Polars, an error on Dask)
+            raise ValueError("it holds no JSON line to take the source's columns from (an empty file)")
         # Python's json keeps ``1.0`` a float and ``1`` an integer, as Polars' reader does (pandas' makes whole floats integers).
         types = _json_types([json.loads(line) for line in lines])
     return head_readable_types(format, b"".join(lines), types)

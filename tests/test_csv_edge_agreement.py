@@ -627,6 +627,15 @@ def test_a_second_json_file_with_keys_reordered_extra_and_missing_reads_alike(ro
     assert got.loc[15, "n"] == 15 and pd.isna(got.loc[15, "s"]) and "z" not in got.columns
 
 
+@pytest.mark.parametrize("text", ["", "\n\n"], ids=["empty", "blank lines"])
+def test_a_json_lines_source_whose_first_file_holds_no_line_is_refused_at_submit(root: Path, text: str) -> None:
+    # As an empty first CSV file is: Polars read no columns and wrote a result of none, the Dask engine failed at run time.
+    write(root, {"d/a.jsonl": text, "d/b.jsonl": '{"id": 1}\n'})
+    with pytest.raises(SpecError, match="no JSON line") as refused:
+        plan_spec(job(root, "d", fmt="jsonl"))
+    assert refused.value.field == "source.path" and refused.value.code == "unreadable_source"
+
+
 def test_an_empty_second_json_file_adds_no_rows(root: Path) -> None:
     write(root, {"d/a.jsonl": '{"id": 1}\n', "d/b.jsonl": ""})
     assert values(rows_of(agreed(job(root, "d", fmt="jsonl"), root))["id"]) == [1]
