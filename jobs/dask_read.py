@@ -25,6 +25,7 @@ from dask.dataframe.io.parquet.arrow import ArrowDatasetEngine
 from spillway.jobs.errors import SpecError, TooManyPartitions
 from spillway.jobs.parquet_footers import check_parquet_footers, hive_folders
 from spillway.jobs.polars_io import ESCAPED_HIVE_NULL
+from spillway.jobs.safe_open import PROTOCOL as CHECKED_PROTOCOL
 from spillway.jobs.safe_open import RootBoundFileSystem, checked_url
 from spillway.jobs.sandbox import checked_file
 from spillway.jobs.sources import (PANDAS_READ_DTYPES, check_csv_headers, parquet_schema, plain_types, read_arrow_type, read_type_mismatch,
@@ -88,6 +89,11 @@ def read_source(source: SourceSpec, *, field: str = "source") -> dd.DataFrame:
         # no longer push a job's column projection into the read.
         return frame.assign(**{column: frame[column].astype(dtype) for column, dtype in casts.items()}) if casts else frame
     return _read_text(source, files, options, checked, field)
+
+
+def _shown(url: str) -> str:
+    """A block's file as a user names it: its path, without the checked reads' internal protocol."""
+    return url.removeprefix(f"{CHECKED_PROTOCOL}://")
 
 
 def _read_text(source: SourceSpec, files: list[str], options: dict[str, Any] | None, checked: RootBoundFileSystem | None,
@@ -205,16 +211,16 @@ class TextBlockReader:
         if not data.strip() and (first or self.format == "jsonl"):
             return self.empty(types)
         if first and self.format == "csv" and (header := csv_header_of(data)) != list(self.types):
-            raise unreadable(block.url, "csv", f"its header ({', '.join(header or [])}) is not the first file's ({', '.join(self.types)}); "
+            raise unreadable(_shown(block.url), "csv", f"its header ({', '.join(header or [])}) is not the first file's ({', '.join(self.types)}); "
                                                "every CSV file of a source starts with the same header", self.field)
         # With no column asked for (a count of rows), one is read: a reader gives no rows without a column.
         read = types or dict(itertools.islice(self.types.items(), 1))
         try:
             frame = self._csv_block(data, read, first=first) if self.format == "csv" else self._json_block(data, read)
         except _Unreadable as bad:
-            raise read_type_mismatch(bad.column, block.url, bad.read_type, bad.value, self.field) from None
+            raise read_type_mismatch(bad.column, _shown(block.url), bad.read_type, bad.value, self.field) from None
         except READ_FAILURES as exc:
-            raise unreadable(block.url, self.format, str(exc), self.field) from None
+            raise unreadable(_shown(block.url), self.format, str(exc), self.field) from None
         return frame[list(types)]
 
     @staticmethod

@@ -134,6 +134,7 @@ def refused_naming(spec: JobSpec, out: Path, file: str, why: str) -> None:
         failure = _failure(engine, spec, out / f"named_{engine}")
         assert isinstance(failure, SpillwayError) and file in failure.message and why in failure.message, (engine, failure)
         assert failure.field == "source.path", (engine, failure.field)
+        assert f"'{out}/" in failure.message and "://" not in failure.message, (engine, failure.message)  # the path, no internal URL
 
 
 def on_dask_alone(spec: JobSpec) -> pd.DataFrame:
