@@ -288,12 +288,12 @@ def _scan_hive(files: list[str], options: dict[str, str] | None, scan: dict[str,
     frames = []
     for group in by_folder.values():
         texts = dict(hive_folders(group[0]))
-        literals = [pl.lit(_hive_value(texts.get(key), types[key]), dtype=types[key]).alias(key) for key in keys]
+        literals = [pl.lit(hive_value(texts.get(key), types[key]), dtype=types[key]).alias(key) for key in keys]
         frames.append(pl.scan_parquet(group, storage_options=options, **scan).with_columns(literals))
     return frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical")
 
 
-def _hive_value(text: str | None, dtype: pl.DataType) -> Any:
+def hive_value(text: str | None, dtype: pl.DataType) -> Any:
     """A folder's ``value`` as a column of ``dtype`` (Int64 or String) holds it: %-unescaped, Hive's null marker a null."""
     if text is None or text == HIVE_NULL:
         return None

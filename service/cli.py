@@ -337,6 +337,7 @@ def result(
     head: Annotated[Optional[int], typer.Option("--head", min=1, help="Print the first N rows of the output, read through the manifest's files.", show_default=False)] = None,  # noqa: UP007
 ) -> None:
     """Print the result manifest of a finished job: files, rows, bytes and schema (or its first rows)."""
+    from spillway.jobs.errors import SpillwayError
     from spillway.service.client import ApiError
 
     with _client(url) as client:
@@ -345,6 +346,8 @@ def result(
             rows = client.head(job_id, head) if head is not None else None
         except (ApiError, RuntimeError) as exc:
             raise _fail(str(exc)) from exc
+        except SpillwayError as exc:  # a listed file replaced, a link in the sink, a file no reader takes: named, one line
+            raise _fail(f"cannot show the result's rows: {exc.message}") from exc
         except OSError as exc:
             raise _fail(f"cannot read the result files from here: {exc}") from exc
     if rows is not None:

@@ -279,7 +279,7 @@ class SpillwayClient:
 
         The files are read from where the manifest says they are, so the caller needs access to
         the sink (the same machine, or the object store's credentials). Partition columns of a
-        ``partition_on`` sink are added from the file paths, as text.
+        ``partition_on`` sink are added from the file paths, decoded as sources decode them (an integer key as an integer).
 
         Raises
         ------

@@ -17,7 +17,7 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
 from spillway.jobs.errors import InvalidTransition
-from spillway.jobs.status import ColumnSchema, JobStatus
+from spillway.jobs.status import ColumnSchema, JobStatus, ResultManifest
 from spillway.service.auth import CallerDep, Scope, require
 from spillway.service.result_preview import read_head
 from spillway.service.routes.deps import ServicesDep
@@ -30,8 +30,10 @@ MAX_HEAD = 1000
 
 _ERRORS = {
     401: {"model": ErrorBody, "description": "No bearer token, or an unknown one."},
+    403: {"model": ErrorBody, "description": "``path_not_allowed``: the sink now lies outside the data roots, or a link stands in it."},
     404: {"model": ErrorBody, "description": "No such job, or another token's job."},
-    409: {"model": ErrorBody, "description": "The job has not succeeded, or its committed files are gone."},
+    409: {"model": ErrorBody, "description": "``no_result``: the job has not succeeded, or its committed files are gone; "
+                                              "``result_unreadable``: a file differs from the manifest, or cannot be read."},
     422: {"model": ErrorBody, "description": "``head`` out of range."},
 }
 
@@ -64,14 +66,20 @@ async def result_preview(
         raise NoResult(f"job {job_id} is {job.state.value}: only a SUCCEEDED job has rows to show", field="id")
     manifest = job.result
     try:
-        table = await asyncio.to_thread(read_head, manifest, head)
+        # Reading the files and building the rows are off the event loop: a wide result takes a while.
+        return await asyncio.to_thread(_preview, job_id, manifest, head, services.settings.allowed_roots)
     except FileNotFoundError as exc:
         raise NoResult(f"the committed files of job {job_id} are gone from {manifest.location} (deleted or overwritten?): {exc}", field="id") from exc
+
+
+def _preview(job_id: str, manifest: ResultManifest, head: int, roots: list[str]) -> ResultPreview:
+    """The preview of ``manifest``'s first ``head`` rows, in the manifest's column order; linear in the columns."""
+    table = read_head(manifest, head, roots)
+    index = {name: i for i, name in enumerate(table.column_names)}
     # The manifest's order; a partition column read from the paths comes last in the file, as in the schema.
-    names = [c.name for c in manifest.columns if c.name in table.column_names] or table.column_names
-    columns = [table.column(name).to_pylist() for name in names]
+    shown = [c for c in manifest.columns if c.name in index] or [ColumnSchema(name=f.name, type=str(f.type)) for f in table.schema]
+    columns = [table.column(index[c.name]).to_pylist() for c in shown]
     rows = [[_json_value(v) for v in row] for row in zip(*columns, strict=True)]
-    shown = [c for c in manifest.columns if c.name in names] or [ColumnSchema(name=n, type=str(table.schema.field(n).type)) for n in names]
     return ResultPreview(id=job_id, columns=shown, rows=rows, total_rows=manifest.total_rows)
 
 
