@@ -101,7 +101,11 @@ def apply_overrides(data: dict[str, Any], pairs: list[str] | None) -> dict[str, 
             if not isinstance(child, dict):
                 raise _fail(f"--set {key}: '{part}' is not a mapping in the spec", 2)
             node = child
-        node[leaf] = yaml.load(raw, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+        try:
+            node[leaf] = yaml.load(raw, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+        except yaml.YAMLError as exc:
+            problem = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise _fail(f"--set {key}: the value '{raw}' is not YAML ({problem}); quote text that starts with [, {{ or a quote", 2) from None
     return data
 
 

@@ -141,6 +141,13 @@ def test_submit_set_overrides_a_field(service: ServiceProcess, sample_data: dict
     assert "(second)" in overwrite.stdout
 
 
+def test_a_set_value_that_is_not_yaml_is_one_line_naming_it(sample_data: dict[str, Path], tmp_path: Path) -> None:
+    spec_file = write_spec(tmp_path / "job.yaml", groupby_spec(sample_data, tmp_path / "out"))
+    refused = spillway(None, "validate", str(spec_file), "--set", "sink.path=[1,2")
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
+    assert "--set sink.path" in refused.stderr and "'[1,2'" in refused.stderr and "not YAML" in refused.stderr
+
+
 def test_ctrl_c_detaches_and_wait_reattaches(service: ServiceProcess, big_data: dict[str, Path], tmp_path: Path) -> None:
     heavy = {
         "name": "long_one",
