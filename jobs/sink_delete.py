@@ -24,6 +24,7 @@ import os
 import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Literal
 
 from fsspec import AbstractFileSystem
 
@@ -74,13 +75,16 @@ def delete_output(manifest: ResultManifest, job_id: str, roots: Iterable[str]) -
             return DeletedOutput(location, note=f"no {MANIFEST_NAME} at {location}: the output was already deleted")
         _check_same_commit(current, manifest, job_id)
         if is_url(location):
-            deleted = _delete_remote(fs, root, manifest)
+            deleted, left = _delete_remote(fs, root, manifest), []
         else:
-            deleted = _delete_local(location, manifest, roots)
+            deleted, left = _delete_local(location, manifest, roots)
     size = {f.path: f.size_bytes for f in manifest.files}
-    missing = len(manifest.files) - len(deleted)
-    note = f"{missing} listed file(s) were already gone" if missing else None
-    return DeletedOutput(location, files=len(deleted), bytes=sum(size[p] for p in deleted), note=note)
+    missing = len(manifest.files) - len(deleted) - len(left)
+    notes = [f"{missing} listed file(s) were already gone"] if missing else []
+    if left:
+        notes.append(f"{len(left)} left where a link or a folder now stands in place of the file ({', '.join(left[:3])}"
+                     f"{', …' if len(left) > 3 else ''}): not the job's to remove")
+    return DeletedOutput(location, files=len(deleted), bytes=sum(size[p] for p in deleted), note="; ".join(notes) or None)
 
 
 def _check_same_commit(current: ResultManifest, mine: ResultManifest, job_id: str) -> None:
@@ -123,7 +127,8 @@ def _remove_key(fs: AbstractFileSystem, key: str) -> bool:
     return True
 
 
-def _delete_local(location: str, manifest: ResultManifest, roots: list[str]) -> list[str]:
+def _delete_local(location: str, manifest: ResultManifest, roots: list[str]) -> tuple[list[str], list[str]]:
+    """The listed files deleted below the sink's descriptor, and those left because a link or a folder stands there."""
     sink_fd = os.open(os.path.realpath(location), os.O_RDONLY | os.O_DIRECTORY)
     try:
         # What the descriptor is, not what the path said a moment ago.
@@ -132,7 +137,7 @@ def _delete_local(location: str, manifest: ResultManifest, roots: list[str]) -> 
         if not any(os.path.commonpath([opened, r]) == r and opened != r for r in local_roots):
             raise PathNotAllowed(f"the sink '{location}' opened as '{opened}', outside the allowed roots: {', '.join(roots)}", field=FIELD)
         _unlink_in(sink_fd, [SUCCESS_MARKER])
-        deleted = [entry.path for entry in manifest.files if _unlink_in(sink_fd, entry.path.split("/"))]
+        outcomes = {entry.path: _unlink_in(sink_fd, entry.path.split("/")) for entry in manifest.files}
         for folder in sorted({tuple(f.path.split("/")[:-1]) for f in manifest.files if "/" in f.path}, key=len, reverse=True):
             _rmdir_in(sink_fd, list(folder))
         _unlink_in(sink_fd, [MANIFEST_NAME])
@@ -143,7 +148,7 @@ def _delete_local(location: str, manifest: ResultManifest, roots: list[str]) -> 
     except OSError as exc:  # something else is in the sink: it stays
         if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT):
             raise
-    return deleted
+    return [p for p, done in outcomes.items() if done == "deleted"], [p for p, done in outcomes.items() if done == "left"]
 
 
 def _open_folder(base_fd: int, parts: list[str]) -> int | None:
@@ -162,22 +167,40 @@ def _open_folder(base_fd: int, parts: list[str]) -> int | None:
     return fd
 
 
-def _unlink_in(base_fd: int, parts: list[str]) -> bool:
-    """Unlink the regular file ``parts`` below ``base_fd``; whether it was there."""
+def _unlink_in(base_fd: int, parts: list[str]) -> Literal["deleted", "gone", "left"]:
+    """Unlink the regular file ``parts`` below ``base_fd``: ``deleted``; ``gone`` where nothing is there; ``left`` where a
+    link or a folder stands in its place, or on its way (not ours to remove)."""
     fd = _open_folder(base_fd, parts[:-1])
     if fd is None:
-        return False
+        return "left" if _stands_in_the_way(base_fd, parts[:-1]) else "gone"
     try:
         try:
             info = os.stat(parts[-1], dir_fd=fd, follow_symlinks=False)
         except FileNotFoundError:
-            return False
+            return "gone"
         if not stat.S_ISREG(info.st_mode):
-            return False  # a link or a folder where a data file was: not ours to remove
+            return "left"
         os.unlink(parts[-1], dir_fd=fd)
-        return True
+        return "deleted"
     finally:
         os.close(fd)
+
+
+def _stands_in_the_way(base_fd: int, parts: list[str]) -> bool:
+    """Whether something other than a folder (a link, a file) stands at one of the folders ``parts`` below ``base_fd``."""
+    for depth in range(1, len(parts) + 1):
+        fd = _open_folder(base_fd, parts[: depth - 1])
+        if fd is None:
+            return True
+        try:
+            info = os.stat(parts[depth - 1], dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return False
+        finally:
+            os.close(fd)
+        if not stat.S_ISDIR(info.st_mode):
+            return True
+    return False
 
 
 def _rmdir_in(base_fd: int, parts: list[str]) -> None:

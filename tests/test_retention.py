@@ -174,8 +174,22 @@ def test_a_link_swapped_in_for_a_partition_folder_does_not_lead_the_deletion_out
     deleted = delete_output(manifest, "job1", [str(root)])
 
     assert (outside / "part.0.parquet").read_bytes() == b"not yours"
-    assert deleted.files == 1 and "1 listed file(s) were already gone" in (deleted.note or "")
+    assert deleted.files == 1 and "already gone" not in (deleted.note or ""), deleted.note  # it is not gone: it was left
+    assert "1 left where a link or a folder now stands" in (deleted.note or "") and "region=south/part.0.parquet" in (deleted.note or "")
     assert sorted(p.name for p in (root / "sink").iterdir()) == ["region=south"]  # the link stays: not ours
+
+
+def test_a_file_deleted_by_hand_is_said_gone_and_a_link_in_its_place_left(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    manifest = _write_sink(root / "sink", {"a.parquet": b"a", "b.parquet": b"b", "c.parquet": b"c"})
+    (root / "sink" / "a.parquet").unlink()
+    (root / "sink" / "b.parquet").unlink()
+    (root / "sink" / "b.parquet").symlink_to(tmp_path / "elsewhere")
+
+    deleted = delete_output(manifest, "job1", [str(root)])
+
+    assert deleted.files == 1 and deleted.note == ("1 listed file(s) were already gone; 1 left where a link or a folder now stands in "
+                                                   "place of the file (b.parquet): not the job's to remove")
 
 
 def test_a_sink_outside_the_roots_is_refused(tmp_path: Path) -> None:
