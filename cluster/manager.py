@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+import polars as pl
 from distributed.client import FutureCancelledError, FuturesCancelledError
 
 from spillway.cluster.factory import ClusterHandle
@@ -37,7 +38,7 @@ from spillway.jobs.gpu_placement import GpuPlacement, across_gpus, device_limit_
 from spillway.jobs.gpu_support import settle_on_gpu, untrusted_on_gpu
 from spillway.jobs import ir
 from spillway.jobs.errors import (CsvScanMiscount, DatetimeOutOfRange, DivisionByZero, IntegerOverflow, InvalidTransition, SpillwayError,
-                                  TextNotParsed, TooManyPartitions)
+                                  SqlFailed, TextNotParsed, TooManyPartitions)
 from spillway.jobs.expr import shorten
 from spillway.jobs.lower_pandas import INT64_MAX, INT64_MIN
 from spillway.jobs.lower_polars import INT64_OVERFLOW, SENTINEL_TYPES, has_integer_arithmetic
@@ -56,8 +57,6 @@ from spillway.jobs.status import PROGRESS_TOPIC, EngineChoice, ErrorDetail, JobP
 from spillway.jobs.validate import plan_spec
 
 if TYPE_CHECKING:
-    import polars as pl
-
     from spillway.jobs.polars_io import OutputTarget
     from spillway.service.schemas import JobView
     from spillway.service.store import JobStore
@@ -1205,6 +1204,12 @@ def _named_runtime_error(exc: BaseException, logical: LogicalPlan) -> SpillwayEr
         detail = text.strip().splitlines()[0][:300]
         return TextNotParsed(f"a text does not match the format in {named} ({detail}); filter such rows out first, e.g. "
                              "with regexp_like(s, '…')", field=field)
+    sql = list(logical.spec.sql_sources()) if logical.spec is not None else []
+    if sql and isinstance(exc, pl.exceptions.PolarsError) and not isinstance(exc, SpillwayError):
+        # Polars' own words for a SQL query's failure name its internal expressions, not the user's source.
+        where = f"source '{sql[0]}'" if len(sql) == 1 else f"one of the SQL sources ({', '.join(sql)})"
+        reason = text.strip().splitlines()[0][:300] if text.strip() else type(exc).__name__
+        return SqlFailed(f"the SQL of {where} failed while running: {reason}", field=f"sources.{sql[0]}.sql" if len(sql) == 1 else None)
     return None
 
 

@@ -138,6 +138,13 @@ class CsvScanMiscount(UnreadableSource):
     counts: str = ""  # Polars' words: "CSV malformed: expected 1100 rows, actual 1101 rows"
 
 
+class SqlFailed(SpillwayError):
+    """A SQL source's query failed while running (a cast a value cannot take, a scalar subquery of several rows): the
+    source is named with the first line of Polars' reason, nothing is committed."""
+
+    code = "sql_failed"
+
+
 class TooManyPartitions(SpecError):
     """A job's graph is over the configured partition limit (at submit, a 422 naming the blocksize)."""
 

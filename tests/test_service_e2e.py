@@ -250,3 +250,20 @@ def test_a_csv_file_polars_scan_miscounts_under_a_sql_source_is_named_with_the_f
     assert job.state == JobStatus.FAILED and job.error is not None and job.error.code == "unreadable_source", job.error
     assert "g.csv" in job.error.message and "only the Polars engine runs" in job.error.message and '"ab""c"' in job.error.message
     assert "set engine: dask" not in job.error.message and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("sql", "reason"), [
+    ("SELECT CAST(g AS INT) AS x FROM t", "conversion"),
+    ("SELECT (SELECT id FROM t) AS x FROM t", "single value"),
+], ids=["a cast a value cannot take", "a scalar subquery of several rows"])
+def test_a_sql_source_failing_while_it_runs_is_named(service: ServiceProcess, tmp_path: Path, sql: str, reason: str) -> None:
+    # Polars' words named its internal expressions (col("g").strict_cast(Int32)) and no field.
+    (tmp_path / "t.csv").write_text("id,g\n1,a\n2,b\n3,c\n")
+    spec = {"name": "sql_fails", "sources": {"t": {"format": "csv", "path": str(tmp_path / "t.csv")}, "q": {"sql": sql}},
+            "source": "q", "sink": {"path": str(tmp_path / "out")}}
+    with service.client() as client:
+        job = wait_terminal(client, client.submit(spec).id)
+    assert job.state == JobStatus.FAILED and job.error is not None, job
+    assert (job.error.code, job.error.field) == ("sql_failed", "sources.q.sql"), job.error
+    assert job.error.message.startswith("the SQL of source 'q' failed while running: ") and reason in job.error.message, job.error.message
+    assert "\n" not in job.error.message and not (tmp_path / "out").exists()
