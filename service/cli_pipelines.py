@@ -80,6 +80,25 @@ def load_pipeline(path: Path) -> dict[str, Any]:
     return data
 
 
+def check_pipeline(path: Path, data: dict[str, Any], *, update: bool = False) -> Any:
+    """``data`` as a PipelineCreate (a PipelineDefinition for ``update``), or a one-line error naming the field.
+
+    Worded as ``spillway validate`` words an invalid job spec; exit code 2, as for a 422.
+    """
+    from pydantic import ValidationError
+
+    from spillway.service.pipelines.models import PipelineCreate, PipelineDefinition
+    from spillway.service.spec_errors import first_error_detail
+
+    try:
+        if update:  # the name says which pipeline; pausing is `pause`/`resume`
+            return PipelineDefinition.model_validate({k: v for k, v in data.items() if k not in ("name", "paused")})
+        return PipelineCreate.model_validate(data)
+    except ValidationError as exc:
+        detail = first_error_detail([dict(e) for e in exc.errors()])
+        raise _fail(f"{path} is not a valid pipeline: {detail.message}", 2) from exc
+
+
 def parse_params(pairs: list[str] | None) -> dict[str, str]:
     """``["region=north", "n=3"]`` → ``{"region": "north", "n": "3"}`` (values stay text)."""
     params: dict[str, str] = {}
@@ -115,15 +134,16 @@ def _act(ctx: typer.Context, url: str, action: Callable[[PipelineClient], Pipeli
 @pipeline_app.command()
 def create(ctx: typer.Context, pipeline_file: Annotated[Path, typer.Argument(help="Pipeline, YAML or JSON.")], url: UrlOption = DEFAULT_URL) -> None:
     """Create a pipeline. Its template is rendered for the next run first: errors show now, not at 2 a.m."""
-    data = load_pipeline(pipeline_file)
-    _act(ctx, url, lambda c: c.create(data), "created")
+    pipeline = check_pipeline(pipeline_file, load_pipeline(pipeline_file))
+    _act(ctx, url, lambda c: c.create(pipeline), "created")
 
 
 @pipeline_app.command()
 def update(ctx: typer.Context, pipeline_file: Annotated[Path, typer.Argument(help="Pipeline, YAML or JSON; its name says which.")], url: UrlOption = DEFAULT_URL) -> None:
     """Replace a pipeline's definition: a new version (pausing is `pause`/`resume`)."""
     data = load_pipeline(pipeline_file)
-    _act(ctx, url, lambda c: c.update(data["name"], data), "updated")
+    definition = check_pipeline(pipeline_file, data, update=True)
+    _act(ctx, url, lambda c: c.update(data["name"], definition), "updated")
 
 
 @pipeline_app.command("list")

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from enum import Enum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field
+from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator
 
 from spillway.service.pipelines.templating import ParamValue
 
@@ -15,6 +16,17 @@ CatchupPolicy = Literal["skip", "latest", "all"]
 #: runs late on a busy loop is not an outage, and a restart that takes longer is.
 CATCHUP_GRACE_S = 30.0
 PIPELINE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"
+_ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}(?:[T ].*)?$", re.DOTALL)
+
+
+def iso_datetime(value: Any) -> Any:
+    """Accept only an ISO date or date-time (``2026-11-28``, ``2026-11-28T02:30+01:00``) or a datetime.
+
+    Pydantic alone would read a number, or text such as ``20261128``, as Unix seconds (1970-08-23).
+    """
+    if isinstance(value, datetime) or (isinstance(value, str) and _ISO_DATE.match(value.strip())):
+        return value
+    raise ValueError("give an ISO date or date-time, e.g. 2026-11-28 or 2026-11-28T02:30+01:00")
 
 
 class PipelineDefinition(BaseModel):
@@ -150,6 +162,8 @@ class TriggerRequest(BaseModel):
     logical_date: datetime = Field(description="Start of the data interval; without an offset it is read in the pipeline's zone.")
     params: dict[str, ParamValue] = Field(default_factory=dict, description="Overrides of the pipeline's parameters.")
 
+    _iso = field_validator("logical_date", mode="before")(iso_datetime)
+
 
 class BackfillRequest(BaseModel):
     """The body of ``POST /pipelines/{name}/backfill``: runs for every interval starting in a range."""
@@ -159,6 +173,8 @@ class BackfillRequest(BaseModel):
     start: datetime = Field(description="Earliest logical date (inclusive); without an offset, read in the pipeline's zone.")
     end: datetime = Field(description="Latest logical date (inclusive).")
     params: dict[str, ParamValue] = Field(default_factory=dict)
+
+    _iso = field_validator("start", "end", mode="before")(iso_datetime)
 
 
 class BackfillResult(BaseModel):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import CroniterError, croniter
+from croniter import CroniterBadDateError, CroniterError, croniter
 
 from spillway.service.pipelines.errors import InvalidSchedule
 
@@ -28,10 +28,11 @@ def zone(name: str) -> ZoneInfo:
     InvalidSchedule
         If the name is not in the IANA database.
     """
+    shown = name if len(name) <= 80 else f"{name[:80]}..."
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError) as exc:
-        raise InvalidSchedule(f"unknown time zone '{name}'; use an IANA name such as 'Europe/Berlin' or 'UTC'", field="timezone") from exc
+    except (ZoneInfoNotFoundError, ValueError, OSError) as exc:  # OSError: a name longer than a file name may be
+        raise InvalidSchedule(f"unknown time zone '{shown}'; use an IANA name such as 'Europe/Berlin' or 'UTC'", field="timezone") from exc
 
 
 class CronSchedule:
@@ -74,6 +75,18 @@ class CronSchedule:
             )
         self._fields = fields
         self._wildcard_hour = fields.split()[1].startswith("*")
+        self._check_fires()
+
+    def _check_fires(self) -> None:
+        # croniter.is_valid accepts dates no month has ('0 0 30 2 *'); get_next then raises.
+        # Every valid schedule fires within 8 years (29 February, on a weekday), so probe once.
+        try:
+            self.next_after(datetime(2000, 1, 1, tzinfo=timezone.utc))
+        except CroniterBadDateError as exc:
+            raise InvalidSchedule(
+                f"'{self.expression}' never fires: no month has that day (e.g. 30 February, 31 April); give a date that exists",
+                field="schedule",
+            ) from exc
 
     def _iter(self, start: datetime) -> croniter:
         try:

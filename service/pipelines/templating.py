@@ -9,119 +9,41 @@ no Python object; an unknown name is an error, never an empty string.
 
 Rendering is bounded, so a template cannot make saving a pipeline take seconds or memory
 in hundreds of megabytes: a ``{% for %}`` inside another is refused (the loops' lengths
-multiply), every value a template builds (a repeat, a filter's or a method's result, the
-rendered string) is at most :data:`MAX_RENDERED_CHARS` characters and no numeric argument
-to a filter or method may be larger (``center(3e8)``), and a spec renders in a worker thread
-within :data:`RENDER_BUDGET_S` seconds. Each refusal is a 422 naming the field.
+multiply), every value a template builds (``+`` and ``~``, a repeat, a ``{% set %}``, a
+macro's output, a filter's or a method's result, the rendered string) is at most
+:data:`MAX_RENDERED_CHARS` characters and no numeric argument to a filter or method may be
+larger (``center(3e8)``), and a value renders within :data:`RENDER_BUDGET_S` seconds: the
+sandbox (:mod:`service.pipelines.sandbox`) checks the deadline at every operation, so an
+expensive template stops at its budget and frees its worker. Each refusal is a 422 naming
+the field.
 """
 
 from __future__ import annotations
 
-import functools
-import operator
-import re
-import string
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import datetime
 from typing import Any
 
-from jinja2 import StrictUndefined, TemplateSyntaxError, UndefinedError, nodes
-from jinja2.sandbox import SandboxedEnvironment, SecurityError
+from jinja2 import TemplateSyntaxError, UndefinedError, nodes
+from jinja2.sandbox import SecurityError
 from pydantic import ValidationError
 
 from spillway.jobs.spec import JobSpec
 from spillway.service.errors import field_path
 from spillway.service.pipelines.errors import TemplateError
+from spillway.service.pipelines.sandbox import MAX_RENDERED_CHARS, RenderOverTime, deadline, make_environment
+
+__all__ = ["MAX_RENDERED_CHARS", "RENDER_BUDGET_S", "ParamValue", "check_param_names", "interval_context", "render_spec"]
 
 ParamValue = str | int | float | bool
 BUILTIN_NAMES = frozenset({"ds", "ds_nodash", "logical_date", "data_interval_start", "data_interval_end", "params"})
-_MAX_REPEAT = 10_000
-_MAX_EXPONENT = 64
-#: The longest string (or sequence) a template may build or render into, per value.
-MAX_RENDERED_CHARS = 100_000
-#: Seconds one spec's rendering may take, all its values together.
+#: Seconds one spec's rendering may take, all its values together, from when a worker starts it.
 RENDER_BUDGET_S = 2.0
-# Filters and str methods whose numeric argument is the size of what they build.
-_SIZED = frozenset({"center", "indent", "wordwrap", "truncate", "batch", "slice", "ljust", "rjust", "zfill", "expandtabs"})
 _RENDERER = ThreadPoolExecutor(max_workers=2, thread_name_prefix="spillway-template")
-
-
-def _check_size(value: Any, what: str) -> Any:
-    if isinstance(value, (str, list, tuple)) and len(value) > MAX_RENDERED_CHARS:
-        raise SecurityError(f"{what} gives {len(value)} items, over {MAX_RENDERED_CHARS}")
-    return value
-
-
-def _check_numbers(args: tuple[Any, ...], kwargs: Mapping[str, Any], what: str) -> None:
-    for value in (*args, *kwargs.values()):
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) > MAX_RENDERED_CHARS:
-            raise SecurityError(f"{what} was given {value}, over {MAX_RENDERED_CHARS}")
-
-
-def _check_widths(pattern: Any, what: str, *, printf: bool = False) -> None:
-    # A format string's widths ('{:>300000000}', '%300000000s') build their result at once.
-    if isinstance(pattern, str):
-        if printf:
-            specs = re.findall(r"%[-+ #0]*(\d+)", pattern)
-        else:
-            try:
-                specs = [spec or "" for _, _, spec, _ in string.Formatter().parse(pattern)]
-            except ValueError:
-                return  # str.format will refuse it itself
-        widest = max((int(digits) for spec in specs for digits in re.findall(r"\d+", spec)), default=0)
-        if widest > MAX_RENDERED_CHARS:
-            raise SecurityError(f"{what} has a width of {widest}, over {MAX_RENDERED_CHARS}")
-
-
-def _bounded_filter(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(function)
-    def bounded(*args: Any, **kwargs: Any) -> Any:
-        if name in _SIZED:
-            _check_numbers(args[1:], kwargs, f"the filter '{name}'")
-        if name == "format" and args:
-            _check_widths(args[0], "the format string", printf=True)
-        return _check_size(function(*args, **kwargs), f"the filter '{name}'")
-
-    return bounded
-
-
-class _SpecTemplates(SandboxedEnvironment):
-    """The sandbox, also refusing the two operators that can exhaust memory or CPU."""
-
-    intercepted_binops = frozenset({"*", "**"})
-
-    def call_binop(self, context: Any, operator_name: str, left: Any, right: Any) -> Any:
-        if operator_name == "**":
-            if isinstance(right, (int, float)) and abs(right) > _MAX_EXPONENT:
-                raise SecurityError(f"exponent {right} is over {_MAX_EXPONENT}")
-            return operator.pow(left, right)
-        for seq, count in ((left, right), (right, left)):
-            if isinstance(seq, (str, list, tuple)) and isinstance(count, int):
-                if count > _MAX_REPEAT:
-                    raise SecurityError(f"repeating a sequence {count} times is over {_MAX_REPEAT}")
-                if len(seq) * count > MAX_RENDERED_CHARS:  # nested repeats: (ds * 10000) * 2000
-                    raise SecurityError(f"repeating {len(seq)} items {count} times gives {len(seq) * count}, over {MAX_RENDERED_CHARS}")
-        return operator.mul(left, right)
-
-    def wrap_str_format(self, value: Any) -> Any:
-        # str.format and format_map are wrapped where they are looked up: check their widths there.
-        if getattr(value, "__name__", "") in ("format", "format_map"):
-            _check_widths(getattr(value, "__self__", None), "the format string")
-        return super().wrap_str_format(value)
-
-    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805 - jinja's signature
-        # Methods such as str.center, str.zfill, str.format('{:>300000000}') build their result at once.
-        if getattr(__obj, "__name__", "") in _SIZED:
-            _check_numbers(args, kwargs, f"'{__obj.__name__}'")
-        return _check_size(super().call(__context, __obj, *args, **kwargs), "a call")
-
-
-_ENV = _SpecTemplates(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
-_ENV.globals.clear()  # no range(), dict(), lipsum(), ...: only the variables we pass
-_ENV.filters = {name: _bounded_filter(name, function) for name, function in _ENV.filters.items()}
+_ENV = make_environment()
 
 
 def interval_context(start: datetime, end: datetime, tz: Any, params: Mapping[str, ParamValue]) -> dict[str, Any]:
@@ -158,13 +80,17 @@ def check_param_names(params: Mapping[str, Any]) -> None:
             raise TemplateError(f"parameter name '{name}' hides the built-in variable of that name; choose another", field=f"params.{name}")
 
 
-def _render_string(text: str, context: Mapping[str, Any], field: str, deadline: float | None = None) -> str:
+def _render_string(text: str, context: Mapping[str, Any], field: str, until: float | None = None) -> str:
     if "{" not in text:  # most strings hold no template: skip compiling them
         return text
+    if until is None:  # a parameter, rendered on its own: it gets a budget of its own
+        until = time.monotonic() + RENDER_BUDGET_S
     try:
-        return _render_bounded(text, context, field, deadline)
+        return _render_bounded(text, context, field, until)
     except TemplateError:
         raise
+    except RenderOverTime:
+        raise TemplateError(f"{field}: rendering took more than {RENDER_BUDGET_S:g} s", field=field) from None
     except TemplateSyntaxError as exc:
         raise TemplateError(f"{field}: template syntax error on line {exc.lineno}: {exc.message}", field=field) from exc
     except UndefinedError as exc:
@@ -176,33 +102,43 @@ def _render_string(text: str, context: Mapping[str, Any], field: str, deadline: 
         raise TemplateError(f"{field}: template failed: {type(exc).__name__}: {exc}", field=field) from exc
 
 
-def _render_bounded(text: str, context: Mapping[str, Any], field: str, deadline: float | None) -> str:
-    """Render ``text`` chunk by chunk, stopping at :data:`MAX_RENDERED_CHARS` or at ``deadline``."""
+def _render_bounded(text: str, context: Mapping[str, Any], field: str, until: float) -> str:
+    """Render ``text`` chunk by chunk, stopping at :data:`MAX_RENDERED_CHARS` or at ``until``.
+
+    The sandbox checks ``until`` inside every operation too (raising RenderOverTime), so a
+    single slow chunk (``{{ macro() }}``) stops as well.
+    """
     tree = _ENV.parse(text)
     for loop in tree.find_all(nodes.For):
         if any(True for _ in loop.find_all(nodes.For)):
             raise TemplateError(f"{field}: a {{% for %}} inside another {{% for %}} is not allowed in a template (their lengths multiply)", field=field)
-    template = _ENV.from_string(tree)
-    chunks: list[str] = []
-    size = 0
-    for chunk in template.generate(context):
-        size += len(chunk)
-        if size > MAX_RENDERED_CHARS:
-            raise TemplateError(f"{field}: the template renders to more than {MAX_RENDERED_CHARS} characters", field=field)
-        if deadline is not None and time.monotonic() > deadline:
-            raise TemplateError(f"{field}: rendering took more than {RENDER_BUDGET_S:g} s", field=field)
-        chunks.append(chunk)
+    with deadline(until):
+        template = _ENV.from_string(tree)
+        chunks: list[str] = []
+        size = 0
+        for chunk in template.generate(context):
+            size += len(chunk)
+            if size > MAX_RENDERED_CHARS:
+                raise TemplateError(f"{field}: the template renders to more than {MAX_RENDERED_CHARS} characters", field=field)
+            if time.monotonic() > until:
+                raise RenderOverTime
+            chunks.append(chunk)
     return "".join(chunks)
 
 
-def _render_value(value: Any, context: Mapping[str, Any], loc: tuple[Any, ...], deadline: float | None = None) -> Any:
+def _render_value(value: Any, context: Mapping[str, Any], loc: tuple[Any, ...], until: float) -> Any:
     if isinstance(value, str):
-        return _render_string(value, context, field_path(loc), deadline)
+        return _render_string(value, context, field_path(loc), until)
     if isinstance(value, list):
-        return [_render_value(item, context, (*loc, i), deadline) for i, item in enumerate(value)]
+        return [_render_value(item, context, (*loc, i), until) for i, item in enumerate(value)]
     if isinstance(value, dict):
-        return {key: _render_value(item, context, (*loc, key), deadline) for key, item in value.items()}
+        return {key: _render_value(item, context, (*loc, key), until) for key, item in value.items()}
     return value
+
+
+def _render_from_now(template: Mapping[str, Any], context: Mapping[str, Any]) -> Any:
+    # The budget starts when a worker picks the spec up: time queued behind others is not this template's.
+    return _render_value(dict(template), context, ("spec",), time.monotonic() + RENDER_BUDGET_S)
 
 
 def render_spec(template: Mapping[str, Any], context: Mapping[str, Any]) -> JobSpec:
@@ -216,13 +152,14 @@ def render_spec(template: Mapping[str, Any], context: Mapping[str, Any]) -> JobS
         rendered spec that is not a valid JobSpec; ``field`` is the templated value, e.g.
         ``spec.sink.path`` (``spec`` for the time budget).
     """
-    # In a worker thread, so that the wait is bounded even by a single slow step inside Jinja;
-    # the render also stops itself at the deadline, between its chunks.
-    deadline = time.monotonic() + RENDER_BUDGET_S
-    future = _RENDERER.submit(_render_value, dict(template), context, ("spec",), deadline)
+    # In a worker thread, so that the wait is bounded even by a single slow step inside Jinja (one
+    # C call); the render stops itself at its deadline, inside the sandbox's operations, and so
+    # frees the worker. The wait allows one budget queued behind another render, and one running.
+    future = _RENDERER.submit(_render_from_now, template, context)
     try:
-        rendered = future.result(timeout=RENDER_BUDGET_S + 0.5)
+        rendered = future.result(timeout=max(2 * RENDER_BUDGET_S + 0.5, 0.0))
     except FutureTimeout:
+        future.cancel()  # still queued: never start it; running: it stops at its own deadline
         raise TemplateError(f"spec: rendering the template took more than {RENDER_BUDGET_S:g} s", field="spec") from None
     try:
         return JobSpec.model_validate(rendered)
