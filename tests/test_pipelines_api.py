@@ -130,6 +130,8 @@ def test_trigger_backfill_and_run_history(env: Any) -> None:
     assert again.status_code == 409 and error_of(again)["code"] == "run_exists"
     bad = client.post("/pipelines/sales/runs", json={"logical_date": "2026-04-02", "params": {"params": "x"}})
     assert bad.status_code == 422
+    typo = client.post("/pipelines/sales/runs", json={"logical_date": "2026-04-02", "params": {"regoin": "east"}})  # a typo went unnoticed
+    assert typo.status_code == 422 and error_of(typo)["field"] == "params.regoin" and "declares: region" in error_of(typo)["message"]
     filled = client.post("/pipelines/sales/backfill", json={"start": "2026-04-01", "end": "2026-04-03"}).json()
     assert len(filled["created"]) == 2 and filled["existing"] == ["2026-04-01T00:00:00Z"]
     assert client.post("/pipelines/sales/backfill", json={"start": "2026-04-03", "end": "2026-04-01"}).status_code == 422

@@ -59,6 +59,10 @@ def plan_run(
     """
     definition = record.definition
     check_param_names(overrides or {})
+    if unknown := [name for name in overrides or {} if name not in definition.params]:  # a typo would be ignored silently
+        declared = ", ".join(definition.params) or "none"
+        raise TemplateError(f"parameter '{unknown[0]}' is not one the pipeline declares (it declares: {declared}); "
+                            "declare it in the pipeline's params first", field=f"params.{unknown[0]}")
     params: dict[str, Any] = {**definition.params, **(overrides or {})}
     schedule = CronSchedule(definition.schedule, definition.timezone)
     spec = render_spec(definition.spec, interval_context(start, end, schedule.tz, params))
