@@ -144,6 +144,16 @@ def url_problem(url: str) -> str | None:
     return None
 
 
+def check_sink_url(location: str, roots: list[str], *, field: str) -> None:
+    """Refuse an object-store sink ``location`` that lies under none of the URL ``roots`` (naming ``field``)."""
+    url_roots = [r.rstrip("/") for r in roots if "://" in r]
+    problem = url_problem(location)
+    if problem is None and not any(location.startswith(r + "/") for r in url_roots):
+        problem = "no data root is a prefix of it"
+    if problem is not None:
+        raise PathNotAllowed(f"the sink '{location}' is not under an allowed URL root: {problem}", field=field)
+
+
 def _check_url(raw: str, url_roots: list[str], allowed: str, field: str, is_sink: bool) -> None:
     problem = url_problem(raw)
     if problem is None and not any(raw == root or raw.startswith(root + "/") for root in url_roots):

@@ -29,7 +29,7 @@ from typing import Literal
 from fsspec import AbstractFileSystem
 
 from spillway.jobs.errors import InvalidTransition
-from spillway.jobs.sandbox import PathNotAllowed, check_sink_parent, url_problem
+from spillway.jobs.sandbox import PathNotAllowed, check_sink_parent, check_sink_url
 from spillway.jobs.status import ResultManifest
 from spillway.jobs.storage import MANIFEST_NAME, SUCCESS_MARKER, commit_lock, filesystem, is_url, load_manifest
 
@@ -66,7 +66,7 @@ def delete_output(manifest: ResultManifest, job_id: str, roots: Iterable[str]) -
     location = manifest.location
     with commit_lock(location):
         if is_url(location):
-            _check_url(location, roots)
+            check_sink_url(location, roots, field=FIELD)
         else:
             check_sink_parent(location, roots, field=FIELD)
         fs, root = filesystem(location)
@@ -98,15 +98,6 @@ def _check_same_commit(current: ResultManifest, mine: ResultManifest, job_id: st
         "not deleted: delete the later job's output, or delete this job without output=true",
         field=FIELD,
     )
-
-
-def _check_url(location: str, roots: list[str]) -> None:
-    url_roots = [r.rstrip("/") for r in roots if "://" in r]
-    problem = url_problem(location)
-    if problem is None and not any(location.startswith(r + "/") for r in url_roots):
-        problem = "no data root is a prefix of it"
-    if problem is not None:
-        raise PathNotAllowed(f"the sink '{location}' is not under an allowed URL root: {problem}", field=FIELD)
 
 
 def _delete_remote(fs: AbstractFileSystem, root: str, manifest: ResultManifest) -> list[str]:

@@ -22,7 +22,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import IO, TYPE_CHECKING
 
 from spillway.jobs.errors import InvalidTransition
-from spillway.jobs.sandbox import PathNotAllowed, local_root_of, url_problem
+from spillway.jobs.sandbox import PathNotAllowed, check_sink_url, local_root_of
 from spillway.jobs.status import ColumnSchema, ResultFile, ResultManifest
 
 if TYPE_CHECKING:
@@ -95,7 +95,8 @@ def read_head(manifest: ResultManifest, n: int, roots: Iterable[str] | None = No
 def _opener(manifest: ResultManifest, roots: list[str] | None) -> Iterator[_PartOpener]:
     """A function opening each listed file of ``manifest`` (binary, decompressed), its size checked."""
     if "://" in manifest.location:
-        _check_url(manifest.location, roots)
+        if roots is not None:
+            check_sink_url(manifest.location, roots, field=FIELD)
         yield lambda file: _open_remote(manifest, file)
         return
     sink_fd = _open_sink(manifest.location, roots)
@@ -103,17 +104,6 @@ def _opener(manifest: ResultManifest, roots: list[str] | None) -> Iterator[_Part
         yield lambda file: _open_local(sink_fd, manifest, file)
     finally:
         os.close(sink_fd)
-
-
-def _check_url(location: str, roots: list[str] | None) -> None:
-    if roots is None:
-        return
-    url_roots = [r.rstrip("/") for r in roots if "://" in r]
-    problem = url_problem(location)
-    if problem is None and not any(location.startswith(r + "/") for r in url_roots):
-        problem = "no data root is a prefix of it"
-    if problem is not None:
-        raise PathNotAllowed(f"the sink '{location}' is not under an allowed URL root: {problem}", field=FIELD)
 
 
 def _open_sink(location: str, roots: list[str] | None) -> int:
