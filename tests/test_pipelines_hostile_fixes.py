@@ -137,8 +137,10 @@ def test_a_recursive_loop_stops_at_its_budget() -> None:
         ({"schedule": "0 0 31 2,4,6 *"}, "schedule", "never fires"),
         ({"timezone": "a" * 300}, "timezone", "unknown time zone"),
         ({"timezone": "Europe/" + "b" * 5000}, "timezone", "unknown time zone"),
+        ({"timezone": "localtime"}, "timezone", "this host's own setting"),
+        ({"timezone": "Factory"}, "timezone", "placeholder"),
     ],
-    ids=["30-feb", "31-apr", "31-feb-apr-jun", "zone-300", "zone-5000"],
+    ids=["30-feb", "31-apr", "31-feb-apr-jun", "zone-300", "zone-5000", "localtime", "Factory"],
 )
 def test_schedules_that_never_fire_and_overlong_zones_are_a_422_not_a_500(client: TestClient, fields: dict[str, str], field: str, words: str) -> None:
     """Found by a hostile run: CroniterBadDateError and OSError (file name too long) were 500s."""

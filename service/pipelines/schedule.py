@@ -20,6 +20,13 @@ _ALIASES = {
 }
 
 
+#: Names the time-zone database holds that name no place's clock.
+_NOT_A_PLACE = {
+    "localtime": "it is this host's own setting, so the schedule would change with the machine it runs on",
+    "Factory": "it is tzdata's placeholder for a zone not yet set",
+}
+
+
 def zone(name: str) -> ZoneInfo:
     """The time zone ``name`` (e.g. ``Europe/Berlin``).
 
@@ -29,6 +36,9 @@ def zone(name: str) -> ZoneInfo:
         If the name is not in the IANA database.
     """
     shown = name if len(name) <= 80 else f"{name[:80]}..."
+    if name in _NOT_A_PLACE:
+        raise InvalidSchedule(f"time zone '{name}' is not a place's: {_NOT_A_PLACE[name]}; use an IANA name such as 'Europe/Berlin' "
+                              "or 'UTC'", field="timezone")
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, OSError) as exc:  # OSError: a name longer than a file name may be
