@@ -510,8 +510,8 @@ def read_schema(source: SourceSpec, *, field: str = "source") -> Schema:
         else:
             schema = {column: pandas_kind(PANDAS_READ_DTYPES[t]) for column, t in text_read_types(source, first, field=field).items()}
             check_csv_headers(source, files, field=field)
-    except (OSError, ValueError, pa.ArrowException, pd.errors.ParserError) as exc:
-        raise SpecError(f"cannot read '{first}' as {source.format}: {exc}", field=f"{field}.path") from exc
+    except (OSError, ValueError, pa.ArrowException, pd.errors.ParserError) as exc:  # unreadable_source, as every read error
+        raise unreadable(first, source.format, str(exc) or type(exc).__name__, field) from exc
     if source.columns is not None:
         missing = [c for c in source.columns if c not in schema]
         if missing:

@@ -637,6 +637,16 @@ def test_a_json_lines_source_whose_first_file_holds_no_line_is_refused_at_submit
     assert refused.value.field == "source.path" and refused.value.code == "unreadable_source"
 
 
+@pytest.mark.parametrize(("name", "data", "fmt"), [
+    ("n.csv.gz", b"id,s\n1,a\n", "csv"), ("n.parquet", b"not parquet at all", "parquet")], ids=["a .gz that is not gzip", "not parquet"])
+def test_a_first_file_no_reader_takes_is_unreadable_source_at_submit(root: Path, name: str, data: bytes, fmt: str) -> None:
+    # It was invalid_spec, where every other read error is unreadable_source.
+    (root / name).write_bytes(data)
+    with pytest.raises(SpecError) as refused:
+        plan_spec(job(root, name, fmt=fmt))
+    assert (refused.value.code, refused.value.field) == ("unreadable_source", "source.path") and name in refused.value.message
+
+
 def test_an_empty_second_json_file_adds_no_rows(root: Path) -> None:
     write(root, {"d/a.jsonl": '{"id": 1}\n', "d/b.jsonl": ""})
     assert values(rows_of(agreed(job(root, "d", fmt="jsonl"), root))["id"]) == [1]
