@@ -54,19 +54,6 @@ def error_of(response: Any) -> dict[str, Any]:
     return response.json()["error"]
 
 
-def test_a_trigger_between_firings_is_the_run_of_the_next_firing_and_a_backfill_finds_it(env: Any) -> None:
-    # It made an interval of its own ([00:00, 02:30) for `30 2 * * *`), and a backfill then a second run of the same ds.
-    client, _, _, _ = env
-    client.post("/pipelines", json=body(schedule="30 2 * * *", timezone="Europe/Berlin"))
-    run = client.post("/pipelines/sales/runs", json={"logical_date": "2026-04-10"})
-    assert run.status_code == 201, run.text
-    assert (run.json()["logical_date"], run.json()["data_interval_end"]) == ("2026-04-10T00:30:00Z", "2026-04-11T00:30:00Z")
-    again = client.post("/pipelines/sales/runs", json={"logical_date": "2026-04-10T02:30:00+02:00"})  # the firing itself
-    assert again.status_code == 409 and error_of(again)["code"] == "run_exists"
-    filled = client.post("/pipelines/sales/backfill", json={"start": "2026-04-09", "end": "2026-04-10T23:00:00+02:00"}).json()
-    assert filled["created"] == ["2026-04-09T02:30:00+02:00"] and filled["existing"] == ["2026-04-10T02:30:00+02:00"], filled
-
-
 def test_crud_and_versions(env: Any) -> None:
     client, _, _, _ = env
     created = client.post("/pipelines", json=body(schedule="30 2 * * *", timezone="Europe/Berlin"))

@@ -116,10 +116,6 @@ class CronSchedule:
             if not self._repeated(instant):
                 return instant
 
-    def first_at_or_after(self, moment: datetime) -> datetime:
-        """The firing instant ``moment`` is, or the first after it (arithmetic in UTC, as :meth:`intervals`)."""
-        return self.next_after(moment.astimezone(timezone.utc) - timedelta(microseconds=1))
-
     def previous_before(self, before: datetime) -> datetime:
         """The last firing instant strictly before ``before``."""
         it = self._iter(before)

@@ -215,9 +215,8 @@ class PipelineScheduler:
         report.submitted += 1
 
     async def trigger(self, name: str, logical_date: datetime, params: Mapping[str, ParamValue], *, owner: str | None = None) -> RunView:
-        """A manual run of pipeline ``name`` (``owner``'s, when given) for the schedule's interval that starts at
-        ``logical_date``, or at the first firing after it: a date between two firings (``2026-11-28`` for ``30 2 * * *``)
-        is the run of that day's firing, the one a backfill or the scheduler makes, never a second run of its ``ds``.
+        """A manual run for the interval starting at ``logical_date`` (to the next firing instant)
+        of pipeline ``name`` (``owner``'s, when given).
 
         Raises
         ------
@@ -230,7 +229,7 @@ class PipelineScheduler:
         """
         record = await asyncio.to_thread(self.store.get, name, owner=owner)
         schedule = CronSchedule(record.definition.schedule, record.definition.timezone)
-        start = schedule.first_at_or_after(localize(logical_date, schedule))
+        start = localize(logical_date, schedule)
         run = plan_run(record, start, schedule.next_after(start), RunTrigger.MANUAL, params)
         (created,) = await asyncio.to_thread(self.store.runs.insert, record.id, [run], now=self.clock())
         if not created:
