@@ -21,12 +21,21 @@ chmod +x /tmp/site/bin/* 2>/dev/null
 OUT=${OUT:-/tmp/gpu_session}
 mkdir -p "$OUT"
 
+gpu_suite() {  # the whole GPU suite within $1 seconds; the other arguments go to pytest
+    local limit=$1; shift
+    timeout "$limit" python3 -m pytest -m gpu tests/ -o addopts="" -q -rs -p no:cacheprovider --durations=15 --continue-on-collection-errors "$@" > "$OUT/gpu_tests.log" 2>&1
+    echo "gpu tests rc=$?"; grep -E "passed|failed|error" "$OUT/gpu_tests.log" | tail -40
+}
+refusal_cost() {  # what the submit's question to cudf-polars costs by file count, within $1 seconds
+    timeout "$1" python3 bench/gpu_refusal_cost.py --files 10,300,2300 --out "$OUT" > "$OUT/gpu_refusal_cost.log" 2>&1
+    echo "refusal cost rc=$?"; cat "$OUT/gpu_refusal_cost.log"
+}
+
 part=${1:-}; shift || true  # what follows goes to bench/gpu_tpch.py (e.g. --rmm-pool 32GB)
 case "$part" in
 tests)
     # Every GPU-marked test of the suite (the fault tests start two workers on the one GPU).
-    timeout 560 python3 -m pytest -m gpu tests/ -o addopts="" -q -rs -p no:cacheprovider --durations=15 --continue-on-collection-errors "$@" > "$OUT/gpu_tests.log" 2>&1
-    echo "gpu tests rc=$?"; grep -E "passed|failed|error" "$OUT/gpu_tests.log" | tail -40
+    gpu_suite 560 "$@"
     ;;
 tpch10)
     timeout 560 python3 bench/gpu_tpch.py --out "$OUT" --work /tmp/spw_tpch --sf 10 --parts 1 --gpus 0 \
@@ -58,16 +67,13 @@ multi-tests)
     timeout 300 python3 -m pytest -m gpu tests/test_gpu_multi.py tests/test_gpu_faults.py tests/test_gpu_support.py tests/test_csv_edge_agreement.py -o addopts="" -q -rs -p no:cacheprovider "$@" \
         > "$OUT/gpu_multi_tests.log" 2>&1
     echo "multi tests rc=$?"; tail -15 "$OUT/gpu_multi_tests.log"
-    timeout 200 python3 bench/gpu_refusal_cost.py --files 10,300,2300 --out "$OUT" > "$OUT/gpu_refusal_cost.log" 2>&1
-    echo "refusal cost rc=$?"; cat "$OUT/gpu_refusal_cost.log"
+    refusal_cost 200
     ;;
 first)
     # A fresh tree's first GPU call, after the install: the whole GPU suite (~300 s), then what the submit's question to
     # cudf-polars costs by file count; both within one 600 s call.
-    timeout 440 python3 -m pytest -m gpu tests/ -o addopts="" -q -rs -p no:cacheprovider --durations=15 --continue-on-collection-errors "$@" > "$OUT/gpu_tests.log" 2>&1
-    echo "gpu tests rc=$?"; grep -E "passed|failed|error" "$OUT/gpu_tests.log" | tail -40
-    timeout 100 python3 bench/gpu_refusal_cost.py --files 10,300,2300 --out "$OUT" > "$OUT/gpu_refusal_cost.log" 2>&1
-    echo "refusal cost rc=$?"; cat "$OUT/gpu_refusal_cost.log"
+    gpu_suite 440 "$@"
+    refusal_cost 100
     ;;
 plans)
     timeout 420 python3 bench/gpu_tpch.py --out "$OUT" --work /tmp/spw_tpch --sf 10 --parts 1 --gpus 0 \

@@ -35,7 +35,8 @@ PROTOCOL = "spillway-checked"
 _DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_NONBLOCK: a FIFO swapped in must not block the open; it has no effect on a regular file's reads.
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-_LINK_ERRORS = (errno.ELOOP, errno.ENOTDIR)
+#: What opening through a link (or a file where a folder was) fails with, under O_NOFOLLOW.
+LINK_ERRNOS = (errno.ELOOP, errno.ENOTDIR)
 
 
 class SourceChanged(PathNotAllowed):
@@ -76,7 +77,7 @@ def open_directory(path: str, root: str, *, field: str = "sink.path", opening: s
             try:
                 child = os.open(part, _DIRECTORY_FLAGS, dir_fd=fd)
             except OSError as exc:
-                if exc.errno in _LINK_ERRORS:
+                if exc.errno in LINK_ERRNOS:
                     raise PathNotAllowed(
                         f"'{opening or path}': the folder '{part}' on its path is now a link or not a directory; links are not followed here",
                         field=field,
@@ -106,11 +107,7 @@ def open_checked(file: CheckedFile) -> int:
         raise PathNotAllowed(f"'{file.path}' is a root, not a file", field=field)
     parent = open_directory(os.path.join(file.root, *parts[:-1]), file.root, field=field, opening=file.path)
     try:
-        fd = os.open(parts[-1], _FILE_FLAGS, dir_fd=parent)
-    except OSError as exc:
-        if exc.errno in _LINK_ERRORS:
-            raise PathNotAllowed(f"'{file.path}' is now a link; links are not followed here", field=field) from None
-        raise
+        fd = open_file_below(parent, parts[-1], shown=file.path, field=field)
     finally:
         os.close(parent)
     stat = os.fstat(fd)
@@ -120,6 +117,23 @@ def open_checked(file: CheckedFile) -> int:
         raise SourceChanged(f"'{file.path}' was replaced after it was checked; it was not read", field=field)
     os.set_blocking(fd, True)
     return fd
+
+
+def open_file_below(directory: int, name: str, *, shown: str, field: str | None) -> int:
+    """The file ``name`` in the folder ``directory`` opened for reading (non-blocking: a FIFO there must not block the
+    open), never through a link.
+
+    Raises
+    ------
+    PathNotAllowed
+        ``name`` is a link (``shown`` names it); other errors (a missing file) are raised as they are.
+    """
+    try:
+        return os.open(name, _FILE_FLAGS, dir_fd=directory)
+    except OSError as exc:
+        if exc.errno in LINK_ERRNOS:
+            raise PathNotAllowed(f"'{shown}' is now a link; links are not followed here", field=field) from None
+        raise
 
 
 def open_for_writing(path: str, root: str, *, field: str = "sink.path") -> BinaryIO:
@@ -137,7 +151,7 @@ def open_for_writing(path: str, root: str, *, field: str = "sink.path") -> Binar
         # O_NONBLOCK: a FIFO planted there fails the open (no reader) instead of blocking it.
         fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o644, dir_fd=directory)
     except OSError as exc:
-        if exc.errno in _LINK_ERRORS:
+        if exc.errno in LINK_ERRNOS:
             raise PathNotAllowed(f"'{path}' is a link; links are not followed here", field=field) from None
         if exc.errno == errno.ENXIO:
             raise PathNotAllowed(f"'{path}' is a FIFO, not a file; it is not written", field=field) from None

@@ -12,7 +12,6 @@ part file is refused (:class:`~jobs.sandbox.PathNotAllowed`), never followed. A 
 
 from __future__ import annotations
 
-import errno
 import os
 import re
 import stat
@@ -22,6 +21,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import IO, TYPE_CHECKING
 
 from spillway.jobs.errors import InvalidTransition
+from spillway.jobs.safe_open import LINK_ERRNOS, open_directory, open_file_below
 from spillway.jobs.sandbox import PathNotAllowed, check_sink_url, local_root_of
 from spillway.jobs.status import ColumnSchema, ResultFile, ResultManifest
 
@@ -34,8 +34,6 @@ _PartOpener = Callable[[ResultFile], AbstractContextManager[IO[bytes]]]
 #: The error field of a preview's refusals: the job whose result it is.
 FIELD = "id"
 
-_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # O_NONBLOCK: a FIFO planted there must not block
-_LINK_ERRORS = (errno.ELOOP, errno.ENOTDIR)
 
 
 class ResultUnreadable(InvalidTransition):
@@ -110,7 +108,6 @@ def _open_sink(location: str, roots: list[str] | None) -> int:
     """The sink directory's fd, opened as the commit opens it: the parent resolved and checked against
     ``roots`` (then walked from its root without following links), the sink itself no link."""
     from spillway.jobs.commit import open_subdirectory
-    from spillway.jobs.safe_open import open_directory
 
     parent, name = os.path.split(location.rstrip("/"))
     if roots is None:
@@ -124,7 +121,7 @@ def _open_sink(location: str, roots: list[str] | None) -> int:
     try:
         return open_subdirectory(parent_fd, name)
     except OSError as exc:
-        if exc.errno in _LINK_ERRORS:
+        if exc.errno in LINK_ERRNOS:
             raise PathNotAllowed(f"the sink '{location}' is now a link (or not a directory); links are not followed here", field=FIELD) from None
         raise
     finally:
@@ -141,14 +138,12 @@ def _open_local(sink_fd: int, manifest: ResultManifest, file: ResultFile) -> Ite
     try:
         folder_fd = open_subdirectory(sink_fd, folder)
     except OSError as exc:
-        if exc.errno in _LINK_ERRORS:
+        if exc.errno in LINK_ERRNOS:
             raise PathNotAllowed(f"'{shown}': a folder on its path is now a link (or not a directory); links are not followed here", field=FIELD) from None
         raise _unopenable(shown, exc) from None
     try:
-        fd = os.open(name, _FILE_FLAGS, dir_fd=folder_fd)
+        fd = open_file_below(folder_fd, name, shown=shown, field=FIELD)
     except OSError as exc:
-        if exc.errno in _LINK_ERRORS:
-            raise PathNotAllowed(f"'{shown}' is now a link; links are not followed here, it was not read", field=FIELD) from None
         raise _unopenable(shown, exc) from None
     finally:
         os.close(folder_fd)
