@@ -197,12 +197,8 @@ class MultiGpuEngines:
         """Before ``query`` (a job's id): its ranks count cudf-polars' trace events from zero and publish them (:func:`_count_traces`)."""
         with self._lock:
             client = self._client
-        if client is None:
-            return
-        try:
-            client.run(_count_traces, query, workers=list(workers))
-        except Exception as exc:  # noqa: BLE001 - progress is a report: a rank that cannot count still runs the query
-            log.warning("the ranks' trace counts could not be started: %s: %s", type(exc).__name__, exc)
+        if client is not None:
+            start_rank_counts(client, workers, query)
 
     def discard(self) -> None:
         """Shut the engine down (and its client); the next job starts a new one."""
@@ -217,6 +213,19 @@ class MultiGpuEngines:
         engine, client = self._engine, self._client
         self._key = self._engine = self._client = self._worker_ids = None
         return engine, client
+
+
+def start_rank_counts(client: Any, workers: list[str], query: str) -> dict[str, bool]:
+    """On each of ``workers`` (the ranks), before ``query``: :func:`_count_traces`; each rank's answer (none if it failed).
+
+    A rank that cannot count still runs the query: progress is a report, so a failure is logged, not raised.
+    """
+    try:
+        # By keyword: Dask passes the worker as ``dask_worker=``, so a positional ``query`` would fill that parameter.
+        return client.run(_count_traces, query=query, workers=list(workers))
+    except Exception as exc:  # noqa: BLE001 - see above
+        log.warning("the ranks' trace counts could not be started: %s: %s", type(exc).__name__, exc)
+        return {}
 
 
 def _count_traces(dask_worker: Any, query: str) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import pytest
 from distributed import Client, LocalCluster
 
 from spillway.cluster.rank_progress import RankFollower
+from spillway.jobs.gpu_multi import start_rank_counts
 from spillway.jobs import gpu_trace_progress
 from spillway.jobs.gpu_trace_progress import COUNTS_FILE, NODE_UNIT, PlanNodeCounter, slowest_rank
 from spillway.jobs.status import StageProgress
@@ -56,6 +58,25 @@ def _publish(dask_worker: Any, nodes: dict[str, int], query: str = "job1") -> No
     traces.COUNTER.reset(publish_to=Path(dask_worker.local_directory) / traces.COUNTS_FILE, query=query)
     for _ in range(nodes[dask_worker.address]):
         traces.COUNTER.record({"event": "Execute IR", "type": "Filter"})
+
+
+def _traces_on() -> None:
+    os.environ[gpu_trace_progress.TRACES_ENV] = "1"
+
+
+def test_the_ranks_start_counting_for_the_job_before_its_query() -> None:
+    """What a multi-GPU job runs on its ranks before the query: each counts from zero for the job, in its directory.
+
+    On the GPU it had never run: Dask passes the worker by keyword, and the job's id given by position collided
+    with it (a TypeError on every rank, so no live progress, and cudf-polars' traces printed to the workers' stdout).
+    """
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, Client(cluster) as client:
+        ranks = sorted(client.run(lambda: None))
+        client.run(_traces_on)
+        assert start_rank_counts(client, ranks, "job7") == {rank: True for rank in ranks}
+        published = client.run(lambda dask_worker: json.loads((Path(dask_worker.local_directory) / COUNTS_FILE).read_text()))
+    assert {counts["query"] for counts in published.values()} == {"job7"}
+    assert {counts["events"] for counts in published.values()} == {0}
 
 
 def test_the_follower_reads_every_ranks_counts_through_its_nanny_and_shows_the_slowest() -> None:
