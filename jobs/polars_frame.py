@@ -48,6 +48,10 @@ from spillway.jobs.sql_source import run_sql
 from spillway.jobs.window_polars import window_columns
 
 _HIDDEN = "__spillway_"
+#: A column of int64 ones that a groupby's row counts sum. Polars' len() and count() are uint32 (its index type), and
+#: cudf-polars' streaming groupby adds up the partitions' partial counts in that type: on an H100, a group of
+#: 48,128,054,327 rows counted 883,414,071 (the count modulo 2^32), silently. A sum of int64 ones is an int64 throughout.
+_ONES = f"{_HIDDEN}ones"
 _HOW = {"inner": "inner", "left": "left", "right": "right", "outer": "full", "semi": "semi", "anti": "anti", "cross": "cross"}
 # Counts come out as Polars' u32; as Int64 they match the Dask engine's and SQL's type.
 _COUNTS = ("count", "size", "nunique", "count_distinct")
@@ -345,8 +349,8 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
     def aggregate(self, agg: Aggregation, name: str, field: str, schema: dict[str, str], narrow_integers: frozenset[str] = frozenset()) -> pl.Expr:
         """``agg`` as a Polars aggregation named ``name``. ``narrow_integers``: the frame's columns of 32-bit or smaller
         integers, whose sum Polars keeps in their type (wrapping past it) where the language sums in int64."""
-        if agg.func == "size":
-            return pl.len().cast(pl.Int64).alias(name)
+        if agg.func == "size":  # a sum of int64 ones (groupby adds them): Polars' len() is a uint32, summed in it
+            return pl.col(_ONES).sum().alias(name)
         value = pl.col(agg.column) if agg.column is not None else self.expr(f"{field}.aggs.{name}.expr", agg.expr or "", schema)
         kind = schema.get(agg.column, "") if agg.column is not None else ""
         result: pl.Expr
@@ -371,7 +375,9 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
                 value = value.sort_by(keys, descending=[key.descending for key in agg.order_by], nulls_last=True)
             joined = value.drop_nulls().str.join(agg.separator if agg.separator is not None else ",")
             result = pl.when(value.count() > 0).then(joined)
-        elif agg.func == "sum" and agg.column in narrow_integers:
+        elif agg.func == "count":  # in int64 from the start: Polars' count() is a uint32 (see _ONES)
+            result = value.is_not_null().cast(pl.Int64).sum()
+        elif agg.func == "sum" and (agg.column in narrow_integers or kind == "bool"):
             result = value.cast(pl.Int64).sum()
         else:
             result = getattr(value, agg.func)()
@@ -383,11 +389,13 @@ class PolarsFrames(NamedSources[pl.LazyFrame]):
         summed = {agg.column for agg in step.aggs.values() if agg.func == "sum" and agg.column is not None}
         narrow = frozenset(column for column, dtype in frame.collect_schema().items() if column in summed and dtype in _NARROW_INTEGERS) if summed else frozenset()
         aggs = [self.aggregate(agg, name, field, schema, narrow) for name, agg in step.aggs.items()]
+        if not step.by or any(agg.func == "size" for agg in step.aggs.values()):
+            frame = frame.with_columns(pl.lit(1, dtype=pl.Int64).alias(_ONES))
         if step.by:
             return frame.group_by(list(step.by)).agg(aggs)
         # No keys: one row, or none for no input rows (as the Dask engine, unlike SQL's global aggregate).
         rows = f"{_HIDDEN}rows"
-        return frame.select([*aggs, pl.len().alias(rows)]).filter(pl.col(rows) > 0).drop(rows)
+        return frame.select([*aggs, pl.col(_ONES).sum().alias(rows)]).filter(pl.col(rows) > 0).drop(rows)
 
     def join(self, frame: pl.LazyFrame, step: JoinStep, field: str, right_filters: list[tuple[Step, str]]) -> pl.LazyFrame:
         right = self.frame_of(step.right, f"{field}.right")
