@@ -22,6 +22,7 @@ from sqlglot.tokens import Token, TokenType
 
 from spillway.jobs.errors import SpecError
 from spillway.jobs.expr import MAX_PAD
+from spillway.jobs.sql_constant_aggs import constant_aggregate
 from spillway.jobs.sql_named_windows import NamedWindowError, inline_named_windows
 from spillway.jobs.sql_windows import window_refusal
 
@@ -251,6 +252,8 @@ class _Checker:
         elif isinstance(node, exp.Join):
             if node.args.get("using") or node.args.get("method"):
                 raise self.refuse(node, "a join with USING or NATURAL is not allowed", ": write ON with the key columns")
+        elif (wrong := constant_aggregate(node)) is not None:
+            raise self.refuse(node, f"{node.sql(dialect=DIALECT)[:60]}", wrong)
         elif isinstance(node, exp.Select) and (node.args.get("laterals") or node.args.get("qualify")):
             raise self.refuse(node, "LATERAL and QUALIFY are not allowed")
         elif isinstance(node, exp.Select):

@@ -16,6 +16,7 @@ each on the checked tree, bring a query within what it takes without changing it
   an ``INNER JOIN``'s non-key conditions into ``WHERE`` (Polars' ``ON`` takes key equalities);
 - a literal compared with an expression is written on the right (``x > 1`` for ``1 < x``: Polars 1.44
   miscounts the rows of ``0 < CASE … END`` after a ``WHERE``);
+- ``COVAR_SAMP`` of fewer than two pairs is null, as SQL's is (Polars' is 0 for one);
 - ``%`` truncates toward zero, as SQL's does (Polars' floors): ``sign(a) * (abs(a) % abs(b))``;
   ``x IS [NOT] TRUE/FALSE`` is never null (:mod:`jobs.sql_truth`); ``CAST(float AS INT)`` rounds;
 - ``DATE '...' ± INTERVAL ...`` of literals is computed now, and date literals are written as typed
@@ -169,6 +170,16 @@ def _polars_function_names(tree: exp.Expression) -> None:
         median.replace(exp.Anonymous(this="MEDIAN", expressions=[median.this.copy()]))
 
 
+def _sample_covariances(tree: exp.Expression) -> None:
+    # Polars' COVAR_SAMP of one pair is 0; SQL's (n - 1 = 0) is null. (Windows of it are refused: jobs/sql_windows.py.)
+    for covar in list(tree.find_all(exp.CovarSamp)):
+        a, b = covar.this, covar.expression
+        pairs = exp.Count(this=exp.Case(ifs=[exp.If(this=exp.and_(exp.Not(this=exp.Is(this=a.copy(), expression=exp.Null())),
+                                                                   exp.Not(this=exp.Is(this=b.copy(), expression=exp.Null()))),
+                                                    true=exp.Literal.number(1))]))
+        covar.replace(exp.Case(ifs=[exp.If(this=exp.GT(this=pairs, expression=exp.Literal.number(1)), true=covar.copy())]))
+
+
 def _number(node: exp.Expression) -> Decimal | None:
     if isinstance(node, exp.Paren):
         return _number(node.this)
@@ -265,6 +276,7 @@ def _finish(tree: exp.Query, round_casts: set[str] | None) -> str:
     _fold_literals(tree)
     _literals_on_the_right(tree)
     _sql_remainders(tree)
+    _sample_covariances(tree)
     fold_date_literals(tree)
     like_as_string_functions(tree)
     in_list_as_equalities(tree)
