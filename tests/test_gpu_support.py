@@ -188,24 +188,27 @@ def test_the_frame_asked_about_scans_the_first_file_with_the_types_all_files_giv
 @pytest.mark.gpu
 @pytest.mark.parametrize("expr", ["price > 2", "ts_shift > 0"], ids=["runs", "refused"])
 def test_cudf_polars_is_asked_about_one_file_a_source_and_answers_as_for_all(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, expr: str) -> None:
-    pytest.importorskip("cudf_polars")
-    from cudf_polars.dsl import ir as cudf_ir
+    """The submit's question (one file a source: the CPU test above) gets the answer the whole frame gets.
 
-    footers_read: list[list[str]] = []
-    physical_types = cudf_ir._parquet_physical_types
-    monkeypatch.setattr(cudf_ir, "_parquet_physical_types", lambda paths, columns: footers_read.append(list(paths)) or physical_types(paths, columns))
+    cudf-polars 26.10 reads no footer while translating (the decimal literals' physical types are read when the scan
+    runs), so what one file saves is measured, not asserted: bench/gpu_refusal_cost.py, 1 ms for 2300 files on an H100.
+    """
+    pytest.importorskip("cudf_polars")
+    from spillway.jobs import gpu_support
+
+    asked_about: list[pl.LazyFrame] = []
+    refusal = gpu_support.gpu_refusal
+    monkeypatch.setattr(gpu_support, "gpu_refusal", lambda frame: asked_about.append(frame) or refusal(frame))
     steps: list[dict[str, Any]] = [{"op": "filter", "expr": "price > 2"}]
     if expr != "price > 2":  # a month interval: Polars' offset_by, which cudf-polars 26.10 refuses
         steps = [{"op": "assign", "column": "ts", "expr": "timestamp('2020-01-31')"},
                  {"op": "assign", "column": "ts_shift", "expr": 'ts + interval(1, "month")'}, *steps]
-    # Exact decimals: the filter reaches the scan on the decimal column, where cudf-polars reads the footers' types.
     source = _many_files(tmp_path / "in", False, decimals="exact")
     spec = JobSpec.model_validate({"name": "t", "source": source, "steps": steps, "sink": {"path": str(tmp_path / "out")}})
     plan = plan_spec(spec)
     asked = plan_gpu_refusal(plan)
-    probe_reads = list(footers_read)
-    assert asked == gpu_refusal(build_lazyframe(plan))
+    assert asked == refusal(build_lazyframe(plan))
     assert (asked is None) == (expr == "price > 2"), asked
-    assert all(len(paths) == 1 for paths in probe_reads), probe_reads
-    assert probe_reads or expr != "price > 2", "the filter on the decimal column did not reach the scan: nothing was measured"
-    assert any(len(paths) == 4 for paths in footers_read[len(probe_reads):]) or not probe_reads, footers_read  # the whole frame's: every file
+    assert asked_about or expr != "price > 2"  # a query Spillway trusts is asked of cudf-polars
+    for probe in asked_about:  # one file's rows, not all four files'
+        assert probe.select(pl.len()).collect().item() < build_lazyframe(plan).select(pl.len()).collect().item()
