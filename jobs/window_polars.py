@@ -125,7 +125,7 @@ def _aggregate(column: WindowColumn, value: pl.Expr, dtype: pl.DataType | None =
         return _frame_value(column, value)
     present = value.is_not_null().cast(pl.Int64)
     if frame == "partition":
-        count = value.count().cast(pl.Int64)
+        count = present.sum()  # int64 throughout: cudf-polars sums a partition's partial count() in uint32 (jobs/polars_frame.py)
         if func == "count":
             return count
         return pl.when(count > 0).then(getattr(value, func)())

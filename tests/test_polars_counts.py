@@ -55,6 +55,16 @@ def test_row_counts_are_sums_of_int64_never_a_uint32_count(tmp_path: Path, by: l
         assert rows == [{"rows": 5, "priced": 2, "flagged": 3, "total": 15}]
 
 
+def test_a_windows_count_over_its_partition_is_a_sum_of_int64(tmp_path: Path) -> None:
+    window = {"op": "window", "partition_by": ["k"], "columns": {"n": {"func": "count", "column": "price"}}}
+    spec: dict[str, Any] = {"name": "w", "source": {"format": "parquet", "path": str(tmp_path / "in.parquet")}, "steps": [window],
+                            "sink": {"path": str(tmp_path / "out")}}
+    _frame(tmp_path, ["k"])  # writes the source
+    frame = build_lazyframe(plan_spec(JobSpec.model_validate(spec)))
+    assert ".count()" not in frame.explain()
+    assert frame.sort("k", "qty").collect()["n"].to_list() == [1, 1, 1, 1, 1]
+
+
 def test_no_keys_over_no_rows_is_no_row_as_on_the_dask_engine(tmp_path: Path) -> None:
     assert _frame(tmp_path, [], before=[{"op": "filter", "expr": "qty > 100"}]).collect().height == 0
 
