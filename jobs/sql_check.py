@@ -24,6 +24,7 @@ from spillway.jobs.errors import SpecError
 from spillway.jobs.expr import MAX_PAD
 from spillway.jobs.sql_constant_aggs import constant_aggregate
 from spillway.jobs.sql_named_windows import NamedWindowError, inline_named_windows
+from spillway.jobs.sql_polars_forms import unordered_window_problem
 from spillway.jobs.sql_windows import window_refusal
 
 #: The dialect user text is read in: PostgreSQL's grammar with case-sensitive names.
@@ -258,6 +259,8 @@ class _Checker:
             raise self.refuse(node, "LATERAL and QUALIFY are not allowed")
         elif isinstance(node, exp.Select):
             self.comma_then_outer(node)
+            if (wrong := unordered_window_problem(node)) is not None:
+                raise self.refuse(wrong[0], f"{wrong[0].sql(dialect=DIALECT)[:60]}", wrong[1])
 
     def comma_then_outer(self, select: exp.Select) -> None:
         # SQL binds `FROM a, b RIGHT JOIN c` as a × (b RIGHT JOIN c); the rewrites read joins left to right.

@@ -16,7 +16,8 @@ each on the checked tree, bring a query within what it takes without changing it
   an ``INNER JOIN``'s non-key conditions into ``WHERE`` (Polars' ``ON`` takes key equalities);
 - a literal compared with an expression is written on the right (``x > 1`` for ``1 < x``: Polars 1.44
   miscounts the rows of ``0 < CASE … END`` after a ``WHERE``);
-- ``COVAR_SAMP`` of fewer than two pairs is null, as SQL's is (Polars' is 0 for one);
+- ``COVAR_SAMP`` of fewer than two pairs and ``COVAR_POP`` of none are null, as SQL's are (Polars': 0);
+- ``LENGTH``/``EXTRACT`` are BIGINT, ``LEFT``/``RIGHT``/``REPLACE`` guarded (:mod:`jobs.sql_polars_forms`);
 - ``%`` truncates toward zero, as SQL's does (Polars' floors): ``sign(a) * (abs(a) % abs(b))``;
   ``x IS [NOT] TRUE/FALSE`` is never null (:mod:`jobs.sql_truth`); ``CAST(float AS INT)`` rounds;
 - ``DATE '...' ± INTERVAL ...`` of literals is computed now, and date literals are written as typed
@@ -48,6 +49,7 @@ from spillway.jobs.sql_exists import and_all, conjuncts, decorrelate_exists
 from spillway.jobs.sql_gpu_forms import in_list_as_equalities, like_as_string_functions
 from spillway.jobs.sql_groups import grouping_error, key_conditions_to_where
 from spillway.jobs.sql_not_in import not_in_as_joins
+from spillway.jobs.sql_polars_forms import guarded_string_ends, literal_only_join, wide_integers
 from spillway.jobs.sql_truth import truth_tests
 
 #: The dialect the regenerated SQL is written in for Polars.
@@ -170,14 +172,16 @@ def _polars_function_names(tree: exp.Expression) -> None:
         median.replace(exp.Anonymous(this="MEDIAN", expressions=[median.this.copy()]))
 
 
-def _sample_covariances(tree: exp.Expression) -> None:
-    # Polars' COVAR_SAMP of one pair is 0; SQL's (n - 1 = 0) is null. (Windows of it are refused: jobs/sql_windows.py.)
-    for covar in list(tree.find_all(exp.CovarSamp)):
+def _covariances(tree: exp.Expression) -> None:
+    # Polars' COVAR_SAMP of one pair and COVAR_POP of none are 0; SQL's are null (n - 1 = 0, n = 0). (Windows of them
+    # are refused: jobs/sql_windows.py.)
+    for covar in list(tree.find_all(exp.CovarSamp, exp.CovarPop)):
         a, b = covar.this, covar.expression
         pairs = exp.Count(this=exp.Case(ifs=[exp.If(this=exp.and_(exp.Not(this=exp.Is(this=a.copy(), expression=exp.Null())),
                                                                    exp.Not(this=exp.Is(this=b.copy(), expression=exp.Null()))),
                                                     true=exp.Literal.number(1))]))
-        covar.replace(exp.Case(ifs=[exp.If(this=exp.GT(this=pairs, expression=exp.Literal.number(1)), true=covar.copy())]))
+        fewest = exp.Literal.number(1 if isinstance(covar, exp.CovarSamp) else 0)
+        covar.replace(exp.Case(ifs=[exp.If(this=exp.GT(this=pairs, expression=fewest), true=covar.copy())]))
 
 
 def _number(node: exp.Expression) -> Decimal | None:
@@ -276,7 +280,9 @@ def _finish(tree: exp.Query, round_casts: set[str] | None) -> str:
     _fold_literals(tree)
     _literals_on_the_right(tree)
     _sql_remainders(tree)
-    _sample_covariances(tree)
+    _covariances(tree)
+    guarded_string_ends(tree)
+    wide_integers(tree)
     fold_date_literals(tree)
     like_as_string_functions(tree)
     in_list_as_equalities(tree)
@@ -311,6 +317,11 @@ def polars_sql(tree: exp.Query, tables: Mapping[str, Mapping[str, str]], field: 
         raise _unknown_column(exc, tree, tables, field) from None
     if (broken := grouping_error(tree)) is not None:
         raise SqlRefused(f"{field}: {broken[0]}{position(broken[1])}", field=field)
+    for select in tree.find_all(exp.Select):
+        if (join := literal_only_join(select)) is not None:
+            raise SqlRefused(f"{field}: the join ON {join.args['on'].sql(dialect=DIALECT)[:80]}{position(join)} compares one table's "
+                             "column with a literal and relates no column of the other: Polars' SQL applies it to the wrong table; "
+                             "write the condition in WHERE, or join a subquery that filters that table", field=field)
     for select in list(tree.find_all(exp.Select)):
         decorrelate_exists(select)
         not_in_as_joins(select)

@@ -13,7 +13,8 @@ from sqlglot import exp
 
 def truth_tests(tree: exp.Expression) -> None:
     """Rewrite each ``x IS TRUE`` / ``x IS FALSE`` of ``tree`` in place (``IS NOT`` wraps them in ``NOT``)."""
-    for test in list(tree.find_all(exp.Is)):
+    # Innermost first (a breadth-first walk reversed): an outer test copies its subject, which must be rewritten already.
+    for test in reversed(list(tree.find_all(exp.Is))):
         value = test.expression
         if isinstance(value, exp.Boolean):
             subject = test.this.copy() if value.this else exp.Not(this=exp.Paren(this=test.this.copy()))

@@ -25,13 +25,13 @@ REFUSED = [
     "SUM(CAST(1 AS BIGINT))", "SUM(1 + 1)", "SUM(ABS(-1))", "COUNT(CAST(1 AS INT))", "SUM(CASE WHEN TRUE THEN 1 END)",
     "SUM(CAST('1' AS INT))", "STRING_AGG('a', ',')", "STDDEV(1)", "VARIANCE(2)", "COVAR_SAMP(x, 2)",
     "SUM(CAST(1 AS BIGINT)) OVER (PARTITION BY k)", "SUM(1) OVER (PARTITION BY k)", "SUM(1) OVER ()",
-    "SUM(1) OVER (PARTITION BY k ORDER BY x)",
+    "SUM(1) OVER (PARTITION BY k ORDER BY x)", "COUNT(-3)", "COUNT(-0.5)", "COUNT(DISTINCT CAST(1 AS INT))", "SUM(DISTINCT 1)",
+    "AVG(CAST(2 AS INT))", "MAX(CAST(2 AS BIGINT))", "MIN(1 + 1)", "MEDIAN(3)", "MAX('x')", "MAX(1) OVER (PARTITION BY k)",
 ]
 RUN = [
     "SUM(1)", "SUM(-1)", "SUM((2))", "COUNT(1)", "COUNT('a')", "COUNT(*)", "COUNT(NULL)", "SUM(NULL)", "COUNT(*) * 2",
-    "COUNT(DISTINCT CAST(1 AS INT))", "SUM(DISTINCT 1)", "AVG(CAST(2 AS INT))", "MAX(CAST(2 AS BIGINT))", "MIN(1 + 1)",
     "SUM(x + 1)", "STRING_AGG(k, ',' ORDER BY k)", "STDDEV(x)",
-    "SUM(CASE WHEN x > 1 THEN 1 ELSE 0 END)", "COUNT(*) OVER (PARTITION BY k)", "COUNT(1) OVER ()", "MAX(1) OVER (PARTITION BY k)",
+    "SUM(CASE WHEN x > 1 THEN 1 ELSE 0 END)", "COUNT(*) OVER (PARTITION BY k)", "COUNT(1) OVER ()",
     "COUNT(*) OVER (PARTITION BY k) * 2", "SUM(x) OVER (PARTITION BY k)", "COVAR_SAMP(x, x)", "COVAR_SAMP(x, CAST(x AS DOUBLE))",
     "COVAR_POP(x, x)",
 ]
@@ -62,7 +62,7 @@ def test_an_aggregate_polars_takes_once_per_group_is_refused_naming_it(table: Pa
     with pytest.raises(SqlRefused) as refused:
         plan_spec(_spec(table, _query(aggregate)))
     assert refused.value.field == "sources.q.sql"
-    assert "line 1, col" in refused.value.message and "reads no column" in refused.value.message
+    assert "line 1, col" in refused.value.message and ("reads no column" in refused.value.message or "over no rows" in refused.value.message)
 
 
 @pytest.mark.parametrize("aggregate", RUN)

@@ -1,0 +1,98 @@
+"""SQL forms Polars' SQL answers differently from SQL, rewritten to forms it answers right, or refused.
+
+Each was found by a differential run against DuckDB (polars 1.44; cases in tests/test_sql_polars_forms.py):
+
+- ``LENGTH`` is a uint32 and ``EXTRACT`` an int8 in Polars, so ``LENGTH(s) - 3`` was 4294967295 for ``'ab'``
+  and ``EXTRACT(MONTH FROM d) * 100`` -80 for December: both are cast to BIGINT, SQL's room to spare. A
+  ``SUM`` of a value cast to ``INT``/``SMALLINT`` stays 32-bit in Polars and wraps; SQL sums it in bigint.
+- ``RIGHT(s, n)`` for ``len(s) < n < 2·len(s)`` took too few characters (``RIGHT('hello', 8)``: ``'llo'``), and
+  ``LEFT``/``RIGHT`` of a null by 0 gave ``''``: guarded with ``CASE``.
+- ``REPLACE(s, '', x)`` put ``x`` between every character; SQL leaves ``s`` as it is.
+- ``SELECT SUM(i) OVER () FROM t`` (no column outside a window) gave one row, not one a row; ``SUM(SUM(i)) OVER ()``
+  after ``GROUP BY`` each group's own sum, not the total (a list with ``PARTITION BY``): refused (ordered windows,
+  which :mod:`jobs.sql_window_run` computes, are right).
+- A join whose ``ON`` is only an equality of one side's column with a literal (``t JOIN u ON u.k = 1``) was
+  applied to the left table's column of that name: refused (write it in ``WHERE`` or a subquery).
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+_BIGINT = exp.DataType.build("BIGINT")
+_NARROW = (exp.DataType.Type.INT, exp.DataType.Type.SMALLINT)
+
+
+def _bigint(node: exp.Expression) -> exp.Expression:
+    return exp.Cast(this=node, to=_BIGINT.copy())
+
+
+def wide_integers(tree: exp.Expression) -> None:
+    """``LENGTH`` and ``EXTRACT`` as BIGINT; a ``SUM`` of an ``INT``/``SMALLINT`` cast summed as BIGINT."""
+    for node in list(tree.find_all(exp.Length, exp.Extract)):
+        if not (isinstance(node.parent, exp.Cast) and node.parent.to.this == exp.DataType.Type.BIGINT):
+            node.replace(_bigint(node.copy()))
+    for total in list(tree.find_all(exp.Sum)):
+        value = total.this
+        if _narrow(value):
+            value.replace(_bigint(value.copy()))
+
+
+def _narrow(node: exp.Expression) -> bool:
+    """A cast to INT or SMALLINT, maybe in parentheses or as every branch of a CASE (how integer casts round)."""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if isinstance(node, exp.Case):
+        branches = [branch.args.get("true") for branch in node.args.get("ifs") or []] + [node.args.get("default")]
+        return all(branch is not None and _narrow(branch) for branch in branches)
+    return isinstance(node, exp.Cast) and node.to.this in _NARROW
+
+
+def guarded_string_ends(tree: exp.Expression) -> None:
+    """``LEFT``/``RIGHT`` null for a null string; ``RIGHT`` the whole string when it is no longer than asked;
+    ``REPLACE`` of an empty literal pattern the string itself."""
+    for node in reversed(list(tree.find_all(exp.Left, exp.Right))):  # innermost first: an outer one copies the inner
+        text, count = node.this, node.expression
+        ifs = [exp.If(this=exp.Is(this=text.copy(), expression=exp.Null()), true=exp.Null())]
+        if isinstance(node, exp.Right):
+            ifs.append(exp.If(this=exp.LTE(this=exp.Length(this=text.copy()), expression=count.copy()), true=text.copy()))
+        node.replace(exp.Case(ifs=ifs, default=node.copy()))
+    for replace in list(tree.find_all(exp.Replace)):
+        pattern = replace.expression
+        if isinstance(pattern, exp.Literal) and pattern.is_string and pattern.this == "":
+            replace.replace(exp.Paren(this=replace.this.copy()))
+
+
+def literal_only_join(select: exp.Select) -> exp.Join | None:
+    """The first join of ``select`` whose ``ON`` relates no column of one side to the other's but holds an equality
+    with a literal (which Polars applies to the wrong table); None if there is none. Tables must be qualified."""
+    for join in select.args.get("joins") or []:
+        on = join.args.get("on")
+        if on is None:
+            continue
+        conditions = list(on.flatten()) if isinstance(on, exp.And) else [on]
+        relates = any(len({column.table for column in condition.find_all(exp.Column)}) > 1 for condition in conditions)
+        with_literal = any(isinstance(condition, exp.EQ) and any(isinstance(side, exp.Literal) for side in (condition.left, condition.right))
+                           for condition in conditions)
+        if with_literal and not relates:
+            return join
+    return None
+
+
+def unordered_window_problem(select: exp.Select) -> tuple[exp.Expression, str] | None:
+    """A window without ``ORDER BY`` in ``select`` that Polars' SQL answers wrongly, and what to write; None if none."""
+    windows = [window for expression in select.expressions for window in expression.find_all(exp.Window) if window.parent_select is select]
+    if any(window.args.get("order") for window in windows):
+        return None  # jobs/sql_window_run.py computes every window of this SELECT with the window step: right
+    # Only aggregates over the whole partition: the other windows without ORDER BY are refused by jobs/sql_windows.py.
+    windows = [window for window in windows if isinstance(window.this, exp.AggFunc) and not window.args.get("spec")]
+    for window in windows:
+        if any(argument.find(exp.AggFunc) is not None for argument in window.this.iter_expressions()):
+            return window, (": a window over an aggregate without ORDER BY is not run (Polars' SQL gives each group its own value); "
+                            "compute the groups in a CTE, then the window over it, or order the window")
+    whole_table = [window for window in windows if not window.args.get("partition_by")]
+    reads_rows = any(column.find_ancestor(exp.Window) is None for expression in select.expressions for column in expression.find_all(exp.Column))
+    if whole_table and not reads_rows and not select.args.get("group"):
+        return whole_table[0], (": with no column outside a window in the select list, Polars' SQL gives one row for the whole "
+                                "table; select a column of it too")
+    return None

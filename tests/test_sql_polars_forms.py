@@ -1,0 +1,89 @@
+"""SQL forms Polars' SQL answered differently from DuckDB, found by a differential run (jobs/sql_polars_forms.py,
+jobs/sql_truth.py): each rewritten one now gives DuckDB's answer, each refused one is a 422 naming the part."""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import polars as pl
+import pytest
+
+from spillway.jobs.polars_frame import build_lazyframe
+from spillway.jobs.spec import JobSpec
+from spillway.jobs.sql_source import SqlRefused
+from spillway.jobs.validate import plan_spec
+
+T = pl.DataFrame({
+    "k": [1, 1, 2, None],
+    "s": ["hello", "ab", None, ""],
+    "n": [1, 2, 3, 4],
+    "i": [1, None, 3, 4],
+    "d": [datetime.datetime(2024, 12, 31, 23, 59), datetime.datetime(2024, 1, 5, 1, 2), None, datetime.datetime(2024, 6, 1)],
+})
+U = pl.DataFrame({"k": [1, 2, 3], "i": [10, 20, None]})
+
+REWRITTEN = [
+    "SELECT n, LENGTH(s) - 3 AS v FROM t",  # uint32: 4294967295 for 'ab'
+    "SELECT n FROM t WHERE LENGTH(s) - 3 < 0",
+    "SELECT n, -LENGTH(s) AS v FROM t",
+    "SELECT n, EXTRACT(MONTH FROM d) * 100 AS v FROM t",  # int8: -80 for December
+    "SELECT n, EXTRACT(HOUR FROM d) * 60 + EXTRACT(MINUTE FROM d) AS v FROM t",
+    "SELECT SUM(EXTRACT(MONTH FROM d) * 20) AS v FROM t",
+    "SELECT SUM(CAST(i AS INT)) * 1000000000 AS v FROM t",  # SQL sums int4 in bigint
+    "SELECT SUM(CAST(i AS SMALLINT)) * 1000000 AS v FROM t",
+    "SELECT k, SUM(CAST(i AS INT)) OVER (PARTITION BY k) * 1000000000 AS v FROM t",
+    "SELECT n, RIGHT(s, 8) AS v FROM t",  # 'llo' for 'hello'
+    "SELECT n, RIGHT(s, 3) AS v FROM t",
+    "SELECT n, RIGHT(s, 0) AS v, LEFT(s, 0) AS w FROM t",  # '' for a null
+    "SELECT n, RIGHT(LEFT(s, 4), 8) AS v FROM t",
+    "SELECT n, LEFT(s, -2) AS v, RIGHT(s, -2) AS w FROM t",
+    "SELECT n, REPLACE(s, '', 'X') AS v FROM t",  # an X between every character
+    "SELECT n, ((i > 1) IS TRUE) IS FALSE AS v FROM t",  # false for a null i
+    "SELECT n FROM t WHERE ((i > 1) IS NOT FALSE) IS NOT TRUE",
+    "SELECT i, SUM(i) OVER () AS v FROM t",
+    "SELECT k, SUM(SUM(i)) OVER (ORDER BY k) AS v FROM t GROUP BY k",
+    "SELECT t.n, u.i FROM t JOIN u ON t.k = u.k AND u.i = 10",
+    "SELECT k, COVAR_POP(i, n) AS v, COVAR_SAMP(i, n) AS w FROM t GROUP BY k",  # 0 where SQL's is null
+]
+REFUSED = {
+    "SELECT SUM(i) OVER () AS v FROM t": "one row for the whole table",
+    "SELECT COUNT(*) OVER () AS n FROM t": "one row for the whole table",
+    "SELECT k, SUM(SUM(i)) OVER () AS v FROM t GROUP BY k": "window over an aggregate",
+    "SELECT k, SUM(COUNT(*)) OVER (PARTITION BY k) AS v FROM t GROUP BY k": "window over an aggregate",
+    "SELECT t.n, u.i FROM t JOIN u ON u.k = 1": "applies it to the wrong table",
+    "SELECT t.n, u.i FROM t LEFT JOIN u ON u.k = 1": "applies it to the wrong table",
+}
+
+
+@pytest.fixture(scope="module")
+def tables(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("sql-forms")
+    T.write_parquet(root / "t.parquet")
+    U.write_parquet(root / "u.parquet")
+    return {"t": root / "t.parquet", "u": root / "u.parquet"}
+
+
+def _ours(tables: dict[str, Path], sql: str) -> list[tuple[Any, ...]]:
+    spec = {"name": "forms", "sources": {**{name: {"format": "parquet", "path": str(path)} for name, path in tables.items()}, "q": {"sql": sql}},
+            "source": "q", "sink": {"path": "/tmp/unused-sql-forms"}}
+    return [tuple(row) for row in build_lazyframe(plan_spec(JobSpec.model_validate(spec))).collect().rows()]
+
+
+@pytest.mark.parametrize("sql", REWRITTEN)
+def test_a_rewritten_form_gives_duckdbs_answer(tables: dict[str, Path], sql: str) -> None:
+    con = duckdb.connect()
+    con.register("t", T.to_arrow())
+    con.register("u", U.to_arrow())
+    expected = sorted((tuple(row) for row in con.execute(sql).fetchall()), key=repr)
+    assert sorted(_ours(tables, sql), key=repr) == expected
+
+
+@pytest.mark.parametrize("sql", sorted(REFUSED))
+def test_a_form_polars_answers_wrongly_is_refused_naming_it(tables: dict[str, Path], sql: str) -> None:
+    with pytest.raises(SqlRefused) as refused:
+        _ours(tables, sql)
+    assert refused.value.field == "sources.q.sql" and "line 1, col" in refused.value.message
+    assert REFUSED[sql] in refused.value.message
