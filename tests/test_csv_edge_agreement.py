@@ -502,7 +502,11 @@ def test_a_stray_quote_on_cudf_polars_reads_the_rows_dask_reads(root: Path, garb
 def test_a_row_count_parses_a_column_only_where_the_query_reads_none(root: Path) -> None:
     write(root, {"a.csv": "id,n\n" + csv_rows(50, "{i},{i}")})
     counted = build_lazyframe(plan_spec(job(root, "a.csv", COUNT_ROWS)))
-    assert "is_not_null" in counted.explain() and values(counted.collect().to_pandas()["rows"]) == [50]
+    plan = counted.explain()
+    # The guard's filter on a column, or a column the count itself reads (a groupby's size sums int64 ones, whose
+    # broadcast over the rows makes Polars parse the file's first column): either way not Polars' own line count.
+    assert "is_not_null" in plan or "PROJECT 1/2 COLUMNS" in plan, plan
+    assert values(counted.collect().to_pandas()["rows"]) == [50]
     assert "is_not_null" not in build_lazyframe(plan_spec(job(root, "a.csv", [{"op": "select", "columns": ["n"]}]))).explain()
 
 
