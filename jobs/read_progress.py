@@ -18,15 +18,14 @@ their total until the query ends). Linux only; elsewhere the meter reads nothing
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import polars as pl
-import pyarrow.parquet as pq
 
-from spillway.jobs.sources import file_version, resolve_files
+from spillway.jobs.parquet_footers import parquet_footer
+from spillway.jobs.sources import resolve_files
 from spillway.jobs.spec import JobSpec, SourceSpec
 from spillway.jobs.storage import is_url
 
@@ -116,19 +115,11 @@ def _bytes_to_read(source: SourceSpec, files: tuple[str, ...], scanned: dict[str
     compressed = uncompressed = 0
     for path in files:
         keep = scanned[path] if path in scanned else (frozenset(source.columns) if source.columns is not None else None)
-        for column, packed, unpacked in _column_chunk_bytes(path, file_version(path)):
+        for column, packed, unpacked in parquet_footer(path).column_bytes:
             if keep is None or column in keep:
                 compressed += packed
                 uncompressed += unpacked
     return compressed, uncompressed
-
-
-@functools.lru_cache(maxsize=1024)
-def _column_chunk_bytes(path: str, version: tuple[int, int, int]) -> tuple[tuple[str, int, int], ...]:
-    """(top-level column, compressed bytes, uncompressed bytes) of each column chunk of ``path``, per file version."""
-    metadata = pq.ParquetFile(path).metadata
-    chunks = (metadata.row_group(g).column(c) for g in range(metadata.num_row_groups) for c in range(metadata.num_columns))
-    return tuple((chunk.path_in_schema.split(".")[0], chunk.total_compressed_size, chunk.total_uncompressed_size) for chunk in chunks)
 
 
 def to_mib(count: int) -> int:

@@ -6,11 +6,8 @@ before or after a join, which gives the same rows either way but casts fewer of 
 
 from __future__ import annotations
 
-import functools
-
-import pyarrow.parquet as pq
-
-from spillway.jobs.sources import file_version, resolve_files
+from spillway.jobs.parquet_footers import parquet_footer
+from spillway.jobs.sources import resolve_files
 from spillway.jobs.spec import SourceSpec
 from spillway.jobs.storage import is_url
 
@@ -24,12 +21,6 @@ def source_rows(source: SourceSpec, field: str) -> int | None:
     if source.format != "parquet" or is_url(source.path):
         return None
     try:
-        return sum(_file_rows(path, file_version(path)) for path in resolve_files(source, field=field))
+        return sum(parquet_footer(path).num_rows for path in resolve_files(source, field=field))
     except (OSError, ValueError):
         return None
-
-
-@functools.lru_cache(maxsize=1024)
-def _file_rows(path: str, version: tuple[int, int, int]) -> int:
-    """The row count in ``path``'s footer, kept per file version (size, modification time, inode)."""
-    return pq.ParquetFile(path).metadata.num_rows

@@ -30,6 +30,7 @@ import pyarrow.dataset as pads
 from fsspec import AbstractFileSystem
 
 from spillway.jobs.errors import ReadTypeMismatch, SourceNotFound, SpecError, SpillwayError, UnknownColumn
+from spillway.jobs.parquet_footers import check_parquet_footers
 from spillway.jobs.sandbox import checked_files
 from spillway.jobs.spec import SourceSpec
 from spillway.jobs.storage import MANIFEST_NAME, filesystem, is_url, load_manifest, storage_options
@@ -503,8 +504,6 @@ def read_schema(source: SourceSpec, *, field: str = "source") -> Schema:
     first = files[0]
     try:
         if source.format == "parquet":
-            from spillway.jobs.parquet_footers import check_parquet_footers  # it reads this module's file versions
-
             schema = {f.name: arrow_kind(f.type) for f in parquet_schema(files)[0]}
             check_parquet_footers(source, files, field=field)
         else:
