@@ -7,8 +7,7 @@ per group rather than one per row (polars 1.44, against DuckDB and PostgreSQL):
   once (1, not the group's rows), and under ``OVER (…)`` so does even ``SUM(1)``;
 - ``STRING_AGG('a', ',')`` gives ``'a'`` for a group of two rows (``'a,a'``);
 - ``STDDEV(1)`` and ``VARIANCE(2)`` give null where there are two rows (0), ``COVAR_SAMP(x, 2)`` 0 where
-  there is one pair (null).
-
+  there is one pair (null);
 - ``COUNT(-3)`` is 1 a group;
 - over no rows, ``MIN(2)``, ``MAX('x')``, ``AVG(1)`` and ``MEDIAN(3)`` give the value, ``COUNT(DISTINCT 1)`` 1 (SQL: null, 0).
 
