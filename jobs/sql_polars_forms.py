@@ -11,6 +11,9 @@ Each was found by a differential run against DuckDB (polars 1.44; cases in tests
 - ``SELECT SUM(i) OVER () FROM t`` (no column outside a window) gave one row, not one a row; ``SUM(SUM(i)) OVER ()``
   after ``GROUP BY`` each group's own sum, not the total (a list with ``PARTITION BY``): refused (ordered windows,
   which :mod:`jobs.sql_window_run` computes, are right).
+- A correlated scalar subquery whose value is computed from an aggregate (``(SELECT COUNT(*) + 1 …)``,
+  ``COALESCE(SUM(x), 0)``) was null for an outer row with no match (SQL computes it over no rows); one with
+  ``ORDER BY``/``LIMIT`` ignored them; ``x IN (subquery)`` in a select list was false where SQL gives null: refused.
 - A join whose ``ON`` is only an equality of one side's column with a literal (``t JOIN u ON u.k = 1``) was
   applied to the left table's column of that name: refused (write it in ``WHERE`` or a subquery).
 """
@@ -18,9 +21,12 @@ Each was found by a differential run against DuckDB (polars 1.44; cases in tests
 from __future__ import annotations
 
 from sqlglot import exp
+from sqlglot.optimizer.scope import traverse_scope
 
 _BIGINT = exp.DataType.build("BIGINT")
 _NARROW = (exp.DataType.Type.INT, exp.DataType.Type.SMALLINT)
+#: What can make a value of a null (an aggregate over no rows).
+_NOT_NULL_FROM_NULL = (exp.Coalesce, exp.Case, exp.If, exp.Is, exp.Greatest, exp.Least, exp.Nullif)
 
 
 def _bigint(node: exp.Expression) -> exp.Expression:
@@ -95,4 +101,31 @@ def unordered_window_problem(select: exp.Select) -> tuple[exp.Expression, str] |
     if whole_table and not reads_rows and not select.args.get("group"):
         return whole_table[0], (": with no column outside a window in the select list, Polars' SQL gives one row for the whole "
                                 "table; select a column of it too")
+    return None
+
+
+def subquery_problem(tree: exp.Expression) -> tuple[exp.Expression, str] | None:
+    """A subquery of the qualified ``tree`` that Polars' SQL (after sqlglot's decorrelation) answers wrongly, and what to
+    write instead; None if there is none."""
+    for scope in traverse_scope(tree):
+        select = scope.expression
+        if not isinstance(select, exp.Select) or not scope.is_subquery:
+            continue
+        within = select.parent.parent if isinstance(select.parent, exp.Subquery) else select.parent
+        if isinstance(within, exp.In) and within.find_ancestor(exp.Where, exp.Having, exp.Join) is None:
+            return within, (": x IN (subquery) outside WHERE and HAVING is not run (it gives false where SQL gives null); "
+                            "write it in WHERE, or as a LEFT JOIN of the subquery's distinct values")
+        if not scope.is_correlated_subquery or isinstance(within, exp.Exists):
+            continue
+        if select.args.get("order") or select.args.get("limit"):
+            return select, (": a correlated subquery with ORDER BY or LIMIT is not run (its order and limit were ignored); "
+                            "rank the rows in a CTE with row_number() OVER (PARTITION BY … ORDER BY …) and join the first")
+        values = [value.unalias() for value in select.expressions]
+        # Wrong only where the value over no rows is not null: a count, or what turns a null into a value. (A
+        # comparison with 0.2 * AVG(x), TPC-H q17's, is null either way.)
+        if len(values) == 1 and not isinstance(values[0], exp.AggFunc) and values[0].find(exp.AggFunc) is not None \
+                and values[0].find(exp.Count, *_NOT_NULL_FROM_NULL) is not None:
+            return select, (": a correlated subquery whose value is computed from an aggregate is not run (it is null where no "
+                            "row matches, SQL computes it over no rows); select the bare aggregate and compute the rest outside, "
+                            "e.g. COALESCE((SELECT SUM(x) …), 0)")
     return None

@@ -49,7 +49,7 @@ from spillway.jobs.sql_exists import and_all, conjuncts, decorrelate_exists
 from spillway.jobs.sql_gpu_forms import in_list_as_equalities, like_as_string_functions
 from spillway.jobs.sql_groups import grouping_error, key_conditions_to_where
 from spillway.jobs.sql_not_in import not_in_as_joins
-from spillway.jobs.sql_polars_forms import guarded_string_ends, literal_only_join, wide_integers
+from spillway.jobs.sql_polars_forms import guarded_string_ends, literal_only_join, subquery_problem, wide_integers
 from spillway.jobs.sql_truth import truth_tests
 
 #: The dialect the regenerated SQL is written in for Polars.
@@ -317,6 +317,8 @@ def polars_sql(tree: exp.Query, tables: Mapping[str, Mapping[str, str]], field: 
         raise _unknown_column(exc, tree, tables, field) from None
     if (broken := grouping_error(tree)) is not None:
         raise SqlRefused(f"{field}: {broken[0]}{position(broken[1])}", field=field)
+    if (wrong := subquery_problem(tree)) is not None:
+        raise SqlRefused(f"{field}: {wrong[0].sql(dialect=DIALECT)[:80]}{position(wrong[0])}{wrong[1]}", field=field)
     for select in tree.find_all(exp.Select):
         if (join := literal_only_join(select)) is not None:
             raise SqlRefused(f"{field}: the join ON {join.args['on'].sql(dialect=DIALECT)[:80]}{position(join)} compares one table's "

@@ -47,6 +47,9 @@ REWRITTEN = [
     "SELECT k, SUM(SUM(i)) OVER (ORDER BY k) AS v FROM t GROUP BY k",
     "SELECT t.n, u.i FROM t JOIN u ON t.k = u.k AND u.i = 10",
     "SELECT k, COVAR_POP(i, n) AS v, COVAR_SAMP(i, n) AS w FROM t GROUP BY k",  # 0 where SQL's is null
+    "SELECT t.n FROM t WHERE t.n > (SELECT AVG(u.i) * 0.01 FROM u WHERE u.k = t.k)",  # null over no rows either way: runs
+    "SELECT t.n, COALESCE((SELECT SUM(u.i) FROM u WHERE u.k = t.k), 0) AS c FROM t",  # what the refusal below advises
+    "SELECT t.n FROM t WHERE t.k IN (SELECT k FROM u)",
 ]
 REFUSED = {
     "SELECT SUM(i) OVER () AS v FROM t": "one row for the whole table",
@@ -55,6 +58,10 @@ REFUSED = {
     "SELECT k, SUM(COUNT(*)) OVER (PARTITION BY k) AS v FROM t GROUP BY k": "window over an aggregate",
     "SELECT t.n, u.i FROM t JOIN u ON u.k = 1": "applies it to the wrong table",
     "SELECT t.n, u.i FROM t LEFT JOIN u ON u.k = 1": "applies it to the wrong table",
+    "SELECT t.n, (SELECT COUNT(*) + 1 FROM u WHERE u.k = t.k) AS c FROM t": "computed from an aggregate",
+    "SELECT t.n, (SELECT COALESCE(SUM(u.i), 0) FROM u WHERE u.k = t.k) AS c FROM t": "computed from an aggregate",
+    "SELECT t.n, (SELECT u.i FROM u WHERE u.k = t.k ORDER BY u.i LIMIT 1) AS f FROM t": "ORDER BY or LIMIT",
+    "SELECT t.n, t.k IN (SELECT k FROM u) AS found FROM t": "outside WHERE and HAVING",
 }
 
 
