@@ -64,7 +64,7 @@ long)
 multi-tests)
     # The GPU tests of jobs across the workers and of faults (two workers sharing the GPU): ~100 s; then what the
     # submit's question to cudf-polars costs by file count (bench/gpu_refusal_cost.py).
-    timeout 300 python3 -m pytest -m gpu tests/test_gpu_multi.py tests/test_gpu_faults.py tests/test_gpu_support.py tests/test_csv_edge_agreement.py -o addopts="" -q -rs -p no:cacheprovider "$@" \
+    timeout 300 python3 -m pytest -m gpu tests/test_gpu_multi.py tests/test_gpu_faults.py tests/test_gpu_support.py tests/test_csv_edge_agreement.py tests/test_polars_counts.py tests/test_rank_progress.py -o addopts="" -q -rs -p no:cacheprovider "$@" \
         > "$OUT/gpu_multi_tests.log" 2>&1
     echo "multi tests rc=$?"; tail -15 "$OUT/gpu_multi_tests.log"
     refusal_cost 200
