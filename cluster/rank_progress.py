@@ -22,7 +22,7 @@ import polars as pl
 from distributed import Client
 
 from spillway.cluster.nannies import nanny_answers
-from spillway.jobs.gpu_trace_progress import NODE_UNIT, NodeCounts, plan_shape, rank_trace_counts, slowest_rank, stage_rows
+from spillway.jobs.gpu_trace_progress import CHUNK_UNIT, NODE_UNIT, NodeCounts, plan_shape, rank_trace_counts, slowest_rank, stage_rows
 from spillway.jobs.status import StageProgress
 
 log = logging.getLogger(__name__)
@@ -89,5 +89,6 @@ class RankFollower:
         if self.last is None:
             return "live progress: no trace counts read from the ranks (cudf-polars' traces off, or the query ended first)"
         of = f"{self.last.actors_done} of {self.last.plan_nodes}" if self.last.plan_nodes else f"{self.last.nodes}"
+        chunks = f", {self.last.chunks_read} of {self.last.scan_chunks} {CHUNK_UNIT} read" if self.last.scan_chunks else ""
         return (f"live progress: the ranks' trace counts read {self.readings} time(s) through their nannies; the last: "
-                f"{self.last.events} trace events over all ranks, {of} {NODE_UNIT} done (the lowest over the ranks)")
+                f"{self.last.events} trace events over all ranks, {of} {NODE_UNIT} done{chunks} (the lowest over the ranks)")

@@ -57,7 +57,8 @@ MULTI_GPU_TRACE_NOTE = (
     "Each rank counts its trace events and writes the counts in its worker's directory, which the service reads through "
     "the worker's nanny every progress interval (the ranks keep their workers' event loops busy). The steps stage counts "
     "the plan's nodes streamed through, the lowest count over the ranks; each source's read shows 1 of 1 once every rank "
-    "has run every scan; the write completes with the query. elapsed_s counts the seconds so far."
+    "has run every scan, except a job's only source, which counts the chunks read by the slowest rank out of rank 0's "
+    "share (a rank reads at most that many); the write completes with the query. elapsed_s counts the seconds so far."
 )
 #: Where the ranks write, inside the staging directory; hidden, so no commit could list it.
 RANKS_FOLDER = ".spillway-ranks"

@@ -29,12 +29,14 @@ def test_a_counter_publishes_its_counts_at_once_and_then_at_most_every_interval(
     path = tmp_path / COUNTS_FILE
     counter = PlanNodeCounter()
     counter.reset(publish_to=path)
-    assert json.loads(path.read_text()) == {"nodes": 0, "scans": 0, "plan_nodes": None, "actors_done": 0, "events": 0, "query": None}
+    nothing = {"nodes": 0, "scans": 0, "plan_nodes": None, "actors_done": 0, "events": 0, "query": None,
+               "plan_scans": None, "scan_chunks": None, "chunks_read": 0, "scans_finished": 0}
+    assert json.loads(path.read_text()) == nothing
     counter.record({"event": "Execute IR", "type": "Scan"})
     assert json.loads(path.read_text())["events"] == 0  # within the interval: not written again
     monkeypatch.setattr(gpu_trace_progress, "PUBLISH_EVERY_S", 0.0)
     counter.record({"event": "Read Chunk"})  # an event it does not count as a node still moves the query
-    assert json.loads(path.read_text()) == {"nodes": 1, "scans": 1, "plan_nodes": None, "actors_done": 0, "events": 2, "query": None}
+    assert json.loads(path.read_text()) == {**nothing, "nodes": 1, "scans": 1, "events": 2}
     counter.reset()  # the next query on this worker, on one GPU: nothing published any more
     counter.record({"event": "Execute IR", "type": "Scan"})
     assert json.loads(path.read_text())["events"] == 2
@@ -48,6 +50,20 @@ def test_the_slowest_rank_sets_each_figure_and_events_add_up() -> None:
     assert (counts.nodes, counts.scans, counts.plan_nodes, counts.actors_done, counts.events) == (5, 2, 9, 4, 150)
     assert slowest_rank([{"nodes": 1, "scans": 0, "plan_nodes": 9, "actors_done": 0, "events": 1},
                          {"nodes": 1, "scans": 0, "plan_nodes": 8, "actors_done": 0, "events": 1}]).plan_nodes is None
+
+
+def test_the_plan_comes_from_the_rank_that_logged_it_and_chunks_from_the_slowest() -> None:
+    """cudf-polars logs the plan on rank 0 only: the other ranks' counts have none, which is no disagreement.
+
+    Seen on an H200 (a 432 s query across two ranks): the plan was dropped as "different", so the steps stage
+    counted per-chunk node events against the Polars plan's 5 nodes, showing 4 of 5 for 391 s."""
+    counts = slowest_rank([
+        {"nodes": 40, "scans": 9, "plan_nodes": 6, "actors_done": 2, "events": 90, "plan_scans": 1, "scan_chunks": 3501,
+         "chunks_read": 1200, "scans_finished": 0},
+        {"nodes": 30, "scans": 7, "plan_nodes": None, "actors_done": 3, "events": 70, "chunks_read": 1100, "scans_finished": 0},
+    ])
+    assert (counts.plan_nodes, counts.plan_scans, counts.scan_chunks) == (6, 1, 3501)
+    assert (counts.actors_done, counts.chunks_read, counts.scans_finished, counts.events) == (2, 1100, 0, 160)
 
 
 def _publish(dask_worker: Any, nodes: dict[str, int], query: str = "job1") -> None:
