@@ -18,6 +18,7 @@ set -u
 source /tmp/site/gpu-env.sh
 export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1
 chmod +x /tmp/site/bin/* 2>/dev/null
+export PATH=/tmp/site/bin:$PATH  # the staged tpchgen-cli: the TPC-H tests' data (else they skip)
 OUT=${OUT:-/tmp/gpu_session}
 mkdir -p "$OUT"
 
