@@ -16,6 +16,7 @@ Each was found by a differential run against DuckDB (polars 1.44; cases in tests
   ``ORDER BY``/``LIMIT`` ignored them; ``x IN (subquery)`` in a select list was false where SQL gives null: refused.
 - A join whose ``ON`` is only an equality of one side's column with a literal (``t JOIN u ON u.k = 1``) was
   applied to the left table's column of that name: refused (write it in ``WHERE`` or a subquery).
+- ``COVAR_SAMP`` of one pair and ``COVAR_POP`` of none were 0; SQL's are null (``n - 1 = 0``, ``n = 0``).
 """
 
 from __future__ import annotations
@@ -52,6 +53,19 @@ def _narrow(node: exp.Expression) -> bool:
         branches = [branch.args.get("true") for branch in node.args.get("ifs") or []] + [node.args.get("default")]
         return all(branch is not None and _narrow(branch) for branch in branches)
     return isinstance(node, exp.Cast) and node.to.this in _NARROW
+
+
+def null_covariances(tree: exp.Expression) -> None:
+    """``COVAR_SAMP`` of fewer than two pairs and ``COVAR_POP`` of none as null, as SQL has them (Polars: 0).
+
+    Windows of them are refused: jobs/sql_windows.py."""
+    for covar in list(tree.find_all(exp.CovarSamp, exp.CovarPop)):
+        a, b = covar.this, covar.expression
+        pairs = exp.Count(this=exp.Case(ifs=[exp.If(this=exp.and_(exp.Not(this=exp.Is(this=a.copy(), expression=exp.Null())),
+                                                                   exp.Not(this=exp.Is(this=b.copy(), expression=exp.Null()))),
+                                                    true=exp.Literal.number(1))]))
+        fewest = exp.Literal.number(1 if isinstance(covar, exp.CovarSamp) else 0)
+        covar.replace(exp.Case(ifs=[exp.If(this=exp.GT(this=pairs, expression=fewest), true=covar.copy())]))
 
 
 def guarded_string_ends(tree: exp.Expression) -> None:

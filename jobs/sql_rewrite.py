@@ -49,7 +49,7 @@ from spillway.jobs.sql_exists import and_all, conjuncts, decorrelate_exists
 from spillway.jobs.sql_gpu_forms import in_list_as_equalities, like_as_string_functions
 from spillway.jobs.sql_groups import grouping_error, key_conditions_to_where
 from spillway.jobs.sql_not_in import not_in_as_joins
-from spillway.jobs.sql_polars_forms import guarded_string_ends, literal_only_join, subquery_problem, wide_integers
+from spillway.jobs.sql_polars_forms import guarded_string_ends, literal_only_join, null_covariances, subquery_problem, wide_integers
 from spillway.jobs.sql_truth import truth_tests
 
 #: The dialect the regenerated SQL is written in for Polars.
@@ -172,18 +172,6 @@ def _polars_function_names(tree: exp.Expression) -> None:
         median.replace(exp.Anonymous(this="MEDIAN", expressions=[median.this.copy()]))
 
 
-def _covariances(tree: exp.Expression) -> None:
-    # Polars' COVAR_SAMP of one pair and COVAR_POP of none are 0; SQL's are null (n - 1 = 0, n = 0). (Windows of them
-    # are refused: jobs/sql_windows.py.)
-    for covar in list(tree.find_all(exp.CovarSamp, exp.CovarPop)):
-        a, b = covar.this, covar.expression
-        pairs = exp.Count(this=exp.Case(ifs=[exp.If(this=exp.and_(exp.Not(this=exp.Is(this=a.copy(), expression=exp.Null())),
-                                                                   exp.Not(this=exp.Is(this=b.copy(), expression=exp.Null()))),
-                                                    true=exp.Literal.number(1))]))
-        fewest = exp.Literal.number(1 if isinstance(covar, exp.CovarSamp) else 0)
-        covar.replace(exp.Case(ifs=[exp.If(this=exp.GT(this=pairs, expression=fewest), true=covar.copy())]))
-
-
 def _number(node: exp.Expression) -> Decimal | None:
     if isinstance(node, exp.Paren):
         return _number(node.this)
@@ -280,7 +268,7 @@ def _finish(tree: exp.Query, round_casts: set[str] | None) -> str:
     _fold_literals(tree)
     _literals_on_the_right(tree)
     _sql_remainders(tree)
-    _covariances(tree)
+    null_covariances(tree)
     guarded_string_ends(tree)
     wide_integers(tree)
     fold_date_literals(tree)
