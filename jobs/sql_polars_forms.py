@@ -17,9 +17,14 @@ Each was found by a differential run against DuckDB (polars 1.44; cases in tests
 - A join whose ``ON`` is only an equality of one side's column with a literal (``t JOIN u ON u.k = 1``) was
   applied to the left table's column of that name: refused (write it in ``WHERE`` or a subquery).
 - ``COVAR_SAMP`` of one pair and ``COVAR_POP`` of none were 0; SQL's are null (``n - 1 = 0``, ``n = 0``).
+- ``COUNT(*)`` and ``COUNT(x)`` are Polars' row counts, uint32: cudf-polars' streaming executors sum a group's
+  partial counts in that type, so a group of over 4,294,967,295 rows was counted modulo 2^32 (seen on an H100:
+  883,414,071 for 48,128,054,327 rows). Both become sums of a BIGINT 0/1 of a column, as the step language counts.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from sqlglot import exp
 from sqlglot.optimizer.scope import traverse_scope
@@ -66,6 +71,62 @@ def null_covariances(tree: exp.Expression) -> None:
                                                     true=exp.Literal.number(1))]))
         fewest = exp.Literal.number(1 if isinstance(covar, exp.CovarSamp) else 0)
         covar.replace(exp.Case(ifs=[exp.If(this=exp.GT(this=pairs, expression=fewest), true=covar.copy())]))
+
+
+#: SQL types a row count reads cheaply to tell a row is there (a string column would be decoded for it).
+_CHEAP_TYPES = ("BIGINT", "INT", "INTEGER", "SMALLINT", "DOUBLE", "REAL", "FLOAT", "DATE", "BOOLEAN", "TIMESTAMP")
+
+
+def wide_counts(tree: exp.Expression, tables: Mapping[str, Mapping[str, str]]) -> None:
+    """``COUNT(x)`` as ``COALESCE(SUM(CAST(x IS NOT NULL AS BIGINT)), 0)`` and ``COUNT(*)`` as such a sum of a 1 for every row.
+
+    The 1 is ``CAST(c IS NULL AS BIGINT) + CAST(c IS NOT NULL AS BIGINT)`` of a column ``c`` of the first source the
+    count's SELECT reads (Polars sums a literal once per group, not once per row); where that source has no column
+    known here, the count stays as written. ``COUNT(DISTINCT …)`` and counts in windows stay as written.
+    """
+    for count in list(tree.find_all(exp.Count)):
+        if isinstance(count.parent, exp.Window) or isinstance(count.this, exp.Distinct) or isinstance(count.this, exp.Null):
+            continue
+        # COUNT(1), COUNT('a'): a value never null, on every row, counts the rows.
+        if isinstance(count.this, exp.Star) or count.this.find(exp.Column) is None:
+            select = count.find_ancestor(exp.Select)
+            column = _row_column(select, tables) if select is not None else None
+            if column is None:
+                continue
+            present = exp.Add(this=_as_bigint(exp.Is(this=column, expression=exp.Null())),
+                              expression=_as_bigint(exp.Not(this=exp.Is(this=column.copy(), expression=exp.Null()))))
+            name = "len"  # what Polars names COUNT(*)
+        else:
+            present = _as_bigint(exp.Not(this=exp.Is(this=count.this.copy(), expression=exp.Null())))
+            name = count.this.output_name if isinstance(count.this, exp.Column) else ""
+        # Polars' SUM over no rows is null (SELECT COUNT(*) … WHERE false is 0).
+        total: exp.Expression = exp.Coalesce(this=exp.Sum(this=present), expressions=[exp.Literal.number(0)])
+        if isinstance(count.parent, exp.Select) and name:  # a projection with no alias keeps the name Polars gives it
+            total = exp.alias_(total, exp.to_identifier(name, quoted=True))
+        count.replace(total)
+
+
+def _as_bigint(node: exp.Expression) -> exp.Expression:
+    return exp.Cast(this=exp.Paren(this=node), to=_BIGINT.copy())
+
+
+def _row_column(select: exp.Select, tables: Mapping[str, Mapping[str, str]]) -> exp.Column | None:
+    """A column of the first source ``select`` reads, qualified by its alias: one the query reads anyway, or a cheap one."""
+    source = select.args.get("from_")
+    source = source.this if isinstance(source, exp.From) else None
+    if isinstance(source, exp.Table) and source.name in tables:
+        columns = dict(tables[source.name])
+    elif isinstance(source, exp.Subquery) and isinstance(source.this, exp.Select):
+        columns = {projection.alias_or_name: "" for projection in source.this.expressions if projection.alias_or_name}
+    else:
+        return None
+    if not columns or not isinstance(source, (exp.Table, exp.Subquery)):
+        return None
+    alias = source.alias_or_name
+    read = [c.name for c in select.find_all(exp.Column) if c.table == alias and c.name in columns]
+    cheap = [name for name, kind in columns.items() if kind.upper().startswith(_CHEAP_TYPES)]
+    chosen = next((name for name in read if name in cheap), None) or (read[0] if read else None) or (cheap[0] if cheap else next(iter(columns)))
+    return exp.column(exp.to_identifier(chosen, quoted=True), table=exp.to_identifier(alias, quoted=True))
 
 
 def guarded_string_ends(tree: exp.Expression) -> None:

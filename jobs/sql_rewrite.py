@@ -49,7 +49,7 @@ from spillway.jobs.sql_exists import and_all, conjuncts, decorrelate_exists
 from spillway.jobs.sql_gpu_forms import in_list_as_equalities, like_as_string_functions
 from spillway.jobs.sql_groups import grouping_error, key_conditions_to_where
 from spillway.jobs.sql_not_in import not_in_as_joins
-from spillway.jobs.sql_polars_forms import guarded_string_ends, literal_only_join, null_covariances, subquery_problem, wide_integers
+from spillway.jobs.sql_polars_forms import guarded_string_ends, literal_only_join, null_covariances, subquery_problem, wide_counts, wide_integers
 from spillway.jobs.sql_truth import truth_tests
 
 #: The dialect the regenerated SQL is written in for Polars.
@@ -258,7 +258,7 @@ def _rounding_integer_casts(tree: exp.Expression, text_columns: set[str]) -> Non
         cast.replace(exp.Paren(this=exp.Case(ifs=[exp.If(this=whole, true=exp.Cast(this=x.copy(), to=target.copy()))], default=rounded)))
 
 
-def _finish(tree: exp.Query, round_casts: set[str] | None) -> str:
+def _finish(tree: exp.Query, round_casts: set[str] | None, tables: Mapping[str, Mapping[str, str]]) -> str:
     if round_casts is not None:
         _rounding_integer_casts(tree, round_casts)
     for select in list(tree.find_all(exp.Select)):
@@ -269,6 +269,7 @@ def _finish(tree: exp.Query, round_casts: set[str] | None) -> str:
     _literals_on_the_right(tree)
     _sql_remainders(tree)
     null_covariances(tree)
+    wide_counts(tree, tables)
     guarded_string_ends(tree)
     wide_integers(tree)
     fold_date_literals(tree)
@@ -328,6 +329,6 @@ def polars_sql(tree: exp.Query, tables: Mapping[str, Mapping[str, str]], field: 
     candidates: list[str] = []
     for base in bases:
         for round_casts in (text_columns, None):
-            if (sql := _finish(base.copy(), round_casts)) not in candidates:
+            if (sql := _finish(base.copy(), round_casts, tables)) not in candidates:
                 candidates.append(sql)
     return candidates

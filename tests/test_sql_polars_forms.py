@@ -4,6 +4,7 @@ jobs/sql_truth.py): each rewritten one now gives DuckDB's answer, each refused o
 from __future__ import annotations
 
 import datetime
+import re
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,15 @@ REWRITTEN = [
     "SELECT t.n FROM t WHERE t.n > (SELECT AVG(u.i) * 0.01 FROM u WHERE u.k = t.k)",  # null over no rows either way: runs
     "SELECT t.n, COALESCE((SELECT SUM(u.i) FROM u WHERE u.k = t.k), 0) AS c FROM t",  # what the refusal below advises
     "SELECT t.n FROM t WHERE t.k IN (SELECT k FROM u)",
+    # Row counts as sums of BIGINT: Polars' are uint32, which cudf-polars' streaming groupby sums and wraps at 2^32.
+    "SELECT k, COUNT(*) AS c, COUNT(i) AS ci, COUNT(s) AS cs FROM t GROUP BY k",
+    "SELECT COUNT(*) AS c, COUNT(i) AS ci FROM t WHERE n > 100",  # 0 over no rows, not null
+    "SELECT k, COUNT(1) AS c, COUNT('a') AS ca FROM t GROUP BY k",
+    "SELECT k FROM t GROUP BY k HAVING COUNT(*) > 1",
+    "SELECT c, COUNT(*) AS m FROM (SELECT k, COUNT(i) AS c FROM t GROUP BY k) AS g GROUP BY c",
+    "SELECT t.k, COUNT(*) AS c, COUNT(u.i) AS ci FROM t LEFT JOIN u ON t.k = u.k GROUP BY t.k",
+    "SELECT COUNT(*) FROM t",
+    "SELECT t.n, (SELECT COUNT(*) FROM u WHERE u.k = t.k) AS c FROM t",
 ]
 REFUSED = {
     "SELECT SUM(i) OVER () AS v FROM t": "one row for the whole table",
@@ -94,3 +104,20 @@ def test_a_form_polars_answers_wrongly_is_refused_naming_it(tables: dict[str, Pa
         _ours(tables, sql)
     assert refused.value.field == "sources.q.sql" and "line 1, col" in refused.value.message
     assert REFUSED[sql] in refused.value.message
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT k, COUNT(*) AS c, COUNT(i) AS ci FROM t GROUP BY k",
+    "SELECT COUNT(*) AS c FROM (SELECT s FROM t) AS q",
+    "SELECT k FROM t GROUP BY k HAVING COUNT(s) > 0",
+])
+def test_sql_row_counts_are_bigint_sums_never_polars_uint32_counts(tables: dict[str, Path], sql: str) -> None:
+    """A group of over 4,294,967,295 rows counted modulo 2^32 on the GPU's streaming executors (seen on an H100 with
+    the step language's counts): SQL's counts must not be Polars' ``len()``/``count()`` either."""
+    spec = {"name": "forms", "sources": {**{name: {"format": "parquet", "path": str(path)} for name, path in tables.items()}, "q": {"sql": sql}},
+            "source": "q", "sink": {"path": "/tmp/unused-sql-forms"}}
+    frame = build_lazyframe(plan_spec(JobSpec.model_validate(spec)))
+    plan = frame.explain(optimized=False)
+    # (Polars' SQL SUM keeps a .count() > 0 of its own: null over no non-null values.)
+    assert "len()" not in plan and not re.search(r"\.count\(\)(?! > 0\)\.then)", plan), plan
+    assert pl.UInt32 not in frame.collect_schema().dtypes()
