@@ -129,6 +129,18 @@ def _row_column(select: exp.Select, tables: Mapping[str, Mapping[str, str]]) -> 
     return exp.column(exp.to_identifier(chosen, quoted=True), table=exp.to_identifier(alias, quoted=True))
 
 
+def aggregate_order_constants(tree: exp.Expression) -> None:
+    """Drop the keys of an aggregate's ``ORDER BY`` that read no column (the ``ORDER BY`` too, when none is left)."""
+    for order in list(tree.find_all(exp.Order)):
+        if not isinstance(order.parent, exp.AggFunc) or order.this is None:
+            continue
+        keys = [key for key in order.expressions if key.find(exp.Column, exp.Subquery) is not None]
+        if not keys:
+            order.replace(order.this)
+        elif len(keys) < len(order.expressions):
+            order.set("expressions", keys)
+
+
 def guarded_string_ends(tree: exp.Expression) -> None:
     """``LEFT``/``RIGHT`` null for a null string; ``RIGHT`` the whole string when it is no longer than asked;
     ``REPLACE`` of an empty literal pattern the string itself."""

@@ -60,6 +60,10 @@ REWRITTEN = [
     "SELECT t.k, COUNT(*) AS c, COUNT(u.i) AS ci FROM t LEFT JOIN u ON t.k = u.k GROUP BY t.k",
     "SELECT COUNT(*) FROM t",
     "SELECT t.n, (SELECT COUNT(*) FROM u WHERE u.k = t.k) AS c FROM t",
+    # A constant key in an aggregate's ORDER BY (a number there is a value, not a position): a ShapeError at run time.
+    "SELECT k, STRING_AGG(s, ',' ORDER BY s, 2) AS v FROM t GROUP BY k",
+    "SELECT k, STRING_AGG(s, ',' ORDER BY UPPER('a'), n DESC) AS v FROM t GROUP BY k",
+    "SELECT n, STRING_AGG(s, ',' ORDER BY 1) AS v FROM t GROUP BY n",
 ]
 REFUSED = {
     "SELECT SUM(i) OVER () AS v FROM t": "one row for the whole table",
