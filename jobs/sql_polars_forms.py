@@ -19,7 +19,8 @@ Each was found by a differential run against DuckDB (polars 1.44; cases in tests
 - ``COVAR_SAMP`` of one pair and ``COVAR_POP`` of none were 0; SQL's are null (``n - 1 = 0``, ``n = 0``).
 - ``COUNT(*)`` and ``COUNT(x)`` are Polars' row counts, uint32: cudf-polars' streaming executors sum a group's
   partial counts in that type, so a group of over 4,294,967,295 rows was counted modulo 2^32 (seen on an H100:
-  883,414,071 for 48,128,054,327 rows). Both become sums of a BIGINT 0/1 of a column, as the step language counts.
+  883,414,071 for 48,128,054,327 rows). Under GROUP BY both become sums of a BIGINT 0/1 of a column, as the step
+  language counts.
 """
 
 from __future__ import annotations
@@ -78,19 +79,26 @@ _CHEAP_TYPES = ("BIGINT", "INT", "INTEGER", "SMALLINT", "DOUBLE", "REAL", "FLOAT
 
 
 def wide_counts(tree: exp.Expression, tables: Mapping[str, Mapping[str, str]]) -> None:
-    """``COUNT(x)`` as ``COALESCE(SUM(CAST(x IS NOT NULL AS BIGINT)), 0)`` and ``COUNT(*)`` as such a sum of a 1 for every row.
+    """In a SELECT with GROUP BY, ``COUNT(x)`` as ``SUM(CAST(x IS NOT NULL AS BIGINT))`` and ``COUNT(*)`` as such a sum
+    of a 1 for every row.
 
     The 1 is ``CAST(c IS NULL AS BIGINT) + CAST(c IS NOT NULL AS BIGINT)`` of a column ``c`` of the first source the
     count's SELECT reads (Polars sums a literal once per group, not once per row); where that source has no column
-    known here, the count stays as written. ``COUNT(DISTINCT …)`` and counts in windows stay as written.
+    known here, the count stays as written. A group is never empty, so the sum is never SQL's null of no rows. Counts
+    with no GROUP BY stay as written: over no rows the sum is null where a count is 0, and the ``COALESCE(…, 0)`` that
+    would mend it trips Polars 1.44's common-subexpression elimination inside ``NULLIF``/``CASE`` (``SUM(x) /
+    NULLIF(COALESCE(SUM(…), 0), 0)`` gave no row over no rows and one row a row otherwise). ``COUNT(DISTINCT …)`` and
+    counts in windows stay as written too.
     """
     for count in list(tree.find_all(exp.Count)):
         if isinstance(count.parent, exp.Window) or isinstance(count.this, exp.Distinct) or isinstance(count.this, exp.Null):
             continue
+        select = count.find_ancestor(exp.Select)
+        if select is None or not select.args.get("group"):
+            continue
         # COUNT(1), COUNT('a'): a value never null, on every row, counts the rows.
         if isinstance(count.this, exp.Star) or count.this.find(exp.Column) is None:
-            select = count.find_ancestor(exp.Select)
-            column = _row_column(select, tables) if select is not None else None
+            column = _row_column(select, tables)
             if column is None:
                 continue
             present = exp.Add(this=_as_bigint(exp.Is(this=column, expression=exp.Null())),
@@ -99,8 +107,7 @@ def wide_counts(tree: exp.Expression, tables: Mapping[str, Mapping[str, str]]) -
         else:
             present = _as_bigint(exp.Not(this=exp.Is(this=count.this.copy(), expression=exp.Null())))
             name = count.this.output_name if isinstance(count.this, exp.Column) else ""
-        # Polars' SUM over no rows is null (SELECT COUNT(*) … WHERE false is 0).
-        total: exp.Expression = exp.Coalesce(this=exp.Sum(this=present), expressions=[exp.Literal.number(0)])
+        total: exp.Expression = exp.Sum(this=present)
         if isinstance(count.parent, exp.Select) and name:  # a projection with no alias keeps the name Polars gives it
             total = exp.alias_(total, exp.to_identifier(name, quoted=True))
         count.replace(total)

@@ -57,7 +57,7 @@ def service(sql, pt, pu, cpu=True):
         if isinstance(e, KeyboardInterrupt): raise
         return ("planerror", f"{type(e).__name__}: {str(e)[:300]}")
     try:
-        res = frame.collect()
+        res = frame.collect(engine="streaming")  # as a CPU job runs it (jobs/polars_run.py): the in-memory engine differs
     except BaseException as e:
         if isinstance(e, KeyboardInterrupt): raise
         return ("runerror", f"{type(e).__name__}: {str(e)[:300]}")
