@@ -12,6 +12,7 @@
 #     bash bench/gpu_session.sh long [--copies 7000]  # one query over 5 minutes across two workers sharing the GPU (worker-ttl is 5); on an H100 a copy of SF 10 lineitem took 0.054 s at scale, twice less than calibrated
 #     bash bench/gpu_session.sh multi-tests  # the GPU tests of jobs across the workers, of faults and of the submit's GPU check; its cost by file count
 #     bash bench/gpu_session.sh plans      # TPC-H SF 10 over REST and in process with both orders of filters and read casts; semi joins two ways
+#     bash bench/gpu_session.sh verify     # the ninth session's CPU-only work: chunk progress, SQL counts, TPC-H SQL on cudf-polars; then a 2000-copy long query's live progress
 #
 # Logs and JSON go under $OUT; bench/RESULTS.md records what they said.
 set -u
@@ -70,6 +71,15 @@ multi-tests)
     echo "multi tests rc=$?"; tail -15 "$OUT/gpu_multi_tests.log"
     refusal_cost 200
     ;;
+verify)
+    # What the ninth session built without a GPU (~120 s of tests), then the long query's progress across two ranks (~200 s).
+    timeout 200 python3 -m pytest -m gpu tests/test_gpu_trace_progress.py tests/test_rank_progress.py tests/test_sql_tpch.py tests/test_sql_source.py \
+        tests/test_polars_counts.py "tests/test_gpu_multi.py::test_a_job_runs_across_both_workers_and_commits_the_ranks_files" \
+        -o addopts="" -q -rs -p no:cacheprovider "$@" > "$OUT/gpu_verify_tests.log" 2>&1
+    echo "verify tests rc=$?"; tail -15 "$OUT/gpu_verify_tests.log"
+    timeout 330 python3 bench/long_query.py --out "$OUT" --work /tmp/spw_tpch --sf 10 --copies 2000 --deadline 310 > "$OUT/long_query.log" 2>&1
+    echo "long rc=$?"; grep -E '"(state|run_s|changes|longest_unchanged_s|answer)"' "$OUT/long_query.json"
+    ;;
 first)
     # A fresh tree's first GPU call, after the install: the whole GPU suite (~300 s), then what the submit's question to
     # cudf-polars costs by file count; both within one 600 s call.
@@ -93,6 +103,6 @@ spill)
     echo "spill rc=$?"; tail -30 "$OUT/spill.log"
     ;;
 *)
-    echo "usage: bash bench/gpu_session.sh tests|first|tpch10|tpch100|plans|spill|concurrent|multi|multi-tests|long" >&2; exit 2
+    echo "usage: bash bench/gpu_session.sh tests|first|tpch10|tpch100|plans|spill|concurrent|multi|multi-tests|long|verify" >&2; exit 2
     ;;
 esac
