@@ -148,6 +148,17 @@ def aggregate_order_constants(tree: exp.Expression) -> None:
             order.set("expressions", keys)
 
 
+_DOUBLE = exp.DataType.build("DOUBLE")
+
+
+def float_powers(tree: exp.Expression) -> None:
+    """``POWER(x, y)`` (and ``x ^ y``) as ``POWER(CAST(x AS DOUBLE), y)``: SQL's power of integers is a double."""
+    for power in list(tree.find_all(exp.Pow)):
+        base = power.this
+        if not (isinstance(base, exp.Cast) and base.to.this == exp.DataType.Type.DOUBLE):
+            power.set("this", exp.Cast(this=base.copy(), to=_DOUBLE.copy()))
+
+
 def guarded_string_ends(tree: exp.Expression) -> None:
     """``LEFT``/``RIGHT`` null for a null string; ``RIGHT`` the whole string when it is no longer than asked;
     ``REPLACE`` of an empty literal pattern the string itself."""
