@@ -70,6 +70,21 @@ def test_an_integer_power_within_int64_is_exact(api: SpillwayClient, sample_data
     assert set(out["x"].tolist()) == {value} and written_type(tmp_path / "out", "x") == pa.int64()
 
 
+@pytest.mark.parametrize("expr", ["quantity ** -1", "pow(quantity, -2)", "(quantity - quantity) ** -1"])
+def test_an_integer_to_a_negative_constant_power_is_a_float(api: SpillwayClient, sample_data: dict[str, Path], tmp_path: Path,
+                                                           sales_frame: pd.DataFrame, expr: str) -> None:
+    """``2 ** -1`` is 0.5, as in Python and SQL: an integer column to a negative power failed as the job ran (Polars:
+    "conversion from i32 to u32 failed"; numpy: "Integers to negative integer powers are not allowed")."""
+    job = wait_terminal(api, api.submit(assign(sample_data, tmp_path, expr)).id)
+    assert job.state.value == "SUCCEEDED", job.error
+    out = pd.read_parquet(tmp_path / "out").sort_values("order_id")
+    quantity = sales_frame.sort_values("order_id")["quantity"].astype("float64")
+    base = quantity - quantity if expr.startswith("(") else quantity
+    exponent = -2 if "-2" in expr else -1
+    assert out["x"].tolist() == pytest.approx((base**exponent).tolist(), rel=1e-12)
+    assert written_type(tmp_path / "out", "x") == pa.float64()
+
+
 def test_float_arithmetic_is_not_checked(api: SpillwayClient, sample_data: dict[str, Path], tmp_path: Path) -> None:
     job = wait_terminal(api, api.submit(assign(sample_data, tmp_path, "quantity * 1e300 * 1e300")).id)
     assert job.state.value == "SUCCEEDED", job.error
