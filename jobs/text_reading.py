@@ -94,6 +94,10 @@ _FILE_FAILURE = re.compile(r"found more fields than defined|schema names differ|
                            r"|empty CSV|NDJSON line expected|invalid utf-?8|unterminated quote", re.I)
 
 
+#: How Polars' JSON lines reader reports a byte order mark: its first byte, read as Latin-1, at the file's first character.
+_BOM_AT_START = "at character 0 ('\u00ef')"
+
+
 def file_failure(exc: BaseException) -> bool:
     """Whether ``exc`` is Polars failing to read a source file as its format."""
     return isinstance(exc, READ_FAILURES) and bool(_FILE_FAILURE.search(str(exc)))
@@ -105,6 +109,8 @@ def unreadable(file: str | None, format: str | None, reason: str, field: str | N
     what = f"'{file}'" if file is not None else "a file of the job's sources"
     as_format = f" as {_FORMAT_NAMES.get(format, format)}" if format is not None else ""
     first_line = reason.strip().splitlines()[0] if reason.strip() else "unreadable"
+    if format == "jsonl" and _BOM_AT_START in first_line:
+        first_line += "; the file starts with a UTF-8 byte order mark (bytes EF BB BF), which JSON lines do not take: save it without"
     return UnreadableSource(f"{what} cannot be read{as_format}: {first_line}", field=f"{field}.path" if field is not None else None)
 
 

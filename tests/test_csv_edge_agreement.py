@@ -693,6 +693,7 @@ def test_a_malformed_json_line_in_the_head_is_refused_at_submit(root: Path, line
     with pytest.raises(SpecError) as refused:
         plan_spec(job(root, "m.jsonl"))
     assert refused.value.field == "source.path"
+    assert ("byte order mark" in refused.value.message) == line.startswith("\ufeff"), refused.value.message
 
 
 @pytest.mark.parametrize("files", [
@@ -702,7 +703,8 @@ def test_a_malformed_json_line_in_the_head_is_refused_at_submit(root: Path, line
 ], ids=["trailing comma", "bom in a second file", "not an object"])
 def test_a_malformed_json_line_past_the_head_is_refused_alike_naming_the_file(root: Path, files: dict[str, str]) -> None:
     write(root, files)
-    refused_naming(job(root, "d", fmt="jsonl"), root, list(files)[-1].split("/")[-1], "cannot be read as JSON lines")
+    why = "byte order mark" if "\ufeff" in list(files.values())[-1] else "cannot be read as JSON lines"
+    refused_naming(job(root, "d", fmt="jsonl"), root, list(files)[-1].split("/")[-1], why)
 
 
 def test_a_json_number_beyond_float64_in_the_head_is_refused_alike_naming_the_file(root: Path) -> None:
