@@ -20,7 +20,7 @@ Each was found by a differential run against DuckDB (polars 1.44; cases in tests
 - ``COUNT(*)`` and ``COUNT(x)`` are Polars' row counts, uint32: cudf-polars' streaming executors sum a group's
   partial counts in that type, so a group of over 4,294,967,295 rows was counted modulo 2^32 (seen on an H100:
   883,414,071 for 48,128,054,327 rows). Under GROUP BY both become sums of a BIGINT 0/1 of a column, as the step
-  language counts.
+  language counts, where the SELECT's first source has a column known here (a table, a CTE, a subquery).
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ def wide_counts(tree: exp.Expression, tables: Mapping[str, Mapping[str, str]]) -
                               expression=_as_bigint(exp.Not(this=exp.Is(this=column.copy(), expression=exp.Null()))))
             name = "len"  # what Polars names COUNT(*)
         else:
-            present = _as_bigint(exp.Not(this=exp.Is(this=count.this.copy(), expression=exp.Null())))
+            present = _as_bigint(exp.Not(this=exp.Is(this=exp.Paren(this=count.this.copy()), expression=exp.Null())))
             name = count.this.output_name if isinstance(count.this, exp.Column) else ""
         total: exp.Expression = exp.Sum(this=present)
         if isinstance(count.parent, exp.Select) and name:  # a projection with no alias keeps the name Polars gives it
@@ -121,10 +121,12 @@ def _row_column(select: exp.Select, tables: Mapping[str, Mapping[str, str]]) -> 
     """A column of the first source ``select`` reads, qualified by its alias: one the query reads anyway, or a cheap one."""
     source = select.args.get("from_")
     source = source.this if isinstance(source, exp.From) else None
-    if isinstance(source, exp.Table) and source.name in tables:
+    if isinstance(source, exp.Table) and (cte := _cte(select, source.name)) is not None:
+        columns = _output_names(cte.this)  # a CTE shadows a source of its name
+    elif isinstance(source, exp.Table) and source.name in tables:
         columns = dict(tables[source.name])
-    elif isinstance(source, exp.Subquery) and isinstance(source.this, exp.Select):
-        columns = {projection.alias_or_name: "" for projection in source.this.expressions if projection.alias_or_name}
+    elif isinstance(source, exp.Subquery):
+        columns = _output_names(source.this)
     else:
         return None
     if not columns or not isinstance(source, (exp.Table, exp.Subquery)):
@@ -134,6 +136,28 @@ def _row_column(select: exp.Select, tables: Mapping[str, Mapping[str, str]]) -> 
     cheap = [name for name, kind in columns.items() if kind.upper().startswith(_CHEAP_TYPES)]
     chosen = next((name for name in read if name in cheap), None) or (read[0] if read else None) or (cheap[0] if cheap else next(iter(columns)))
     return exp.column(exp.to_identifier(chosen, quoted=True), table=exp.to_identifier(alias, quoted=True))
+
+
+def _cte(node: exp.Expression, name: str) -> exp.CTE | None:
+    """The CTE called ``name`` that ``node`` sees: the nearest enclosing ``WITH`` that defines it."""
+    scope: exp.Expression | None = node
+    while scope is not None:
+        with_ = scope.args.get("with_")
+        if isinstance(with_, exp.With):
+            for cte in with_.expressions:
+                if cte.alias_or_name == name:
+                    return cte
+        scope = scope.parent
+    return None
+
+
+def _output_names(query: exp.Expression) -> dict[str, str]:
+    """A query's output columns (a set operation's are its first branch's), their types unknown here."""
+    while isinstance(query, (exp.SetOperation, exp.Subquery)):
+        query = query.this
+    if not isinstance(query, exp.Select):
+        return {}
+    return {projection.alias_or_name: "" for projection in query.expressions if projection.alias_or_name and not isinstance(projection, exp.Star)}
 
 
 def aggregate_order_constants(tree: exp.Expression) -> None:
@@ -148,15 +172,13 @@ def aggregate_order_constants(tree: exp.Expression) -> None:
             order.set("expressions", keys)
 
 
-_DOUBLE = exp.DataType.build("DOUBLE")
-
-
 def float_powers(tree: exp.Expression) -> None:
-    """``POWER(x, y)`` (and ``x ^ y``) as ``POWER(CAST(x AS DOUBLE), y)``: SQL's power of integers is a double."""
+    """``POWER(x, y)`` (and ``x ^ y``) as ``POWER(x * 1.0, y)``: SQL's power of integers is a double.
+
+    A product, not a cast: a cast would also turn text or a timestamp into a number, where Polars refuses a product of
+    them at submit, as PostgreSQL refuses their power."""
     for power in list(tree.find_all(exp.Pow)):
-        base = power.this
-        if not (isinstance(base, exp.Cast) and base.to.this == exp.DataType.Type.DOUBLE):
-            power.set("this", exp.Cast(this=base.copy(), to=_DOUBLE.copy()))
+        power.set("this", exp.Paren(this=exp.Mul(this=exp.Paren(this=power.this.copy()), expression=exp.Literal.number("1.0"))))
 
 
 def guarded_string_ends(tree: exp.Expression) -> None:

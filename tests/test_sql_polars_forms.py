@@ -65,6 +65,10 @@ REWRITTEN = [
     "SELECT SUM(i) * 1.0 / NULLIF(COUNT(*), 0) AS v, NULLIF(COUNT(i), 0) AS w FROM t",
     "SELECT SUM(i) * 1.0 / NULLIF(COUNT(*), 0) AS v, NULLIF(COUNT(i), 0) AS w FROM t WHERE n > 100",
     "SELECT k, SUM(i) * 1.0 / NULLIF(COUNT(*), 0) AS v, NULLIF(COUNT(i), 0) AS w FROM t GROUP BY k",
+    # A count's argument is one value, whatever its operators (NOT x IS NULL without parentheses read otherwise).
+    "SELECT k, COUNT(i > 2 OR n > 3) AS a, COUNT(i > 2 AND n > 3) AS b, COUNT(NOT i > 2) AS c FROM t GROUP BY k",
+    "WITH c AS (SELECT k, n FROM t) SELECT k, COUNT(*) AS m FROM c GROUP BY k",
+    "SELECT x.k, COUNT(*) AS m FROM (SELECT k FROM t UNION ALL SELECT k FROM u) AS x GROUP BY x.k",
     # A constant key in an aggregate's ORDER BY (a number there is a value, not a position): a ShapeError at run time.
     "SELECT k, STRING_AGG(s, ',' ORDER BY s, 2) AS v FROM t GROUP BY k",
     "SELECT k, STRING_AGG(s, ',' ORDER BY UPPER('a'), n DESC) AS v FROM t GROUP BY k",
@@ -122,6 +126,8 @@ def test_a_form_polars_answers_wrongly_is_refused_naming_it(tables: dict[str, Pa
     "SELECT k, COUNT(*) AS c, COUNT(i) AS ci FROM t GROUP BY k",
     "SELECT q.k, COUNT(*) AS c FROM (SELECT k, s FROM t) AS q GROUP BY q.k",
     "SELECT k FROM t GROUP BY k HAVING COUNT(s) > 0",
+    "WITH c AS (SELECT k, n FROM t) SELECT k, COUNT(*) AS m FROM c GROUP BY k",
+    "SELECT x.k, COUNT(*) AS m FROM (SELECT k FROM t UNION ALL SELECT k FROM u) AS x GROUP BY x.k",
 ])
 def test_sql_row_counts_are_bigint_sums_never_polars_uint32_counts(tables: dict[str, Path], sql: str) -> None:
     """A group of over 4,294,967,295 rows counted modulo 2^32 on the GPU's streaming executors (seen on an H100 with
@@ -134,3 +140,11 @@ def test_sql_row_counts_are_bigint_sums_never_polars_uint32_counts(tables: dict[
     # (Polars' SQL SUM keeps a .count() > 0 of its own: null over no non-null values.)
     assert "len()" not in plan and not re.search(r"\.count\(\)(?! > 0\)\.then)", plan), plan
     assert pl.UInt32 not in frame.collect_schema().dtypes()
+
+
+@pytest.mark.parametrize("sql", ["SELECT POWER(s, 2) AS v FROM t", "SELECT s ^ 2 AS v FROM t", "SELECT POWER(d, 2) AS v FROM t"])
+def test_a_power_of_text_or_a_timestamp_is_refused_at_submit(tables: dict[str, Path], sql: str) -> None:
+    """As PostgreSQL refuses it: making the base a float must not make text or a timestamp a number."""
+    with pytest.raises(SqlRefused) as refused:
+        _ours(tables, sql)
+    assert refused.value.field == "sources.q.sql" and "cannot run this query" in refused.value.message
