@@ -341,15 +341,7 @@ class _Parser(_Source):
             # rules out "%" formatting and huge repetition ("x" * 10 ** 9)
             col = self.find(op, node.left, node.right)
             raise self.error(f"operator '{op}' cannot be applied to a string literal at col {col}")
-        return self.fold(self.power(node, left, right) if op == "**" else ir.Binary(*self.span(node), op, left, right))
-
-    def power(self, node: ast.AST, base: ir.Node, exponent: ir.Node) -> ir.Binary:
-        """``base ** exponent``; to a negative integer constant, in float64 (``2 ** -1`` is 0.5, as in Python and SQL):
-        an integer column to a negative power failed as the query ran, with each engine's own message."""
-        exponent_value = self.fold(exponent)
-        if isinstance(exponent_value, ir.Lit) and type(exponent_value.value) is int and exponent_value.value < 0:
-            base = ir.Call(base.start, base.end, "cast", (base, ir.Lit(base.end, base.end, "float64")))
-        return ir.Binary(*self.span(node), "**", base, exponent)
+        return self.fold(ir.Binary(*self.span(node), op, left, right))
 
     def visit_BoolOp(self, node: ast.BoolOp) -> ir.Node:
         parts = tuple(self.parse(value) for value in node.values)
@@ -406,7 +398,7 @@ class _Parser(_Source):
         if name == "col":
             return ir.Col(*self.span(node), args[0].value)  # type: ignore[attr-defined]  # checked: a text literal
         if name == "pow":  # x ** y, with its rules (integer overflow, float exponents) on both engines
-            return self.fold(self.power(node, args[0], args[1]))
+            return self.fold(ir.Binary(*self.span(node), "**", args[0], args[1]))
         if name in _CONSTRUCTORS:
             try:
                 value = _CONSTRUCTORS[name](*(arg.value for arg in args))  # type: ignore[attr-defined]

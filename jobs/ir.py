@@ -153,3 +153,8 @@ def children(node: Node) -> tuple[Node, ...]:
 def columns_of(node: Node) -> frozenset[str]:
     """Every column ``node`` reads."""
     return frozenset(n.name for n in walk(node) if isinstance(n, Col))
+
+
+def negative_integer(node: Node) -> bool:
+    """Whether ``node`` is a negative integer constant (an exponent that makes a power of integers a float)."""
+    return isinstance(node, Lit) and type(node.value) is int and node.value < 0

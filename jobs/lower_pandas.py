@@ -288,6 +288,11 @@ def _widen(value: Any, other: Any) -> Any:
     return _nullable(value) if isinstance(getattr(value, "_meta", value), pd.Series) else value.astype("float64")
 
 
+def _float_power(base: Any, exponent: Any) -> Any:
+    """``base ** exponent`` in float64: numpy refuses an integer to a negative integer power."""
+    return (float(base) if _is_scalar(base) else cast_values(base, "float64")) ** exponent
+
+
 def _in_supertype(op: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
     """``op`` over its operands in their supertype: an integer and a float as floats, as on Polars (``n // 1.5``)."""
     return lambda left, right: op(*supertype(left, right))
@@ -474,6 +479,8 @@ class PandasLowering:
             left, right = right, left  # interval + column: column + interval is the form every backend takes
         if node.op in ("+", "-") and isinstance(right, ir.Lit) and isinstance(right.value, pd.DateOffset):
             fn = _add_offset if node.op == "+" else _sub_offset
+        elif node.op == "**" and ir.negative_integer(right):
+            fn = _float_power  # an integer to a negative power is a float (2 ** -1 is 0.5), as on Polars
         elif node.op in _CHECKED:
             fn = _in_supertype(checked_integers(node.op, self.overflow_message(node), self.field))
         else:

@@ -336,6 +336,9 @@ class PolarsLowering:
         if node.op in ("+", "-", "*") and self.integer(left) and self.integer(right):
             # A result outside int64 fails the query (jobs.errors.IntegerOverflow, from the manager) instead of wrapping around.
             return _checked_int64(node.op, self.lower(left).cast(pl.Int64), self.lower(right).cast(pl.Int64))
+        if node.op == "**" and ir.negative_integer(right):
+            # An integer to a negative power is a float (2 ** -1 is 0.5); Polars takes an integer's exponent as unsigned.
+            return self.lower(left).cast(pl.Float64).pow(self.lower(right))
         if node.op == "**" and self.integer(left) and self.integer(right):
             return _checked_power(self.lower(left), self.lower(right))
         return _BINARY[node.op](self.lower(left), self.lower(right))

@@ -73,8 +73,9 @@ def test_an_integer_power_within_int64_is_exact(api: SpillwayClient, sample_data
 @pytest.mark.parametrize("expr", ["quantity ** -1", "pow(quantity, -2)", "(quantity - quantity) ** -1"])
 def test_an_integer_to_a_negative_constant_power_is_a_float(api: SpillwayClient, sample_data: dict[str, Path], tmp_path: Path,
                                                            sales_frame: pd.DataFrame, expr: str) -> None:
-    """``2 ** -1`` is 0.5, as in Python and SQL: an integer column to a negative power failed as the job ran (Polars:
-    "conversion from i32 to u32 failed"; numpy: "Integers to negative integer powers are not allowed")."""
+    """``2 ** -1`` is 0.5, as in Python and SQL (a zero base gives inf, as float division by zero does): an integer
+    column to a negative power failed as the job ran (Polars: "conversion from i32 to u32 failed"; numpy: "Integers to
+    negative integer powers are not allowed")."""
     job = wait_terminal(api, api.submit(assign(sample_data, tmp_path, expr)).id)
     assert job.state.value == "SUCCEEDED", job.error
     out = pd.read_parquet(tmp_path / "out").sort_values("order_id")
@@ -83,6 +84,15 @@ def test_an_integer_to_a_negative_constant_power_is_a_float(api: SpillwayClient,
     exponent = -2 if "-2" in expr else -1
     assert out["x"].tolist() == pytest.approx((base**exponent).tolist(), rel=1e-12)
     assert written_type(tmp_path / "out", "x") == pa.float64()
+
+
+@pytest.mark.parametrize(("text", "refusal"), [("name ** -1", "cannot apply '**' to 'name' (string)"),
+                                             ("pow(name, -2)", "cannot apply '**' to 'name' (string)"),
+                                             ("0 ** -1", "0.0 cannot be raised to a negative power")])
+def test_a_negative_power_of_text_or_of_a_zero_constant_is_refused_at_submit(text: str, refusal: str) -> None:
+    with pytest.raises(Exception) as refused:
+        parse_expression(text, field="steps[0].expr").infer_kind({"name": "string", "quantity": "numeric"})
+    assert refusal in str(refused.value)
 
 
 def test_float_arithmetic_is_not_checked(api: SpillwayClient, sample_data: dict[str, Path], tmp_path: Path) -> None:
