@@ -181,6 +181,30 @@ def float_powers(tree: exp.Expression) -> None:
         power.set("this", exp.Paren(this=exp.Mul(this=exp.Paren(this=power.this.copy()), expression=exp.Literal.number("1.0"))))
 
 
+_TEXT_TYPES = (exp.DataType.Type.VARCHAR, exp.DataType.Type.TEXT)
+
+
+def timestamp_text(tree: exp.Expression, tables: Mapping[str, Mapping[str, str]]) -> None:
+    """``CAST(c AS VARCHAR)`` (or ``TEXT``) of a timestamp column as SQL writes it: the fraction only where it is not
+    zero, without trailing zeros. A date has no ``.`` and stays as it is; so does anything not known to be a column
+    of a source's timestamps (its table named once in the query, so its alias is unambiguous)."""
+    aliases: dict[str, set[str]] = {}
+    for table in tree.find_all(exp.Table):
+        aliases.setdefault(table.alias_or_name, set()).add(table.name)
+    for cast in list(tree.find_all(exp.Cast)):
+        column = cast.this
+        if cast.to.this not in _TEXT_TYPES or cast.to.expressions or not isinstance(column, exp.Column):
+            continue
+        names = aliases.get(column.table, set())
+        if len(names) != 1 or tables.get(next(iter(names)), {}).get(column.name) != "TIMESTAMP":
+            continue
+        text = cast.copy()
+        trimmed = exp.Anonymous(this="RTRIM", expressions=[exp.Anonymous(this="RTRIM", expressions=[text.copy(), exp.Literal.string("0")]),
+                                                           exp.Literal.string(".")])
+        cast.replace(exp.Case(ifs=[exp.If(this=exp.Like(this=text.copy(), expression=exp.Literal.string("%.%")), true=trimmed)],
+                              default=text))
+
+
 def guarded_string_ends(tree: exp.Expression) -> None:
     """``LEFT``/``RIGHT`` null for a null string; ``RIGHT`` the whole string when it is no longer than asked;
     ``REPLACE`` of an empty literal pattern the string itself."""

@@ -69,6 +69,9 @@ REWRITTEN = [
     "SELECT k, COUNT(i > 2 OR n > 3) AS a, COUNT(i > 2 AND n > 3) AS b, COUNT(NOT i > 2) AS c FROM t GROUP BY k",
     "WITH c AS (SELECT k, n FROM t) SELECT k, COUNT(*) AS m FROM c GROUP BY k",
     "SELECT x.k, COUNT(*) AS m FROM (SELECT k FROM t UNION ALL SELECT k FROM u) AS x GROUP BY x.k",
+    # A timestamp as text: SQL writes no fraction of zero (Polars: '2024-12-31 23:59:00.000000').
+    "SELECT n, CAST(d AS VARCHAR) AS v, CAST(d AS TEXT) AS w FROM t",
+    "SELECT n FROM t WHERE CAST(d AS VARCHAR) = '2024-06-01 00:00:00'",
     # A constant key in an aggregate's ORDER BY (a number there is a value, not a position): a ShapeError at run time.
     "SELECT k, STRING_AGG(s, ',' ORDER BY s, 2) AS v FROM t GROUP BY k",
     "SELECT k, STRING_AGG(s, ',' ORDER BY UPPER('a'), n DESC) AS v FROM t GROUP BY k",
@@ -148,3 +151,18 @@ def test_a_power_of_text_or_a_timestamp_is_refused_at_submit(tables: dict[str, P
     with pytest.raises(SqlRefused) as refused:
         _ours(tables, sql)
     assert refused.value.field == "sources.q.sql" and "cannot run this query" in refused.value.message
+
+
+def test_a_timestamp_as_text_has_postgresqls_fraction(tmp_path: Path) -> None:
+    """PostgreSQL 16's answers (``SELECT CAST(TIMESTAMP '2023-03-15 13:45:30.5' AS VARCHAR)`` …), which DuckDB shares.
+    A source's dates are read as timestamps (docs/spec.md, "Sources"), so a date is written as a timestamp at midnight."""
+    frame = pl.DataFrame({
+        "n": [1, 2, 3, 4],
+        "ts": [datetime.datetime(2023, 3, 15, 13, 45, 30, 500000), datetime.datetime(2020, 1, 1), datetime.datetime(2020, 1, 1, 10, 0, 0, 120),
+               None],
+        "day": [datetime.date(1999, 12, 30)] * 4,
+    })
+    frame.write_parquet(tmp_path / "t.parquet")
+    rows = _ours({"t": tmp_path / "t.parquet"}, "SELECT n, CAST(ts AS VARCHAR) AS a, CAST(day AS TEXT) AS b FROM t ORDER BY n")
+    day = "1999-12-30 00:00:00"
+    assert rows == [(1, "2023-03-15 13:45:30.5", day), (2, "2020-01-01 00:00:00", day), (3, "2020-01-01 10:00:00.00012", day), (4, None, day)]
