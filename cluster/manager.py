@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import logging
 import time
 from datetime import datetime, timezone
@@ -1209,8 +1210,17 @@ def _named_runtime_error(exc: BaseException, logical: LogicalPlan) -> SpillwayEr
         # Polars' own words for a SQL query's failure name its internal expressions, not the user's source.
         where = f"source '{sql[0]}'" if len(sql) == 1 else f"one of the SQL sources ({', '.join(sql)})"
         reason = text.strip().splitlines()[0][:300] if text.strip() else type(exc).__name__
+        reason = _INTERNAL_COLUMN.sub("", reason)  # a column of Polars' own making means nothing to the query's author
+        if _FLOAT_TO_INTEGER.search(reason):
+            reason += ("; a float cast to an integer met NaN, an infinity or a value outside the integer's range, where "
+                       "PostgreSQL fails too: filter such rows out first, or cast to DOUBLE")
         return SqlFailed(f"the SQL of {where} failed while running: {reason}", field=f"sources.{sql[0]}.sql" if len(sql) == 1 else None)
     return None
+
+
+#: Polars' words for a failed cast of floats to integers, and the name of a column of its own making in them.
+_FLOAT_TO_INTEGER = re.compile(r"conversion from `f(32|64)` to `[iu](8|16|32|64)` failed")
+_INTERNAL_COLUMN = re.compile(r" in column '__POLARS_[A-Z]+_0x[0-9a-f]+'")
 
 
 def _signalled(text: str, sentinel: str) -> bool:
