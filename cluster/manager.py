@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import logging
+import re
 import time
 from datetime import datetime, timezone
 from dataclasses import dataclass, field

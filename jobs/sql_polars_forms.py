@@ -21,6 +21,14 @@ Each was found by a differential run against DuckDB (polars 1.44; cases in tests
   partial counts in that type, so a group of over 4,294,967,295 rows was counted modulo 2^32 (seen on an H100:
   883,414,071 for 48,128,054,327 rows). Under GROUP BY both become sums of a BIGINT 0/1 of a column, as the step
   language counts, where the SELECT's first source has a column known here (a table, a CTE, a subquery).
+- A constant key in an aggregate's ``ORDER BY`` (``STRING_AGG(s, ',' ORDER BY s, 2)``: in an aggregate ``2`` is the
+  number, not a position) failed at run time (a ShapeError); it orders nothing, so it is dropped.
+- ``POWER(i, -1)`` of an integer failed at run time (Polars takes a negative integer exponent as unsigned) and
+  ``POWER(i, 40)`` wrapped; SQL's ``power`` of integers is a double precision: the base is made a float.
+- ``CAST(ts AS VARCHAR)`` of a timestamp column wrote six fractional digits (``2020-01-01 00:00:00.000000``); SQL
+  writes the fraction only where there is one, without its trailing zeros (``2020-01-01 00:00:00``, ``… 13:45:30.5``).
+
+The later ones were checked against PostgreSQL too (bench/sql_differential/pg_referee.py).
 """
 
 from __future__ import annotations
