@@ -109,20 +109,12 @@ def wide_counts(tree: exp.Expression, tables: Mapping[str, Mapping[str, str]]) -
             column = _row_column(select, tables)
             if column is None:
                 continue
-            present = exp.Add(this=_as_bigint(exp.Is(this=column, expression=exp.Null())),
-                              expression=_as_bigint(exp.Not(this=exp.Is(this=column.copy(), expression=exp.Null()))))
-            name = "len"  # what Polars names COUNT(*)
+            present = exp.Add(this=_bigint(exp.Paren(this=exp.Is(this=column, expression=exp.Null()))),
+                              expression=_bigint(exp.Paren(this=exp.Not(this=exp.Is(this=column.copy(), expression=exp.Null())))))
         else:
-            present = _as_bigint(exp.Not(this=exp.Is(this=exp.Paren(this=count.this.copy()), expression=exp.Null())))
-            name = count.this.output_name if isinstance(count.this, exp.Column) else ""
-        total: exp.Expression = exp.Sum(this=present)
-        if isinstance(count.parent, exp.Select) and name:  # a projection with no alias keeps the name Polars gives it
-            total = exp.alias_(total, exp.to_identifier(name, quoted=True))
-        count.replace(total)
-
-
-def _as_bigint(node: exp.Expression) -> exp.Expression:
-    return exp.Cast(this=exp.Paren(this=node), to=_BIGINT.copy())
+            present = _bigint(exp.Paren(this=exp.Not(this=exp.Is(this=exp.Paren(this=count.this.copy()), expression=exp.Null()))))
+        # Every projection has its alias by now (qualify names them), so the sum keeps the count's name.
+        count.replace(exp.Sum(this=present))
 
 
 def _row_column(select: exp.Select, tables: Mapping[str, Mapping[str, str]]) -> exp.Column | None:
