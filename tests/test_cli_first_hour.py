@@ -252,6 +252,9 @@ def test_ctrl_c_before_the_submit_is_answered_says_how_to_submit_again_safely(sa
         connection, _ = listener.accept()  # the CLI is waiting for an answer now
         try:
             wait_for(lambda: connection.recv(65536, socket.MSG_PEEK), timeout=30, what="the POST")
+            # Signalled between its send and its poll, Python runs the handler only once poll returns (300 s, the submit
+            # timeout): a race of the test, not of a person's Ctrl-C. So wait until the CLI is blocked in the poll.
+            wait_for(lambda: "poll" in Path(f"/proc/{submitting.pid}/wchan").read_text(), timeout=30, what="the CLI to wait in poll")
             submitting.send_signal(signal.SIGINT)
             _, stderr = submitting.communicate(timeout=60)
         finally:
