@@ -16,6 +16,7 @@ import polars as pl
 
 from spillway.jobs.ir import columns_of
 from spillway.jobs.join_condition_polars import LEFT_ROW, RIGHT_ROW, join_with_condition
+from spillway.jobs.join_key_types import join_key_type
 from spillway.jobs.logical import LogicalPlan
 from spillway.jobs.named_sources import NamedSources
 from spillway.jobs.lower_polars import has_integer_arithmetic, orders_numbers, to_polars
@@ -70,54 +71,6 @@ def pair_moment(func: str, x: pl.Expr, y: pl.Expr) -> pl.Expr:
         return pl.when(n >= 2).then(sxy / (n - 1))
     sxx, syy = (dx * dx).sum(), (dy * dy).sum()
     return pl.when((sxx > 0) & (syy > 0)).then(sxy / (sxx * syy).sqrt())
-
-
-_TIME_UNITS = ("ms", "us", "ns")  # coarse to fine
-
-
-def join_key_type(left: pl.DataType, right: pl.DataType) -> pl.DataType | None:
-    """The type a join compares a key of type ``left`` with one of type ``right`` in, where Polars refuses to
-    join the two as they are; None where it joins them (equal types, integers of any widths, floats of both).
-
-    An integer or a decimal with a float, and ``uint64`` with a signed integer: as floats, as pandas' merge and
-    Polars' ``==`` compare them. A decimal with an integer or another decimal: a decimal holding both exactly.
-    Others: :func:`_unlike_key_type`.
-    """
-    if left.is_integer() and right.is_integer() and pl.UInt64() in (left, right) and (left.is_signed_integer() or right.is_signed_integer()):
-        # No 64-bit type holds both: Polars compares (and an outer join keys) them as Int128, which no sink writes
-        # ("to_arrow() conversion failed"). As floats, as pandas' merge compares them on the Dask engine (exact to 2**53).
-        return pl.Float64()
-    if left == right or (left.is_integer() and right.is_integer()) or (left.is_float() and right.is_float()):
-        return None
-    if isinstance(left, pl.Decimal) and isinstance(right, pl.Decimal):
-        scale = max(left.scale, right.scale)
-        return pl.Decimal(min(38, max(left.precision - left.scale, right.precision - right.scale) + scale), scale)
-    if isinstance(left, pl.Decimal) and right.is_integer():
-        return pl.Decimal(38, left.scale)
-    if isinstance(right, pl.Decimal) and left.is_integer():
-        return pl.Decimal(38, right.scale)
-    if left.is_numeric() and right.is_numeric():
-        return pl.Float64()
-    return _unlike_key_type(left, right)
-
-
-def _unlike_key_type(left: pl.DataType, right: pl.DataType) -> pl.DataType | None:
-    """:func:`join_key_type` of two unequal types that are not both numbers, as pandas' merge compares them.
-
-    A column of nulls only (what Polars reads a JSON-lines key without a value as): the other's type, so it
-    matches nothing. Text with a parquet dictionary column (Polars' Categorical): as text. Datetimes and
-    durations of different units: the finer; datetimes of different time zones: the left's zone, comparing
-    instants. A naive datetime with a zoned one: None, as neither engine joins them (refused at submit).
-    """
-    if left == pl.Null or right == pl.Null:
-        return right if left == pl.Null else left
-    if {type(left), type(right)} == {pl.String, pl.Categorical}:
-        return pl.String()
-    if isinstance(left, pl.Datetime) and isinstance(right, pl.Datetime) and (left.time_zone is None) == (right.time_zone is None):
-        return pl.Datetime(max(left.time_unit, right.time_unit, key=_TIME_UNITS.index), left.time_zone)
-    if isinstance(left, pl.Duration) and isinstance(right, pl.Duration):
-        return pl.Duration(max(left.time_unit, right.time_unit, key=_TIME_UNITS.index))
-    return None
 
 
 def _compared_keys(frame: pl.LazyFrame, right: pl.LazyFrame, step: JoinStep) -> dict[int, pl.DataType]:

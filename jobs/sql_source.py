@@ -24,6 +24,7 @@ from sqlglot import exp
 from spillway.jobs.sources import Schema
 from spillway.jobs.sql_check import SqlRefused, check_sql
 from spillway.jobs.sql_exists import EXISTS_ALIAS, nan_safe_exists
+from spillway.jobs.sql_key_types import cast_unlike_keys
 from spillway.jobs.sql_window_run import DIALECT, has_ordered_windows, run_windowed
 from spillway.jobs.sql_windows import WindowRefused
 
@@ -69,16 +70,21 @@ def run_sql(sql: str, frames: Mapping[str, pl.LazyFrame], *, nan_terms: bool = T
 
     With ``nan_terms`` (where it may run on cudf-polars, whose comparisons follow IEEE) and a table with a float
     column, comparisons that may meet a NaN are written out under NaN's total order (:mod:`jobs.sql_nan`; raises its
-    NanTermsTooLarge where they make the query too large or too deep for Polars' SQL). Text with an ordered window is read back with sqlglot and split
+    NanTermsTooLarge where they make the query too large or too deep for Polars' SQL). Equalities of types Polars
+    does not join (an integer and a float, say: known only from the frames) are cast to a common type
+    (:mod:`jobs.sql_key_types`). Text with an ordered window is read back with sqlglot and split
     (:func:`jobs.sql_window_run.run_windowed`); any other runs as it is. Only text regenerated from a checked
     tree comes here.
     """
+    from spillway.jobs.sql_rewrite import polars_text
+
     context = pl.SQLContext(dict(frames))
+    schemas = {table: dict(frame.collect_schema()) for table, frame in frames.items()}
+    if cast_unlike_keys(keyed := sqlglot.parse_one(sql, dialect=DIALECT), schemas):
+        sql = polars_text(keyed)
     exists = EXISTS_ALIAS in sql  # an EXISTS made a join with each group's extremes, which skip a NaN
-    schemas = {table: dict(frame.collect_schema()) for table, frame in frames.items()} if nan_terms or exists else {}
-    if any(dtype.is_float() for schema in schemas.values() for dtype in schema.values()):
+    if (nan_terms or exists) and any(dtype.is_float() for schema in schemas.values() for dtype in schema.values()):
         from spillway.jobs.sql_nan import nan_aware  # comparisons that may meet a NaN, spelt out for cudf-polars' IEEE ones
-        from spillway.jobs.sql_rewrite import polars_text
 
         tree = nan_safe_exists(sqlglot.parse_one(sql, dialect=DIALECT), schemas)
         sql = polars_text(nan_aware(tree, schemas, DIALECT) if nan_terms else tree)

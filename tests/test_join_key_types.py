@@ -23,7 +23,8 @@ import pytest
 
 from spillway.jobs.errors import TypeMismatch
 from spillway.jobs.pipeline import backend_config, build_frame
-from spillway.jobs.polars_frame import build_lazyframe, join_key_type
+from spillway.jobs.join_key_types import join_key_type
+from spillway.jobs.polars_frame import build_lazyframe
 from spillway.jobs.spec import JobSpec
 from spillway.jobs.validate import plan_spec
 from tests.test_engines import assert_same_rows, run_both

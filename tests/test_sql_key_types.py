@@ -1,0 +1,123 @@
+"""SQL equalities of unlike types: an integer key with a float one, a decimal, ``uint64``, timestamps of two units.
+
+Polars joins keys of one type only, so ``ON s.amount = p.product_id`` failed as the job ran ("datatypes of join
+keys don't match"), and ``k = c.f`` with ``f`` a CTE's float was refused at submit, where DuckDB and PostgreSQL
+compare them. Each query here is checked against DuckDB over the same parquet files (jobs/sql_key_types.py casts
+both sides to the type the ``join`` step compares such keys in); one runs through the live service.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from spillway.jobs.spec import JobSpec
+from spillway.jobs.status import JobStatus
+from spillway.jobs.validate import plan_spec
+from spillway.service.client import SpillwayClient
+from tests.conftest import wait_terminal
+from tests.test_sql_source import assert_same, run_polars
+
+duckdb = pytest.importorskip("duckdb")
+
+D = decimal.Decimal
+TABLES = ("ints", "floats", "decimals", "unsigned", "millis", "nanos")
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("sql_key_types")
+    # 1.0 and 3.0 equal integers (they match), 2.5 has a fraction (it matches neither 2 nor 3), a null matches nothing.
+    pq.write_table(pa.table({"k": pa.array([1, 2, 3, None, 3], pa.int64()), "a": ["x", "y", "z", "n", "z2"]}), root / "ints.parquet")
+    pq.write_table(pa.table({"k": pa.array([1.0, 2.5, 3.0, None]), "b": ["p", "q", "r", "s"]}), root / "floats.parquet")
+    pq.write_table(pa.table({"k": pa.array([D("1.00"), D("2.50"), D("3.00"), None], pa.decimal128(12, 2)), "c": ["d1", "d2.5", "d3", "dn"]}),
+                   root / "decimals.parquet")
+    pq.write_table(pa.table({"k": pa.array([1, 3, 2**63 + 5, None], pa.uint64()), "u": ["u1", "u3", "ubig", "un"]}), root / "unsigned.parquet")
+    moments = [datetime.datetime(2024, 1, 1), datetime.datetime(2024, 1, 2, 0, 0, 0, 1000), None]
+    pq.write_table(pa.table({"t": pa.array(moments, pa.timestamp("ms")), "m": ["m1", "m2", "mn"]}), root / "millis.parquet")
+    nanos = [datetime.datetime(2024, 1, 1), datetime.datetime(2024, 1, 2, 0, 0, 0, 1000), datetime.datetime(2024, 1, 3)]
+    pq.write_table(pa.table({"t": pa.array(nanos, pa.timestamp("ns")), "n": ["n1", "n2", "n3"]}), root / "nanos.parquet")
+    return root
+
+
+@pytest.fixture(scope="module")
+def referee(data: Path) -> Any:
+    con = duckdb.connect()
+    for table in TABLES:
+        con.execute(f"create view {table} as select * from read_parquet('{data / table}.parquet')")
+    yield con
+    con.close()
+
+
+def spec(data: Path, sql: str, sink: str = "/tmp/unused-sql-key-sink") -> dict[str, Any]:
+    sources: dict[str, Any] = {table: {"format": "parquet", "path": str(data / f"{table}.parquet")} for table in TABLES}
+    return {"sources": {**sources, "q": {"sql": sql}}, "source": "q", "sink": {"path": sink}}
+
+
+QUERIES = {
+    "int_joins_float": "SELECT i.a, f.b FROM ints i JOIN floats f ON i.k = f.k",
+    "float_joins_int": "SELECT i.a, f.b FROM floats f JOIN ints i ON f.k = i.k",
+    "left_join_with_a_right_condition": "SELECT i.a, f.b FROM ints i LEFT JOIN floats f ON i.k = f.k AND f.b <> 's'",
+    "full_join": "SELECT i.a, f.b FROM ints i FULL JOIN floats f ON i.k = f.k",
+    "from_list_equality": "SELECT i.a, f.b FROM ints i, floats f WHERE f.k = i.k",
+    "int_in_floats": "SELECT a FROM ints WHERE k IN (SELECT k FROM floats)",
+    "float_in_ints": "SELECT b FROM floats WHERE k IN (SELECT k FROM ints)",
+    "float_not_in_ints": "SELECT b FROM floats WHERE k NOT IN (SELECT k FROM ints WHERE k IS NOT NULL)",
+    "exists": "SELECT a FROM ints i WHERE EXISTS (SELECT 1 FROM floats f WHERE f.k = i.k)",
+    "a_ctes_float_key": "WITH c AS (SELECT k * 1.0 AS f, b FROM floats) SELECT i.a, c.b FROM ints i JOIN c ON i.k = c.f",
+    "decimal_joins_int": "SELECT i.a, d.c FROM ints i JOIN decimals d ON d.k = i.k",
+    "decimal_joins_float": "SELECT f.b, d.c FROM floats f JOIN decimals d ON d.k = f.k",
+    "unsigned_joins_signed": "SELECT i.a, u.u FROM ints i JOIN unsigned u ON i.k = u.k",
+    "millis_join_nanos": "SELECT m.m, n.n FROM millis m JOIN nanos n ON m.t = n.t",
+    "grouped_counts_by_a_float_key": "SELECT f.b, count(*) AS n FROM floats f JOIN ints i ON i.k = f.k GROUP BY f.b",
+}
+
+
+@pytest.mark.parametrize("name", sorted(QUERIES))
+def test_an_equality_of_unlike_types_gives_duckdbs_answer(data: Path, referee: Any, name: str) -> None:
+    expected = referee.execute(QUERIES[name]).df()
+    assert_same(run_polars(spec(data, QUERIES[name])), expected, ordered=False)
+
+
+def test_the_casts_are_written_only_where_the_types_differ(data: Path) -> None:
+    """Keys of one type keep the query as it was (every TPC-H query; tests/test_sql_tpch.py checks their answers)."""
+    from spillway.jobs.polars_frame import build_lazyframe
+
+    same = plan_spec(JobSpec.model_validate(spec(data, "SELECT a.a, b.a AS a2 FROM ints a JOIN ints b ON a.k = b.k")))
+    assert "CAST" not in build_lazyframe(same).explain().upper()
+    unlike = plan_spec(JobSpec.model_validate(spec(data, QUERIES["int_joins_float"])))
+    assert "Float64" in build_lazyframe(unlike).explain()
+
+
+@pytest.mark.engines("polars")
+def test_an_unlike_key_runs_through_rest(api: SpillwayClient, data: Path, referee: Any, tmp_path: Path) -> None:
+    """The job that failed as ``sql_failed`` ("datatypes of join keys don't match") succeeds with DuckDB's rows."""
+    import pandas as pd
+
+    out = tmp_path / "out"
+    accepted = api.submit({**spec(data, QUERIES["grouped_counts_by_a_float_key"], str(out)), "name": "sql_unlike_keys", "engine": "polars"})
+    job = wait_terminal(api, accepted.id, timeout=120)
+    assert job.state == JobStatus.SUCCEEDED, job.error
+    got = pd.concat(pd.read_parquet(path) for path in sorted(out.glob("*.parquet")))
+    assert_same(got.reset_index(drop=True), referee.execute(QUERIES["grouped_counts_by_a_float_key"]).df(), ordered=False)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", sorted(QUERIES))
+def test_an_equality_of_unlike_types_on_the_gpu_matches_the_cpu(data: Path, name: str) -> None:
+    """The casts on cudf-polars, which raises (never falls back) on what it cannot run."""
+    pytest.importorskip("cudf_polars")
+    from spillway.jobs.gpu_support import gpu_engine, gpu_refusal
+    from spillway.jobs.polars_frame import build_lazyframe
+
+    frame = build_lazyframe(plan_spec(JobSpec.model_validate(spec(data, QUERIES[name]))))
+    refusal = gpu_refusal(frame)
+    if refusal is not None:
+        pytest.xfail(f"cudf-polars does not run {name}: {refusal}")
+    assert_same(frame.collect(engine=gpu_engine()).to_pandas(), frame.collect().to_pandas(), ordered=False)
