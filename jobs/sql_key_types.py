@@ -6,11 +6,11 @@ with a signed integer and timestamps of two units, where PostgreSQL and DuckDB c
 wherever the query is (:func:`jobs.sql_source.run_sql`): at submit, over empty frames of coarse kinds
 (every number an int64, so only a computed key, ``k * 1.0``, differs there), and when the job runs, over
 the sources' real types. Each equality of two expressions whose types (sqlglot's, over those types)
-Polars would not join has both sides cast to the type the step language's ``join`` compares such keys
-in (:func:`jobs.join_key_types.join_key_type`: an integer with a float as floats, a decimal with an
-integer exactly, the finer of two time units), and so has ``x IN (SELECT y ...)``, which Polars runs as a
-semi-join. Only equalities are cast: they are what Polars may make a join of, and casting both sides
-to the common type keeps their answer.
+Polars would not join is compared in the type the step language's ``join`` compares such keys in
+(:func:`jobs.join_key_types.join_key_type`: an integer with a float as floats, a decimal with an integer
+exactly, the finer of two time units), each side not of that type cast to it; so is ``x IN (SELECT y
+...)``, which Polars runs as a semi-join. Only equalities are cast: they are what Polars may make a join
+of, and comparing both sides in the common type keeps their answer.
 """
 
 from __future__ import annotations
@@ -96,19 +96,45 @@ def _cast(side: exp.Expression, to: pl.DataType) -> None:
         side.replace(cast)
 
 
-def _may_differ(candidates: list[exp.Expression], schemas: Mapping[str, Mapping[str, pl.DataType]]) -> bool:
-    """Whether an equality of ``candidates`` may compare types Polars does not join. Without typing the query: where each
-    side is a source's column whose name has one type, by those types (every TPC-H query); anything else may."""
+def _types_by_name(tree: exp.Expression, schemas: Mapping[str, Mapping[str, pl.DataType]]) -> dict[str, set[pl.DataType]]:
+    """The types a column name may have in ``tree``: a source's column, and an alias of one (or of its ``MIN``/``MAX``,
+    as the rewrites' derived tables name keys). A name also given to anything else is left out: its type is unknown."""
     by_name: dict[str, set[pl.DataType]] = {}
     for columns in schemas.values():
         for column, dtype in columns.items():
             by_name.setdefault(column, set()).add(dtype)
+    unknown = {column.name for alias in tree.find_all(exp.TableAlias) for column in alias.columns}  # t(a, b) renames
+    pending = []
+    for alias in tree.find_all(exp.Alias):
+        value = alias.this.this if isinstance(alias.this, (exp.Min, exp.Max)) else alias.this
+        if isinstance(value, exp.Column):
+            pending.append((alias.alias, value.name))
+        else:
+            unknown.add(alias.alias)
+    while pending:  # an alias of an alias is known once the inner one is
+        waiting = [(name, inner) for name, inner in pending if inner not in by_name and inner not in unknown]
+        for name, inner in pending:
+            if inner in unknown:
+                unknown.add(name)
+            elif inner in by_name:
+                by_name.setdefault(name, set()).update(by_name[inner])
+        if len(waiting) == len(pending):
+            unknown.update(name for name, _ in waiting)
+            break
+        pending = waiting
+    return {name: types for name, types in by_name.items() if name not in unknown}
+
+
+def _may_differ(candidates: list[exp.Expression], by_name: Mapping[str, set[pl.DataType]]) -> bool:
+    """Whether an equality of ``candidates`` may compare types Polars does not join. Without typing the query: where
+    each side is a column whose name has one type (:func:`_types_by_name`), by those types (all 22 TPC-H queries);
+    anything else may."""
     for node in candidates:
         types = []
         for side in _compared(node) or ():
             column = side.this if isinstance(side, exp.Alias) else side
             if not isinstance(column, exp.Column) or len(by_name.get(column.name, ())) != 1:
-                return True  # an expression, a derived table's column or a name of several types: typed below
+                return True  # an expression, or a name of several or unknown types: typed below
             types.extend(by_name[column.name])
         if join_key_type(*types) is not None:
             return True
@@ -116,10 +142,11 @@ def _may_differ(candidates: list[exp.Expression], schemas: Mapping[str, Mapping[
 
 
 def cast_unlike_keys(tree: exp.Expression, schemas: Mapping[str, Mapping[str, pl.DataType]]) -> bool:
-    """Cast both sides of each equality (and ``IN (SELECT …)``) of ``tree``, a qualified query over ``schemas`` (table →
-    column → Polars type), that compares types Polars does not join to their common type. Changed in place; whether it was."""
+    """Cast each equality (and ``IN (SELECT …)``) of ``tree``, a qualified query over ``schemas`` (table → column →
+    Polars type), that compares types Polars does not join: the sides not of their common type, to it. Changed in
+    place; whether it was."""
     candidates = [node for node in tree.find_all(exp.EQ, exp.In) if _compared(node) is not None]
-    if not _may_differ(candidates, schemas):
+    if not _may_differ(candidates, _types_by_name(tree, schemas)):
         return False
     for number, node in enumerate(candidates):
         node.meta[_MARK] = number
@@ -128,18 +155,20 @@ def cast_unlike_keys(tree: exp.Expression, schemas: Mapping[str, Mapping[str, pl
     known = {table: {column: _sql_type(dtype) or "VARCHAR" for column, dtype in columns.items()} for table, columns in schemas.items()}
     typed = annotate_types(qualify(tree.copy(), schema=known, dialect=DIALECT, validate_qualify_columns=False, quote_identifiers=False),
                            schema=known, dialect=DIALECT)
-    common: dict[int, pl.DataType] = {}
+    # By equality: each side's cast, None for a side already of the common type (cast both, and Polars 1.44 loses a
+    # key column of an outer join whose ON has a condition besides the keys: "unable to find column k:f").
+    casts: dict[int, list[pl.DataType | None]] = {}
     for node in typed.find_all(exp.EQ, exp.In):
         sides = _compared(node) if _MARK in node.meta else None
-        left, right = (_polars_type(side.type) for side in sides) if sides else (None, None)
-        if left is not None and right is not None and (to := join_key_type(left, right)) is not None:
-            common[node.meta[_MARK]] = to
+        types = [_polars_type(side.type) for side in sides] if sides else [None, None]
+        if None not in types and (to := join_key_type(*types)) is not None:
+            casts[node.meta[_MARK]] = [None if dtype == to else to for dtype in types]
     for number, node in enumerate(candidates):
-        if number in common:
-            for side in _compared(node) or ():
-                _cast(side, common[number])
+        for side, to in zip(_compared(node) or (), casts.get(number, ()), strict=False):
+            if to is not None:
+                _cast(side, to)
         node.meta.pop(_MARK, None)
-    return bool(common)
+    return bool(casts)
 
 
 __all__ = ["cast_unlike_keys"]

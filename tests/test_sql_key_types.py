@@ -2,8 +2,8 @@
 
 Polars joins keys of one type only, so ``ON s.amount = p.product_id`` failed as the job ran ("datatypes of join
 keys don't match"), and ``k = c.f`` with ``f`` a CTE's float was refused at submit, where DuckDB and PostgreSQL
-compare them. Each query here is checked against DuckDB over the same parquet files (jobs/sql_key_types.py casts
-both sides to the type the ``join`` step compares such keys in); one runs through the live service.
+compare them. Each query here is checked against DuckDB over the same parquet files (jobs/sql_key_types.py compares
+them in the type the ``join`` step compares such keys in); one runs through the live service.
 """
 
 from __future__ import annotations
@@ -75,6 +75,11 @@ QUERIES = {
     "decimal_joins_float": "SELECT f.b, d.c FROM floats f JOIN decimals d ON d.k = f.k",
     "unsigned_joins_signed": "SELECT i.a, u.u FROM ints i JOIN unsigned u ON i.k = u.k",
     "millis_join_nanos": "SELECT m.m, n.n FROM millis m JOIN nanos n ON m.t = n.t",
+    "a_computed_key": "SELECT i.a, f.b FROM ints i JOIN floats f ON i.k + 1 = f.k + 1",
+    "a_key_and_a_condition": "SELECT i.a, f.b FROM ints i LEFT JOIN floats f ON f.k = i.k AND i.a <> 'x'",
+    "a_decimal_key_and_a_condition": "SELECT i.a, d.c FROM ints i LEFT JOIN decimals d ON d.k = i.k AND i.a <> 'x'",
+    "an_alias_of_an_alias": "WITH c AS (SELECT k AS kk, b FROM floats), d AS (SELECT kk AS k2, b FROM c) SELECT i.a, d.b FROM ints i JOIN d ON i.k = d.k2",
+    "a_named_derived_columns_list": "SELECT i.a, c.y FROM ints i JOIN (SELECT k, b FROM floats) AS c(x, y) ON i.k = c.x",
     "grouped_counts_by_a_float_key": "SELECT f.b, count(*) AS n FROM floats f JOIN ints i ON i.k = f.k GROUP BY f.b",
 }
 
