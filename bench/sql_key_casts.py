@@ -5,7 +5,8 @@
 Each query is planned as a submit plans it (tpchgen-cli parquet, the sources' real types), then the pass runs on
 the planned text over the frames' real types, ``--repeat`` times: the median, and beside it the median time to
 build the query's LazyFrame (``run_sql``, pass included, nothing collected), which is what a job pays before
-Polars starts. Prints one row per query and the sums; no query of TPC-H compares unlike types, so none is cast.
+Polars starts. Prints one row per query and the sums. No TPC-H query compares unlike types, so none is cast;
+all but q15 (an aggregate's alias compared with a subquery's) are judged by their columns' names, untyped.
 """
 
 from __future__ import annotations

@@ -127,7 +127,7 @@ def _types_by_name(tree: exp.Expression, schemas: Mapping[str, Mapping[str, pl.D
 
 def _may_differ(candidates: list[exp.Expression], by_name: Mapping[str, set[pl.DataType]]) -> bool:
     """Whether an equality of ``candidates`` may compare types Polars does not join. Without typing the query: where
-    each side is a column whose name has one type (:func:`_types_by_name`), by those types (all 22 TPC-H queries);
+    each side is a column whose name has one type (:func:`_types_by_name`), by those types (21 of the 22 TPC-H queries);
     anything else may."""
     for node in candidates:
         types = []
