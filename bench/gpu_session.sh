@@ -73,7 +73,7 @@ multi-tests)
     ;;
 verify)
     # What the ninth session built without a GPU (~120 s of tests), then the long query's progress across two ranks (~200 s).
-    timeout 200 python3 -m pytest -m gpu tests/test_gpu_trace_progress.py tests/test_rank_progress.py tests/test_sql_tpch.py tests/test_sql_source.py tests/test_sql_polars_forms.py tests/test_sql_key_types.py \
+    timeout 200 python3 -m pytest -m gpu tests/test_gpu_trace_progress.py tests/test_rank_progress.py tests/test_sql_tpch.py tests/test_sql_source.py tests/test_sql_polars_forms.py tests/test_sql_key_types.py tests/test_sql_nan_greatest.py \
         tests/test_polars_counts.py "tests/test_gpu_multi.py::test_a_job_runs_across_both_workers_and_commits_the_ranks_files" \
         -o addopts="" -q -rs -p no:cacheprovider "$@" > "$OUT/gpu_verify_tests.log" 2>&1
     echo "verify tests rc=$?"; tail -15 "$OUT/gpu_verify_tests.log"

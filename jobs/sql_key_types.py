@@ -19,57 +19,18 @@ from collections.abc import Mapping
 
 import polars as pl
 from sqlglot import exp
-from sqlglot.optimizer.annotate_types import annotate_types
-from sqlglot.optimizer.qualify import qualify
 
 from spillway.jobs.join_key_types import join_key_type
-from spillway.jobs.sql_check import DIALECT
+from spillway.jobs.sql_types import TIME_DIGITS, polars_type, typed_copy, types_by_name
 
-_UNITS = {"ms": 3, "us": 6, "ns": 9}
-_INTEGERS = frozenset({exp.DataType.Type.BIGINT, exp.DataType.Type.INT, exp.DataType.Type.SMALLINT, exp.DataType.Type.TINYINT})
-_FLOATS = frozenset({exp.DataType.Type.DOUBLE, exp.DataType.Type.FLOAT})
 _MARK = "spillway_key_equality"
-
-
-def _sql_type(dtype: pl.DataType) -> str | None:
-    """The SQL type sqlglot annotates a column of Polars type ``dtype`` with, where it matters to a key's type."""
-    if dtype == pl.UInt64:
-        return "UBIGINT"
-    if dtype.is_integer():
-        return "BIGINT"
-    if dtype.is_float():
-        return "DOUBLE"
-    if isinstance(dtype, pl.Decimal):
-        return f"DECIMAL({dtype.precision}, {dtype.scale})"
-    if isinstance(dtype, pl.Datetime) and dtype.time_zone is None:
-        return f"TIMESTAMP({_UNITS[dtype.time_unit]})"
-    return None
-
-
-def _polars_type(sql_type: exp.DataType | None) -> pl.DataType | None:
-    """The Polars type of an annotated expression, for the types :func:`_sql_type` writes; None for others."""
-    if sql_type is None:
-        return None
-    if sql_type.sql() == "UBIGINT":  # no such type in PostgreSQL's dialect: sqlglot keeps it user-defined
-        return pl.UInt64()
-    if sql_type.this in _INTEGERS:
-        return pl.Int64()
-    if sql_type.this in _FLOATS:
-        return pl.Float64()
-    sizes = [int(size.name) for size in sql_type.expressions if size.name.isdigit()]
-    if sql_type.this == exp.DataType.Type.DECIMAL and len(sizes) == 2:
-        return pl.Decimal(sizes[0], sizes[1])
-    if sql_type.this == exp.DataType.Type.TIMESTAMP:
-        digits = sizes[0] if sizes else 6
-        return pl.Datetime(next((unit for unit, n in _UNITS.items() if n == digits), "us"))
-    return None
 
 
 def _cast_type(dtype: pl.DataType) -> exp.DataType:
     if isinstance(dtype, pl.Decimal):
         return exp.DataType.build(f"DECIMAL({dtype.precision}, {dtype.scale})")
     if isinstance(dtype, pl.Datetime):
-        return exp.DataType.build(f"TIMESTAMP({_UNITS[dtype.time_unit]})")
+        return exp.DataType.build(f"TIMESTAMP({TIME_DIGITS[dtype.time_unit]})")
     return exp.DataType.build("DOUBLE")  # join_key_type's only other answer
 
 
@@ -96,38 +57,9 @@ def _cast(side: exp.Expression, to: pl.DataType) -> None:
         side.replace(cast)
 
 
-def _types_by_name(tree: exp.Expression, schemas: Mapping[str, Mapping[str, pl.DataType]]) -> dict[str, set[pl.DataType]]:
-    """The types a column name may have in ``tree``: a source's column, and an alias of one (or of its ``MIN``/``MAX``,
-    as the rewrites' derived tables name keys). A name also given to anything else is left out: its type is unknown."""
-    by_name: dict[str, set[pl.DataType]] = {}
-    for columns in schemas.values():
-        for column, dtype in columns.items():
-            by_name.setdefault(column, set()).add(dtype)
-    unknown = {column.name for alias in tree.find_all(exp.TableAlias) for column in alias.columns}  # t(a, b) renames
-    pending = []
-    for alias in tree.find_all(exp.Alias):
-        value = alias.this.this if isinstance(alias.this, (exp.Min, exp.Max)) else alias.this
-        if isinstance(value, exp.Column):
-            pending.append((alias.alias, value.name))
-        else:
-            unknown.add(alias.alias)
-    while pending:  # an alias of an alias is known once the inner one is
-        waiting = [(name, inner) for name, inner in pending if inner not in by_name and inner not in unknown]
-        for name, inner in pending:
-            if inner in unknown:
-                unknown.add(name)
-            elif inner in by_name:
-                by_name.setdefault(name, set()).update(by_name[inner])
-        if len(waiting) == len(pending):
-            unknown.update(name for name, _ in waiting)
-            break
-        pending = waiting
-    return {name: types for name, types in by_name.items() if name not in unknown}
-
-
 def _may_differ(candidates: list[exp.Expression], by_name: Mapping[str, set[pl.DataType]]) -> bool:
     """Whether an equality of ``candidates`` may compare types Polars does not join. Without typing the query: where
-    each side is a column whose name has one type (:func:`_types_by_name`), by those types (21 of the 22 TPC-H queries);
+    each side is a column whose name has one type (:func:`jobs.sql_types.types_by_name`), by those types (21 of the 22 TPC-H queries);
     anything else may."""
     for node in candidates:
         types = []
@@ -146,21 +78,17 @@ def cast_unlike_keys(tree: exp.Expression, schemas: Mapping[str, Mapping[str, pl
     Polars type), that compares types Polars does not join: the sides not of their common type, to it. Changed in
     place; whether it was."""
     candidates = [node for node in tree.find_all(exp.EQ, exp.In) if _compared(node) is not None]
-    if not _may_differ(candidates, _types_by_name(tree, schemas)):
+    if not _may_differ(candidates, types_by_name(tree, schemas)):
         return False
     for number, node in enumerate(candidates):
         node.meta[_MARK] = number
-    # Types are read off a copy, its stars expanded (a derived table's ``SELECT *``): qualifying and sqlglot's annotation
-    # rewrite the tree they type. Columns of other types count as text: only numbers and timestamps are cast.
-    known = {table: {column: _sql_type(dtype) or "VARCHAR" for column, dtype in columns.items()} for table, columns in schemas.items()}
-    typed = annotate_types(qualify(tree.copy(), schema=known, dialect=DIALECT, validate_qualify_columns=False, quote_identifiers=False),
-                           schema=known, dialect=DIALECT)
+    typed = typed_copy(tree, schemas)
     # By equality: each side's cast, None for a side already of the common type (cast both, and Polars 1.44 loses a
     # key column of an outer join whose ON has a condition besides the keys: "unable to find column k:f").
     casts: dict[int, list[pl.DataType | None]] = {}
     for node in typed.find_all(exp.EQ, exp.In):
         sides = _compared(node) if _MARK in node.meta else None
-        types = [_polars_type(side.type) for side in sides] if sides else [None, None]
+        types = [polars_type(side.type) for side in sides] if sides else [None, None]
         if None not in types and (to := join_key_type(*types)) is not None:
             casts[node.meta[_MARK]] = [None if dtype == to else to for dtype in types]
     for number, node in enumerate(candidates):

@@ -25,6 +25,7 @@ from spillway.jobs.sources import Schema
 from spillway.jobs.sql_check import SqlRefused, check_sql
 from spillway.jobs.sql_exists import EXISTS_ALIAS, nan_safe_exists
 from spillway.jobs.sql_key_types import cast_unlike_keys
+from spillway.jobs.sql_nan_greatest import nan_greatest
 from spillway.jobs.sql_window_run import DIALECT, has_ordered_windows, run_windowed
 from spillway.jobs.sql_windows import WindowRefused
 
@@ -72,7 +73,8 @@ def run_sql(sql: str, frames: Mapping[str, pl.LazyFrame], *, nan_terms: bool = T
     column, comparisons that may meet a NaN are written out under NaN's total order (:mod:`jobs.sql_nan`; raises its
     NanTermsTooLarge where they make the query too large or too deep for Polars' SQL). Equalities of types Polars
     does not join (an integer and a float, say: known only from the frames) are cast to a common type
-    (:mod:`jobs.sql_key_types`). Text with an ordered window is read back with sqlglot and split
+    (:mod:`jobs.sql_key_types`), and a ``MAX`` or ``GREATEST`` of floats is NaN where one is
+    (:mod:`jobs.sql_nan_greatest`). Text with an ordered window is read back with sqlglot and split
     (:func:`jobs.sql_window_run.run_windowed`); any other runs as it is. Only text regenerated from a checked
     tree comes here.
     """
@@ -80,8 +82,11 @@ def run_sql(sql: str, frames: Mapping[str, pl.LazyFrame], *, nan_terms: bool = T
 
     context = pl.SQLContext(dict(frames))
     schemas = {table: dict(frame.collect_schema()) for table, frame in frames.items()}
-    if cast_unlike_keys(keyed := sqlglot.parse_one(sql, dialect=DIALECT), schemas):
-        sql = polars_text(keyed)
+    # What only the real types tell (an integer key with a float one, a MAX of floats that may hold a NaN): both passes
+    # run on one parse and are written back only if either changed the query.
+    typed_passes = sqlglot.parse_one(sql, dialect=DIALECT)
+    if any([cast_unlike_keys(typed_passes, schemas), nan_greatest(typed_passes, schemas)]):
+        sql = polars_text(typed_passes)
     exists = EXISTS_ALIAS in sql  # an EXISTS made a join with each group's extremes, which skip a NaN
     if (nan_terms or exists) and any(dtype.is_float() for schema in schemas.values() for dtype in schema.values()):
         from spillway.jobs.sql_nan import nan_aware  # comparisons that may meet a NaN, spelt out for cudf-polars' IEEE ones
