@@ -761,9 +761,12 @@ class JobManager:
         # Filters before the read casts on the CPU only: cudf-polars was measured with the plan as it was.
         # NaN terms in a SQL source's comparisons only where they may run on cudf-polars' IEEE comparisons.
         on_cpu = choice.device == "cpu"
-        frame = build_lazyframe(logical, filters_before_casts=on_cpu, ieee_comparisons=not on_cpu)
-        target = active.writer.polars_target(polars_job.output_columns(frame))
-        reads = source_reads(spec, frame)
+        # A SQL source's query is planned by Polars here, over the sources' real types: its failure is named as the
+        # worker's would be (sql_failed, naming the source), not a bare Polars error.
+        with _naming_checked_errors(logical):
+            frame = build_lazyframe(logical, filters_before_casts=on_cpu, ieee_comparisons=not on_cpu)
+            target = active.writer.polars_target(polars_job.output_columns(frame))
+            reads = source_reads(spec, frame)
         placement = place_on_gpu(spec, reads, device_limit) if choice.device == "gpu" else None
         if placement is not None:
             choice = choice.model_copy(update={"reason": f"{choice.reason}; {placement.reason}"})

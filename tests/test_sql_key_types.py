@@ -126,3 +126,21 @@ def test_an_equality_of_unlike_types_on_the_gpu_matches_the_cpu(data: Path, name
     if refusal is not None:
         pytest.xfail(f"cudf-polars does not run {name}: {refusal}")
     assert_same(frame.collect(engine=gpu_engine()).to_pandas(), frame.collect().to_pandas(), ordered=False)
+
+
+@pytest.mark.engines("polars")
+def test_a_query_polars_cannot_plan_over_the_real_types_fails_naming_the_source(api: SpillwayClient, tmp_path: Path) -> None:
+    """A naive timestamp key with a zoned one: the submit check (kinds only) passes it, Polars refuses it when the service
+    plans the job over the real types. The job fails as sql_failed naming the source, as a worker's failure would."""
+    root = tmp_path / "zones"
+    root.mkdir()
+    moment = [datetime.datetime(2024, 1, 1)]
+    pq.write_table(pa.table({"t": pa.array(moment, pa.timestamp("ms")), "m": ["m1"]}), root / "naive.parquet")
+    pq.write_table(pa.table({"t": pa.array(moment, pa.timestamp("ms", tz="UTC")), "z": ["z1"]}), root / "zoned.parquet")
+    sources = {name: {"format": "parquet", "path": str(root / f"{name}.parquet")} for name in ("naive", "zoned")}
+    job_spec = {"name": "sql_zones", "engine": "polars", "sources": {**sources, "q": {"sql": "SELECT n.m, z.z FROM naive n JOIN zoned z ON n.t = z.t"}},
+                "source": "q", "sink": {"path": str(tmp_path / "out")}}
+    job = wait_terminal(api, api.submit(job_spec).id, timeout=120)
+    assert job.state == JobStatus.FAILED and job.error is not None
+    assert job.error.code == "sql_failed" and job.error.field == "sources.q.sql", job.error
+    assert "join keys" in job.error.message and "Traceback" not in job.error.message
