@@ -31,7 +31,7 @@ def _cast_type(dtype: pl.DataType) -> exp.DataType:
         return exp.DataType.build(f"DECIMAL({dtype.precision}, {dtype.scale})")
     if isinstance(dtype, pl.Datetime):
         return exp.DataType.build(f"TIMESTAMP({TIME_DIGITS[dtype.time_unit]})")
-    return exp.DataType.build("DOUBLE")  # join_key_type's only other answer
+    return exp.DataType.build("DOUBLE")  # key_type's only other answer
 
 
 def _compared(node: exp.Expression) -> tuple[exp.Expression, exp.Expression] | None:
@@ -46,10 +46,72 @@ def _compared(node: exp.Expression) -> tuple[exp.Expression, exp.Expression] | N
     return None
 
 
-def _cast(side: exp.Expression, to: pl.DataType) -> None:
-    """Replace ``side`` by its cast to ``to``; a projection keeps its output name."""
+def key_type(left: pl.DataType, right: pl.DataType) -> pl.DataType | None:
+    """:func:`jobs.join_key_types.join_key_type`, but ``uint64`` with a signed integer exactly, as a 38-digit decimal
+    (PostgreSQL and DuckDB compare them exactly; as floats 2**63 - 1 equalled 2**63)."""
+    integers = left.is_integer() and right.is_integer()
+    if integers and pl.UInt64() in (left, right) and (left.is_signed_integer() or right.is_signed_integer()):
+        return pl.Decimal(38, 0)
+    return join_key_type(left, right)
+
+
+def _references(tree: exp.Expression, column: exp.Column) -> int:
+    """How often ``tree`` reads ``column`` other than in an ``IS NULL`` test (which its type does not change: an
+    unnested ``IN`` or ``EXISTS`` tests its derived table's key so)."""
+    return sum(1 for other in tree.find_all(exp.Column) if other.name == column.name and other.table == column.table
+               and not (isinstance(other.parent, exp.Is) and isinstance(other.parent.expression, exp.Null)))
+
+
+def _derived_projection(column: exp.Column, tree: exp.Expression) -> tuple[exp.Select, exp.Expression] | None:
+    """The select and projection of a derived table (a subquery in the FROM or a JOIN of the column's own select)
+    that ``column`` reads, where it is read nowhere else but in ``IS NULL`` tests; None otherwise."""
+    select = column.find_ancestor(exp.Select)
+    if select is None or _references(tree, column) != 1:
+        return None
+    from_ = select.args.get("from_")
+    for source in [from_.this if from_ is not None else None, *(join.this for join in select.args.get("joins") or [])]:
+        if isinstance(source, exp.Subquery) and source.alias_or_name == column.table and isinstance(source.this, exp.Select):
+            projection = next((e for e in source.this.expressions if e.alias_or_name == column.name), None)
+            return (source.this, projection) if isinstance(projection, exp.Alias) else None
+    return None
+
+
+def _joined_before(column: exp.Column) -> exp.Table | None:
+    """The table ``column`` reads where it was joined by an earlier JOIN of the select whose later JOIN's ``ON`` holds
+    it: Polars takes no expression over such a column as a key ("'alias' is not allowed in a join key")."""
+    join = column.find_ancestor(exp.Join)
+    select = join.parent if join is not None else None
+    if not isinstance(select, exp.Select) or join.args.get("on") is None or not column.find_ancestor(exp.Join) is join:
+        return None
+    joins = select.args.get("joins") or []
+    for earlier in joins[:joins.index(join)] if join in joins else []:
+        if isinstance(earlier.this, exp.Table) and earlier.this.alias_or_name == column.table:
+            return earlier.this
+    return None
+
+
+def _cast(side: exp.Expression, to: pl.DataType, tree: exp.Expression, number: int) -> None:
+    """Compare ``side`` in ``to``: cast inside the derived table it reads, where it reads one (so that the table's
+    grouping is of the cast values: two integers one float apart must not both match), through a derived table over
+    a table joined before, or in place; a projection keeps its output name."""
+    cast_type = _cast_type(to)
+    if isinstance(side, exp.Column) and (derived := _derived_projection(side, tree)) is not None:
+        select, projection = derived
+        value = projection.this
+        for key in (select.args.get("group") or exp.Group()).expressions:
+            if key == value:
+                key.replace(exp.cast(key.copy(), cast_type))
+        projection.set("this", exp.cast(value.copy(), cast_type))
+        return
+    if isinstance(side, exp.Column) and (table := _joined_before(side)) is not None:
+        name = f"_spillway_key{number}_{side.name}"
+        alias = table.alias_or_name
+        columns = exp.select(exp.Star(), exp.alias_(exp.cast(exp.column(side.name, alias, quoted=True), cast_type), name, quoted=True))
+        table.replace(exp.Subquery(this=columns.from_(table.copy()), alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True))))
+        side.replace(exp.column(name, alias, quoted=True))
+        return
     value = side.this if isinstance(side, exp.Alias) else side
-    cast = exp.cast(value.copy(), _cast_type(to))
+    cast = exp.cast(value.copy(), cast_type)
     name = side.alias_or_name if isinstance(side, (exp.Alias, exp.Column)) else None
     if side.parent is not None and isinstance(side.parent, exp.Select) and side in side.parent.expressions and name:
         side.replace(exp.alias_(cast, name, quoted=True))
@@ -68,7 +130,7 @@ def _may_differ(candidates: list[exp.Expression], by_name: Mapping[str, set[pl.D
             if not isinstance(column, exp.Column) or len(by_name.get(column.name, ())) != 1:
                 return True  # an expression, or a name of several or unknown types: typed below
             types.extend(by_name[column.name])
-        if join_key_type(*types) is not None:
+        if key_type(*types) is not None:
             return True
     return False
 
@@ -89,14 +151,14 @@ def cast_unlike_keys(tree: exp.Expression, schemas: Mapping[str, Mapping[str, pl
     for node in typed.find_all(exp.EQ, exp.In):
         sides = _compared(node) if _MARK in node.meta else None
         types = [polars_type(side.type) for side in sides] if sides else [None, None]
-        if None not in types and (to := join_key_type(*types)) is not None:
+        if None not in types and (to := key_type(*types)) is not None:
             casts[node.meta[_MARK]] = [None if dtype == to else to for dtype in types]
     for number, node in enumerate(candidates):
         for side, to in zip(_compared(node) or (), casts.get(number, ()), strict=False):
             if to is not None:
-                _cast(side, to)
+                _cast(side, to, tree, number)
         node.meta.pop(_MARK, None)
     return bool(casts)
 
 
-__all__ = ["cast_unlike_keys"]
+__all__ = ["cast_unlike_keys", "key_type"]
