@@ -73,9 +73,26 @@ def grouping_error(tree: exp.Expression) -> tuple[str, exp.Expression] | None:
 
 
 
+def _correlated_by_keys_only(query: exp.Expression, keys: set[str]) -> bool:
+    """Whether the nested ``query`` reads, of the tables it does not name itself, only the group ``keys`` (after
+    qualify, a column names its table): then it has one answer per group, and may test rows before grouping."""
+    named = {table.alias_or_name for table in query.find_all(exp.Table)} | {sub.alias for sub in query.find_all(exp.Subquery) if sub.alias}
+    return all(column.table in named or column.sql() in keys for column in query.find_all(exp.Column) if column.table)
+
+
+def _own_columns(node: exp.Expression) -> Iterator[exp.Column]:
+    """The columns of ``node``'s own query level, not of the queries nested in it."""
+    for child in node.iter_expressions():
+        if isinstance(child, exp.Column):
+            yield child
+        elif not isinstance(child, _SCOPES):
+            yield from _own_columns(child)
+
+
 def key_conditions_to_where(select: exp.Select) -> None:
-    """Move the ``HAVING`` conditions that read only grouped columns, and no aggregate, to ``WHERE``:
-    the same groups in SQL, and Polars' SQL fails at run time on a group key in ``HAVING``."""
+    """Move the ``HAVING`` conditions that read only grouped columns (subqueries included), and no aggregate, to
+    ``WHERE``: the same groups in SQL, and Polars' SQL fails at run time on a group key in ``HAVING``
+    (``HAVING k IN (SELECT …)`` too: "cannot cast List type"), where ``WHERE`` subqueries become joins."""
     group, having = select.args.get("group"), select.args.get("having")
     if group is None or having is None:
         return
@@ -83,8 +100,11 @@ def key_conditions_to_where(select: exp.Select) -> None:
     own = _sources(select)
     stay, move = [], []
     for part in conjuncts(having.this):
-        plain = next(iter(_aggregates(part)), None) is None and not part.find(*_SCOPES, exp.Window)
-        columns = [column for column in part.find_all(exp.Column) if column.table in own]
+        nested = [node for node in part.find_all(*_SCOPES) if not isinstance(node.parent, _SCOPES)]
+        plain = (next(iter(_aggregates(part)), None) is None and not part.find(exp.Window)
+                 and all(_correlated_by_keys_only(query, keys) for query in nested))
+        outer = [column for query in nested for column in query.find_all(exp.Column) if column.table in own and column.sql() in keys]
+        columns = [column for column in _own_columns(part) if column.table in own] + outer
         (move if plain and columns and all(column.sql() in keys for column in columns) else stay).append(part)
     if not move:
         return

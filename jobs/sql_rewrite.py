@@ -317,6 +317,7 @@ def polars_sql(tree: exp.Query, tables: Mapping[str, Mapping[str, str]], field: 
                              "column with a literal and relates no column of the other: Polars' SQL applies it to the wrong table; "
                              "write the condition in WHERE, or join a subquery that filters that table", field=field)
     for select in list(tree.find_all(exp.Select)):
+        key_conditions_to_where(select)  # before unnesting: HAVING k IN (SELECT …) on a group key is a WHERE's
         decorrelate_exists(select)
         not_in_as_joins(select)
     bases = []

@@ -142,6 +142,11 @@ ACCEPTED = {
                                    "sum(CASE WHEN (discount > 0.1) IS FALSE THEN 1 ELSE 0 END) AS f, "
                                    "sum(CASE WHEN (discount > 0.1) IS NOT FALSE THEN 1 ELSE 0 END) AS nf "
                                    "FROM sales WHERE (discount > 0.1) IS NOT TRUE OR order_id < 100", False),
+    # A group key's HAVING test with a subquery: as WHERE's, where the subquery becomes a join (Polars failed at run time).
+    "having_in_a_subquery_on_a_group_key": ("SELECT region, count(*) AS n FROM sales GROUP BY region "
+                                            "HAVING region IN (SELECT region FROM sales WHERE amount > 140) AND count(*) > 1", False),
+    "having_exists_correlated_by_a_group_key": ("SELECT s.product_id, count(*) AS n FROM sales s GROUP BY s.product_id HAVING EXISTS "
+                                                "(SELECT 1 FROM products p WHERE p.product_id = s.product_id AND p.unit_cost > 20)", False),
     "having_on_a_group_key": ("SELECT region, count(*) AS n FROM sales GROUP BY region HAVING count(*) > 500 AND region <> 'test'",
                               False),
     "date_arithmetic": ("SELECT count(*) AS n FROM sales WHERE ts >= DATE '2026-01-31' + INTERVAL '1' MONTH "
