@@ -34,24 +34,40 @@ def _cast_type(dtype: pl.DataType) -> exp.DataType:
     return exp.DataType.build("DOUBLE")  # key_type's only other answer
 
 
-def _compared(node: exp.Expression) -> tuple[exp.Expression, exp.Expression] | None:
-    """The two sides of an equality, or of ``x IN (SELECT y ...)`` its ``x`` and ``y``; None for anything else."""
+def _branch(query: exp.Expression) -> exp.Select | None:
+    while isinstance(query, exp.Subquery):
+        query = query.this
+    return query if isinstance(query, exp.Select) else None
+
+
+def _pairs(node: exp.Expression) -> list[tuple[exp.Expression, exp.Expression]]:
+    """What ``node`` compares for equality, pair by pair: an equality's two sides (a literal's are not keys), ``x`` and
+    ``y`` of ``x IN (SELECT y ...)``, and the columns of ``INTERSECT`` and ``EXCEPT`` (Polars joins them as keys)."""
     if isinstance(node, exp.EQ):
         sides = node.this, node.expression
-        return None if any(isinstance(side, (exp.Literal, exp.Null)) for side in sides) else sides
-    query = node.args.get("query") if isinstance(node, exp.In) else None
-    select = query.this if isinstance(query, exp.Subquery) else query
-    if isinstance(select, exp.Select) and len(select.expressions) == 1:
-        return node.this, select.expressions[0]
-    return None
+        return [] if any(isinstance(side, (exp.Literal, exp.Null)) for side in sides) else [sides]
+    if isinstance(node, exp.In):
+        select = _branch(node.args.get("query"))
+        return [(node.this, select.expressions[0])] if select is not None and len(select.expressions) == 1 else []
+    if isinstance(node, (exp.Intersect, exp.Except)):
+        left, right = _branch(node.this), _branch(node.expression)
+        if left is None or right is None or len(left.expressions) != len(right.expressions) or any(
+                isinstance(e, exp.Star) for e in [*left.expressions, *right.expressions]):
+            return []
+        return list(zip(left.expressions, right.expressions, strict=True))
+    return []
 
 
 def key_type(left: pl.DataType, right: pl.DataType) -> pl.DataType | None:
     """:func:`jobs.join_key_types.join_key_type`, but ``uint64`` with a signed integer exactly, as a 38-digit decimal
-    (PostgreSQL and DuckDB compare them exactly; as floats 2**63 - 1 equalled 2**63)."""
+    (PostgreSQL and DuckDB compare them exactly; as floats 2**63 - 1 equalled 2**63), and timestamps of two zones or
+    units as instants, in the finer unit (a naive one with a zoned one: None, as the ``join`` step refuses them)."""
     integers = left.is_integer() and right.is_integer()
     if integers and pl.UInt64() in (left, right) and (left.is_signed_integer() or right.is_signed_integer()):
         return pl.Decimal(38, 0)
+    if isinstance(left, pl.Datetime) and isinstance(right, pl.Datetime) and None not in (left.time_zone, right.time_zone):
+        # Two zones or units: Polars' SQL casts to no zoned type, but a zoned time cast to a naive one is its UTC instant.
+        return None if left == right else pl.Datetime(max(left.time_unit, right.time_unit, key=list(TIME_DIGITS).index))
     return join_key_type(left, right)
 
 
@@ -120,43 +136,55 @@ def _cast(side: exp.Expression, to: pl.DataType, tree: exp.Expression, number: i
 
 
 def _may_differ(candidates: list[exp.Expression], by_name: Mapping[str, set[pl.DataType]]) -> bool:
-    """Whether an equality of ``candidates`` may compare types Polars does not join. Without typing the query: where
-    each side is a column whose name has one type (:func:`jobs.sql_types.types_by_name`), by those types (21 of the 22 TPC-H queries);
-    anything else may."""
+    """Whether a pair of ``candidates`` may compare types Polars does not join. Without typing the query: where each
+    side is a column whose name has one type (:func:`jobs.sql_types.types_by_name`), by those types (21 of the 22
+    TPC-H queries); anything else may."""
     for node in candidates:
-        types = []
-        for side in _compared(node) or ():
-            column = side.this if isinstance(side, exp.Alias) else side
-            if not isinstance(column, exp.Column) or len(by_name.get(column.name, ())) != 1:
-                return True  # an expression, or a name of several or unknown types: typed below
-            types.extend(by_name[column.name])
-        if key_type(*types) is not None:
-            return True
+        for pair in _pairs(node):
+            types = []
+            for side in pair:
+                column = side.this if isinstance(side, exp.Alias) else side
+                if not isinstance(column, exp.Column) or len(by_name.get(column.name, ())) != 1:
+                    return True  # an expression, or a name of several or unknown types: typed below
+                types.extend(by_name[column.name])
+            if key_type(*types) is not None:
+                return True
     return False
 
 
+def _side_type(side: exp.Expression, by_name: Mapping[str, set[pl.DataType]]) -> pl.DataType | None:
+    """A typed side's Polars type: a column's own where its name has one (sqlglot's types hold no time zone), else
+    sqlglot's."""
+    column = side.this if isinstance(side, exp.Alias) else side
+    if isinstance(column, exp.Column) and len(types := by_name.get(column.name, set())) == 1:
+        return next(iter(types))
+    return polars_type(side.type)
+
+
 def cast_unlike_keys(tree: exp.Expression, schemas: Mapping[str, Mapping[str, pl.DataType]]) -> bool:
-    """Cast each equality (and ``IN (SELECT …)``) of ``tree``, a qualified query over ``schemas`` (table → column →
-    Polars type), that compares types Polars does not join: the sides not of their common type, to it. Changed in
-    place; whether it was."""
-    candidates = [node for node in tree.find_all(exp.EQ, exp.In) if _compared(node) is not None]
-    if not _may_differ(candidates, types_by_name(tree, schemas)):
+    """Cast each equality (``IN (SELECT …)``, ``INTERSECT`` and ``EXCEPT`` columns too) of ``tree``, a qualified query
+    over ``schemas`` (table → column → Polars type), that compares types Polars does not join: the sides not of their
+    common type, to it. Changed in place; whether it was."""
+    candidates = [node for node in tree.find_all(exp.EQ, exp.In, exp.Intersect, exp.Except) if _pairs(node)]
+    by_name = types_by_name(tree, schemas)
+    if not _may_differ(candidates, by_name):
         return False
     for number, node in enumerate(candidates):
         node.meta[_MARK] = number
     typed = typed_copy(tree, schemas)
-    # By equality: each side's cast, None for a side already of the common type (cast both, and Polars 1.44 loses a
-    # key column of an outer join whose ON has a condition besides the keys: "unable to find column k:f").
-    casts: dict[int, list[pl.DataType | None]] = {}
-    for node in typed.find_all(exp.EQ, exp.In):
-        sides = _compared(node) if _MARK in node.meta else None
-        types = [polars_type(side.type) for side in sides] if sides else [None, None]
-        if None not in types and (to := key_type(*types)) is not None:
-            casts[node.meta[_MARK]] = [None if dtype == to else to for dtype in types]
+    # By pair: each side's cast, None for a side already of the common type (cast both, and Polars 1.44 loses a key
+    # column of an outer join whose ON has a condition besides the keys: "unable to find column k:f").
+    casts: dict[tuple[int, int], list[pl.DataType | None]] = {}
+    for node in typed.find_all(exp.EQ, exp.In, exp.Intersect, exp.Except):
+        for position, pair in enumerate(_pairs(node) if _MARK in node.meta else []):
+            types = [_side_type(side, by_name) for side in pair]
+            if None not in types and (to := key_type(*types)) is not None:
+                casts[node.meta[_MARK], position] = [None if dtype == to else to for dtype in types]
     for number, node in enumerate(candidates):
-        for side, to in zip(_compared(node) or (), casts.get(number, ()), strict=False):
-            if to is not None:
-                _cast(side, to, tree, number)
+        for position, pair in enumerate(_pairs(node)):
+            for side, to in zip(pair, casts.get((number, position), ()), strict=False):
+                if to is not None:
+                    _cast(side, to, tree, number)
         node.meta.pop(_MARK, None)
     return bool(casts)
 

@@ -21,7 +21,7 @@ _FLOATS = frozenset({exp.DataType.Type.DOUBLE, exp.DataType.Type.FLOAT})
 
 
 def sql_type(dtype: pl.DataType) -> str | None:
-    """The SQL type sqlglot annotates a column of Polars type ``dtype`` with (numbers and naive timestamps; None for others)."""
+    """The SQL type sqlglot annotates a column of Polars type ``dtype`` with (numbers and timestamps; None for others)."""
     if dtype == pl.UInt64:
         return "UBIGINT"
     if dtype.is_integer():
@@ -30,8 +30,8 @@ def sql_type(dtype: pl.DataType) -> str | None:
         return "DOUBLE"
     if isinstance(dtype, pl.Decimal):
         return f"DECIMAL({dtype.precision}, {dtype.scale})"
-    if isinstance(dtype, pl.Datetime) and dtype.time_zone is None:
-        return f"TIMESTAMP({TIME_DIGITS[dtype.time_unit]})"
+    if isinstance(dtype, pl.Datetime):
+        return f"{'TIMESTAMP' if dtype.time_zone is None else 'TIMESTAMPTZ'}({TIME_DIGITS[dtype.time_unit]})"
     return None
 
 
@@ -48,9 +48,11 @@ def polars_type(annotated: exp.DataType | None) -> pl.DataType | None:
     sizes = [int(size.name) for size in annotated.expressions if size.name.isdigit()]
     if annotated.this == exp.DataType.Type.DECIMAL and len(sizes) == 2:
         return pl.Decimal(sizes[0], sizes[1])
-    if annotated.this == exp.DataType.Type.TIMESTAMP:
+    if annotated.this in (exp.DataType.Type.TIMESTAMP, exp.DataType.Type.TIMESTAMPTZ):
         digits = sizes[0] if sizes else 6
-        return pl.Datetime(next((unit for unit, n in TIME_DIGITS.items() if n == digits), "us"))
+        unit = next((unit for unit, n in TIME_DIGITS.items() if n == digits), "us")
+        # A zoned type's zone is not in sqlglot's types: UTC stands for any (a column's own is read off its name).
+        return pl.Datetime(unit, "UTC" if annotated.this == exp.DataType.Type.TIMESTAMPTZ else None)
     return None
 
 

@@ -27,7 +27,7 @@ from tests.test_sql_source import assert_same, run_polars
 duckdb = pytest.importorskip("duckdb")
 
 D = decimal.Decimal
-TABLES = ("ints", "floats", "decimals", "unsigned", "millis", "nanos", "bigints", "bigfloats", "bigunsigned")
+TABLES = ("ints", "floats", "decimals", "unsigned", "millis", "nanos", "bigints", "bigfloats", "bigunsigned", "utc", "berlin")
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +49,11 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pq.write_table(pa.table({"k": pa.array([float(2**53), 5.0]), "bf": ["f53", "f5"]}), root / "bigfloats.parquet")
     unsigned = [1, 3, 2**63 + 5, None, 2**63, 2**64 - 1]
     pq.write_table(pa.table({"k": pa.array(unsigned, pa.uint64()), "bu": [f"u{n}" for n in range(len(unsigned))]}), root / "bigunsigned.parquet")
+    # One instant in two zones and units: 01:00 in Berlin is 00:00 UTC.
+    instants = pa.array([datetime.datetime(2024, 1, 1), datetime.datetime(2024, 1, 2, 0, 0, 0, 1000), None], pa.timestamp("ms", tz="UTC"))
+    pq.write_table(pa.table({"t": instants, "z": ["z1", "z2", "zn"]}), root / "utc.parquet")
+    berlin = pa.array([datetime.datetime(2024, 1, 1), datetime.datetime(2024, 1, 2), datetime.datetime(2024, 1, 3)], pa.timestamp("ns", tz="UTC"))
+    pq.write_table(pa.table({"t": berlin.cast(pa.timestamp("ns", tz="Europe/Berlin")), "zb": ["b1", "b2", "b3"]}), root / "berlin.parquet")
     return root
 
 
@@ -96,6 +101,12 @@ QUERIES = {
     "signed_in_unsigned": "SELECT bi FROM bigints WHERE k IN (SELECT k FROM bigunsigned)",
     # The key of a table joined before: Polars takes no expression over it in a later join's ON.
     "a_key_joined_before": "SELECT x.a, z.b FROM ints x JOIN ints y ON x.k = y.k JOIN floats z ON y.k = z.k",
+    # Zoned timestamps of two zones and units compare as instants; INTERSECT and EXCEPT join their columns as keys.
+    "zones_and_units_as_instants": "SELECT u.z, b.zb FROM utc u JOIN berlin b ON u.t = b.t",
+    "zoned_in_zoned": "SELECT zb FROM berlin WHERE t IN (SELECT t FROM utc)",
+    "intersect_of_int_and_float": "SELECT k FROM ints INTERSECT SELECT k FROM floats",
+    "except_of_float_and_int": "SELECT k FROM floats EXCEPT SELECT k FROM ints",
+    "intersect_of_two_columns": "SELECT k, a FROM ints INTERSECT SELECT k, b FROM floats",
     "grouped_counts_by_a_float_key": "SELECT f.b, count(*) AS n FROM floats f JOIN ints i ON i.k = f.k GROUP BY f.b",
 }
 
