@@ -164,11 +164,13 @@ RESERVED_PREFIX = "__spillway_"
 
 def _refuse_reserved(schema: Schema, before: Schema, where: str, field: str, fix: str = "give it another name") -> None:
     """A column ``schema`` gained over ``before`` must not take a name the engines keep for their working columns
-    (a window step's row index, a join's row numbers: a clash failed the job or mixed the two up)."""
+    (a window step's row index, a join's row numbers: a clash failed the job or mixed the two up), nor hold a NUL byte."""
     for name in schema:
         if name.startswith(RESERVED_PREFIX) and name not in before:
             raise SpecError(f"{where}: column '{name}' starts with '{RESERVED_PREFIX}', which Spillway keeps for the working "
                             f"columns of its steps: {fix}", field=field)
+        if "\0" in name and name not in before:  # Polars panics writing it (a C string), after all the work
+            raise SpecError(f"{where}: column {name!r} holds a NUL byte, which no column written can: {fix}", field=field)
 
 
 def _check_step(schema: Schema, step: Step, where: str, field: str, schema_of: _SourceSchemas) -> Schema:

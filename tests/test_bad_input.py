@@ -173,6 +173,26 @@ def test_a_column_named_like_the_engines_working_columns_is_a_422(
     assert error["code"] == "invalid_spec" and error["field"] == field and "__spillway_" in error["message"]
 
 
+@pytest.mark.parametrize(("steps", "field"), [
+    ([{"op": "rename", "columns": {"amount": "x\u0000y"}}], "steps[0]"),
+    ([{"op": "assign", "column": "a\u0000", "expr": "amount + 1"}], "steps[0]"),
+])
+def test_a_column_name_with_a_nul_byte_is_a_422(
+    service: ServiceProcess, sample_data: dict[str, Path], tmp_path: Path, steps: list[dict[str, Any]], field: str,
+) -> None:
+    """Accepted, such a name made Polars panic as it wrote the result (a C string), after all the work."""
+    error = error_of(post(service, json=base_spec(sample_data, tmp_path, steps=steps)), 422)
+    assert error["code"] == "invalid_spec" and error["field"] == field and "NUL byte" in error["message"]
+
+
+def test_a_sql_output_column_with_a_nul_byte_is_a_422(service: ServiceProcess, sample_data: dict[str, Path], tmp_path: Path) -> None:
+    spec = {"sources": {"sales": {"format": "parquet", "path": str(sample_data["sales"])},
+                        "q": {"sql": 'SELECT region AS "r\u0000x" FROM sales'}},
+            "source": "q", "sink": {"path": str(tmp_path / "out")}, "engine": "polars"}
+    error = error_of(post(service, json=spec), 422)
+    assert error["field"] == "sources.q" and "NUL byte" in error["message"], error
+
+
 def test_a_source_column_named_like_the_engines_working_columns_is_a_422(service: ServiceProcess, tmp_path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
