@@ -139,7 +139,8 @@ def _polars_join_conditions(select: exp.Select) -> None:
         name = _source_name(join.this)
         # A WHERE is applied after a later RIGHT or FULL join, which would drop the rows it adds.
         outer_later = any((later.args.get("side") or "").upper() in ("RIGHT", "FULL") for later in joins[index + 1:])
-        on = join.args.get("on")
+        if (on := join.args.get("on")) is not None:  # ON (a = b): Polars refuses a parenthesised constraint
+            join.set("on", on := and_all([part.unnest() for part in conjuncts(on.unnest())]))
         side = (join.args.get("side") or "").upper()
         kind = (join.args.get("kind") or "").upper()
         if on is not None and kind not in ("SEMI", "ANTI"):

@@ -147,6 +147,8 @@ ACCEPTED = {
                                             "HAVING region IN (SELECT region FROM sales WHERE amount > 140) AND count(*) > 1", False),
     "having_exists_correlated_by_a_group_key": ("SELECT s.product_id, count(*) AS n FROM sales s GROUP BY s.product_id HAVING EXISTS "
                                                 "(SELECT 1 FROM products p WHERE p.product_id = s.product_id AND p.unit_cost > 20)", False),
+    "parenthesised_on": ("SELECT s.order_id, p.category FROM sales s JOIN products p ON (s.product_id = p.product_id) "
+                         "LEFT JOIN products q ON ((q.product_id = s.product_id) AND (q.unit_cost > 20)) WHERE s.order_id < 60", False),
     "having_on_a_group_key": ("SELECT region, count(*) AS n FROM sales GROUP BY region HAVING count(*) > 500 AND region <> 'test'",
                               False),
     "date_arithmetic": ("SELECT count(*) AS n FROM sales WHERE ts >= DATE '2026-01-31' + INTERVAL '1' MONTH "
