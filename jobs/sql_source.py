@@ -121,6 +121,20 @@ def _rewritten(tree: exp.Query, types: dict[str, dict[str, str]], field: str) ->
         raise SqlRefused(f"{field}: cannot rewrite the query: {str(exc).splitlines()[0][:300]}", field=field) from None
 
 
+#: Polars' words where a subquery still reads the outer query's columns (it runs no correlated subquery itself).
+_CORRELATED = ("no table or struct column named", "subquery is not currently supported in this position")
+
+
+def _polars_refusal(exc: Exception, tree: exp.Expression) -> str:
+    """Why Polars' SQL refuses the query: its first line, and what to do where a correlated subquery is the cause."""
+    reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0].split(": Query {")[0]  # not its parse tree
+    words = f"Polars' SQL cannot run this query: {reason[:300]}"
+    if any(marker in reason for marker in _CORRELATED) and tree.find(exp.Subquery, exp.Exists, exp.In):
+        words += ("; a subquery reads the outer query's columns in a form that cannot be made a join (only AND-ed "
+                  "equalities, and one <> in EXISTS, can): join the tables, or compute the subquery in a CTE and join it")
+    return words
+
+
 def plan_sql(text: str, field: str, name: str, sources: list[str], schema_of: Callable[[str], Schema]) -> SqlPlan:
     """Check the SQL source ``name`` (its text at ``field``) against the spec's named ``sources``.
 
@@ -145,7 +159,7 @@ def plan_sql(text: str, field: str, name: str, sources: list[str], schema_of: Ca
             planned = run_sql(sql, {table: _empty_frame(s) for table, s in schemas.items()}).collect().schema
             break
         except _POLARS_ERRORS as exc:
-            refusal = refusal or "Polars' SQL cannot run this query: " + (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            refusal = refusal or _polars_refusal(exc, tree)
         except WindowRefused as exc:  # a window over values of a kind it does not take, or in a correlated subquery
             refusal = refusal or str(exc)
         except RecursionError:  # splitting a query with ordered windows walks it once per level

@@ -276,6 +276,9 @@ REFUSED = {
     "cast_to_unlisted_type": ("SELECT CAST(amount AS INTERVAL) FROM sales", "CAST to INTERVAL is not allowed"),
     "polars_cannot": ("SELECT s.order_id FROM sales s JOIN products p ON s.amount > p.unit_cost OR s.quantity = 1",
                       "Polars' SQL cannot run this query: unsupported join constraint operator 'Or'"),
+    "correlated_by_an_or": ("SELECT order_id FROM sales s WHERE s.product_id IN (SELECT p.product_id FROM products p "
+                            "WHERE p.category = s.region OR p.unit_cost > 20)",
+                            "a subquery reads the outer query's columns in a form that cannot be made a join"),
     "right_join_after_commas": ("SELECT * FROM sales a, products b RIGHT JOIN products c ON b.product_id = c.product_id",
                                 "a RIGHT JOIN after a FROM list with commas is not run"),
     "not_sql": ("this is not sql", "only a SELECT query is allowed, not 'THIS'"),
