@@ -22,7 +22,7 @@ from spillway.jobs.status import JobStatus
 from spillway.jobs.validate import plan_spec
 from spillway.service.client import SpillwayClient
 from tests.conftest import wait_terminal
-from tests.test_sql_source import assert_same, run_polars
+from tests.test_sql_source import assert_gpu_gives_the_cpus_answer, assert_same, run_polars
 
 duckdb = pytest.importorskip("duckdb")
 
@@ -144,15 +144,7 @@ def test_an_unlike_key_runs_through_rest(api: SpillwayClient, data: Path, refere
 @pytest.mark.parametrize("name", sorted(QUERIES))
 def test_an_equality_of_unlike_types_on_the_gpu_matches_the_cpu(data: Path, name: str) -> None:
     """The casts on cudf-polars, which raises (never falls back) on what it cannot run."""
-    pytest.importorskip("cudf_polars")
-    from spillway.jobs.gpu_support import gpu_engine, gpu_refusal
-    from spillway.jobs.polars_frame import build_lazyframe
-
-    frame = build_lazyframe(plan_spec(JobSpec.model_validate(spec(data, QUERIES[name]))))
-    refusal = gpu_refusal(frame)
-    if refusal is not None:
-        pytest.xfail(f"cudf-polars does not run {name}: {refusal}")
-    assert_same(frame.collect(engine=gpu_engine()).to_pandas(), frame.collect().to_pandas(), ordered=False)
+    assert_gpu_gives_the_cpus_answer(spec(data, QUERIES[name]), name, ordered=False)
 
 
 @pytest.mark.engines("polars")

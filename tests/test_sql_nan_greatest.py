@@ -17,7 +17,7 @@ import pytest
 
 from spillway.jobs.spec import JobSpec
 from spillway.jobs.validate import plan_spec
-from tests.test_sql_source import assert_same, run_polars
+from tests.test_sql_source import assert_gpu_gives_the_cpus_answer, assert_same, run_polars
 
 duckdb = pytest.importorskip("duckdb")
 
@@ -82,12 +82,5 @@ def test_a_max_of_no_float_is_left_as_written(data: Path) -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", sorted(QUERIES))
 def test_max_and_greatest_on_the_gpu_match_the_cpu(data: Path, name: str) -> None:
-    pytest.importorskip("cudf_polars")
-    from spillway.jobs.gpu_support import gpu_engine, gpu_refusal
-    from spillway.jobs.polars_frame import build_lazyframe
-
-    frame = build_lazyframe(plan_spec(JobSpec.model_validate(spec(data, QUERIES[name]))))
-    refusal = gpu_refusal(frame)
-    if refusal is not None:
-        pytest.xfail(f"cudf-polars does not run {name}: {refusal}")
-    assert_same(frame.collect(engine=gpu_engine()).to_pandas(), frame.collect().to_pandas(), ordered=False)
+    """MAX and GREATEST with their NaN tests on cudf-polars, whose comparisons follow IEEE (jobs.sql_nan writes them out)."""
+    assert_gpu_gives_the_cpus_answer(spec(data, QUERIES[name]), name, ordered=False)

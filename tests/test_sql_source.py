@@ -492,19 +492,25 @@ GPU_QUERIES = ["join_groupby_order", "cte_and_scalar_subquery", "exists_and_in",
                "ordered_windows", "top_per_group_cte", "rank_of_groups"]
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("name", GPU_QUERIES)
-def test_sql_on_the_gpu_matches_the_cpu(data: dict[str, Path], name: str) -> None:
-    """The SQL source's LazyFrame on cudf-polars gives the CPU's answer (or cudf-polars says why not)."""
+def assert_gpu_gives_the_cpus_answer(spec: dict[str, Any], name: str, *, ordered: bool) -> None:
+    """The spec's LazyFrame on cudf-polars gives the CPU's answer, or the test is an xfail saying why cudf-polars does
+    not run it (raise_on_fail: it never falls back to the CPU). For GPU-marked tests."""
     pytest.importorskip("cudf_polars")
     from spillway.jobs.gpu_support import gpu_engine, gpu_refusal
 
-    sql, ordered = ACCEPTED[name]
-    frame = build_lazyframe(plan_spec(JobSpec.model_validate(sql_spec(data, sql))))
+    frame = build_lazyframe(plan_spec(JobSpec.model_validate(spec)))
     refusal = gpu_refusal(frame)
     if refusal is not None:
         pytest.xfail(f"cudf-polars does not run {name}: {refusal}")
     assert_same(frame.collect(engine=gpu_engine()).to_pandas(), frame.collect().to_pandas(), ordered=ordered)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", GPU_QUERIES)
+def test_sql_on_the_gpu_matches_the_cpu(data: dict[str, Path], name: str) -> None:
+    """The SQL source's LazyFrame on cudf-polars gives the CPU's answer (or cudf-polars says why not)."""
+    sql, ordered = ACCEPTED[name]
+    assert_gpu_gives_the_cpus_answer(sql_spec(data, sql), name, ordered=ordered)
 
 
 def test_polars_kind_of_every_type() -> None:
