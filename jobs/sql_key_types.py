@@ -68,7 +68,9 @@ def key_type(left: pl.DataType, right: pl.DataType) -> pl.DataType | None:
     if isinstance(left, pl.Datetime) and isinstance(right, pl.Datetime) and None not in (left.time_zone, right.time_zone):
         # Two zones or units: Polars' SQL casts to no zoned type, but a zoned time cast to a naive one is its UTC instant.
         return None if left == right else pl.Datetime(max(left.time_unit, right.time_unit, key=list(TIME_DIGITS).index))
-    return join_key_type(left, right)
+    common = join_key_type(left, right)
+    # Only what a SQL cast here can write (a column of nulls only, text with a dictionary: left as Polars finds them).
+    return common if common is not None and (common.is_float() or isinstance(common, (pl.Decimal, pl.Datetime))) else None
 
 
 def _references(tree: exp.Expression, column: exp.Column) -> int:
@@ -152,12 +154,24 @@ def _may_differ(candidates: list[exp.Expression], by_name: Mapping[str, set[pl.D
     return False
 
 
-def _side_type(side: exp.Expression, by_name: Mapping[str, set[pl.DataType]]) -> pl.DataType | None:
-    """A typed side's Polars type: a column's own where its name has one (sqlglot's types hold no time zone), else
-    sqlglot's."""
+def _tables_by_alias(tree: exp.Expression) -> dict[str, str]:
+    """Each alias of a source table in ``tree`` that names one table only (an alias used twice is left out)."""
+    named: dict[str, set[str]] = {}
+    for table in tree.find_all(exp.Table):
+        named.setdefault(table.alias_or_name, set()).add(table.name)
+    return {alias: next(iter(names)) for alias, names in named.items() if len(names) == 1}
+
+
+def _side_type(side: exp.Expression, schemas: Mapping[str, Mapping[str, pl.DataType]], tables: Mapping[str, str],
+               by_name: Mapping[str, set[pl.DataType]]) -> pl.DataType | None:
+    """A typed side's Polars type: a source column's own, by its table's alias or else by its name where that has one
+    type (sqlglot's types hold no time zone), else sqlglot's."""
     column = side.this if isinstance(side, exp.Alias) else side
-    if isinstance(column, exp.Column) and len(types := by_name.get(column.name, set())) == 1:
-        return next(iter(types))
+    if isinstance(column, exp.Column):
+        if (dtype := schemas.get(tables.get(column.table, ""), {}).get(column.name)) is not None:
+            return dtype
+        if len(types := by_name.get(column.name, set())) == 1:
+            return next(iter(types))
     return polars_type(side.type)
 
 
@@ -172,12 +186,13 @@ def cast_unlike_keys(tree: exp.Expression, schemas: Mapping[str, Mapping[str, pl
     for number, node in enumerate(candidates):
         node.meta[_MARK] = number
     typed = typed_copy(tree, schemas)
+    tables = _tables_by_alias(typed)
     # By pair: each side's cast, None for a side already of the common type (cast both, and Polars 1.44 loses a key
     # column of an outer join whose ON has a condition besides the keys: "unable to find column k:f").
     casts: dict[tuple[int, int], list[pl.DataType | None]] = {}
     for node in typed.find_all(exp.EQ, exp.In, exp.Intersect, exp.Except):
         for position, pair in enumerate(_pairs(node) if _MARK in node.meta else []):
-            types = [_side_type(side, by_name) for side in pair]
+            types = [_side_type(side, schemas, tables, by_name) for side in pair]
             if None not in types and (to := key_type(*types)) is not None:
                 casts[node.meta[_MARK], position] = [None if dtype == to else to for dtype in types]
     for number, node in enumerate(candidates):
