@@ -55,6 +55,12 @@ def grouping_error(tree: exp.Expression) -> tuple[str, exp.Expression] | None:
             inner = next(iter(_aggregates(aggregate)), None)
             if inner is not None:
                 return f"an aggregate inside an aggregate ('{aggregate.sql()[:80]}') is not SQL; aggregate in a subquery or CTE first", inner
+        where = select.args.get("where")
+        for aggregate in _aggregates(where) if where is not None else ():
+            columns = list(aggregate.find_all(exp.Column))
+            if not columns or any(column.table in _sources(select) for column in columns):  # else the outer query's
+                return (f"an aggregate in WHERE ('{aggregate.sql()[:80]}') is not SQL (WHERE tests rows before they are "
+                        "grouped); test it in HAVING"), aggregate
         group = select.args.get("group")
         having = select.args.get("having")
         grouped = group is not None or having is not None or any(
@@ -69,15 +75,32 @@ def grouping_error(tree: exp.Expression) -> tuple[str, exp.Expression] | None:
             if column is not None:
                 return (f"column '{column.name}' must appear in GROUP BY or be used in an aggregate function "
                         "(as PostgreSQL and DuckDB require)"), column
+            if (column := _ungrouped_in_subquery(part, keys, own)) is not None:
+                return (f"a subquery reads column '{column.name}', which must appear in GROUP BY or be used in an aggregate "
+                        "function (as PostgreSQL and DuckDB require)"), column
     return None
 
 
+def _outer_columns(query: exp.Expression) -> Iterator[exp.Column]:
+    """The columns the nested ``query`` reads of tables it does not name itself (after qualify, a column names its
+    table): the outer query's."""
+    named = {table.alias_or_name for table in query.find_all(exp.Table)} | {sub.alias for sub in query.find_all(exp.Subquery) if sub.alias}
+    return (column for column in query.find_all(exp.Column) if column.table and column.table not in named)
+
 
 def _correlated_by_keys_only(query: exp.Expression, keys: set[str]) -> bool:
-    """Whether the nested ``query`` reads, of the tables it does not name itself, only the group ``keys`` (after
-    qualify, a column names its table): then it has one answer per group, and may test rows before grouping."""
-    named = {table.alias_or_name for table in query.find_all(exp.Table)} | {sub.alias for sub in query.find_all(exp.Subquery) if sub.alias}
-    return all(column.table in named or column.sql() in keys for column in query.find_all(exp.Column) if column.table)
+    """Whether the nested ``query`` reads of the outer query only its group ``keys``, none inside an aggregate (which
+    is the outer query's, a value per group): then it has one answer per group, and may test rows before grouping."""
+    return all(column.sql() in keys and column.find_ancestor(exp.AggFunc) is None for column in _outer_columns(query))
+
+
+def _ungrouped_in_subquery(part: exp.Expression, keys: set[str], own: set[str]) -> exp.Column | None:
+    """A column of the grouped query that a query nested in ``part`` reads neither as a group key nor in an aggregate."""
+    for query in part.find_all(*_SCOPES):
+        for column in _outer_columns(query):
+            if column.table in own and column.sql() not in keys and column.find_ancestor(exp.AggFunc) is None:
+                return column
+    return None
 
 
 def _own_columns(node: exp.Expression) -> Iterator[exp.Column]:

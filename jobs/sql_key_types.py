@@ -21,9 +21,13 @@ import polars as pl
 from sqlglot import exp
 
 from spillway.jobs.join_key_types import join_key_type
+from spillway.jobs.sql_exists import EXISTS_ALIAS
 from spillway.jobs.sql_types import TIME_DIGITS, polars_type, typed_copy, types_by_name
 
 _MARK = "spillway_key_equality"
+#: The prefixes of the derived tables a subquery is rewritten into (sqlglot's unnest_subqueries, jobs.sql_exists): grouped
+#: by the key they are compared on, where SQL compares every matching row (a JOIN of a user's grouped table must not).
+_SUBQUERY_TABLES = ("_u_", EXISTS_ALIAS)
 
 
 def _cast_type(dtype: pl.DataType) -> exp.DataType:
@@ -81,14 +85,15 @@ def _references(tree: exp.Expression, column: exp.Column) -> int:
 
 
 def _derived_projection(column: exp.Column, tree: exp.Expression) -> tuple[exp.Select, exp.Expression] | None:
-    """The select and projection of a derived table (a subquery in the FROM or a JOIN of the column's own select)
-    that ``column`` reads, where it is read nowhere else but in ``IS NULL`` tests; None otherwise."""
+    """The select and projection of a subquery's derived table (in the FROM or a JOIN of the column's own select) that
+    ``column`` reads, where it is read nowhere else but in ``IS NULL`` tests; None otherwise."""
     select = column.find_ancestor(exp.Select)
     if select is None or _references(tree, column) != 1:
         return None
     from_ = select.args.get("from_")
     for source in [from_.this if from_ is not None else None, *(join.this for join in select.args.get("joins") or [])]:
-        if isinstance(source, exp.Subquery) and source.alias_or_name == column.table and isinstance(source.this, exp.Select):
+        if (isinstance(source, exp.Subquery) and source.alias_or_name == column.table and isinstance(source.this, exp.Select)
+                and source.alias_or_name.startswith(_SUBQUERY_TABLES)):
             projection = next((e for e in source.this.expressions if e.alias_or_name == column.name), None)
             return (source.this, projection) if isinstance(projection, exp.Alias) else None
     return None

@@ -44,12 +44,18 @@ def _candidates(tree: exp.Expression) -> list[exp.Expression]:
     found = []
     for node in reversed(list(tree.find_all(exp.Max, exp.Greatest, bfs=False))):
         window = node.parent if isinstance(node.parent, exp.Window) else None
-        if window is not None and window.args.get("order") is not None:
-            continue
+        if window is not None and window.args.get("order") is not None and not _whole_partition(window):
+            continue  # a running or sliding max: the window step's, NaN where one has been
         if any(subquery.alias_or_name.startswith(EXISTS_ALIAS) for subquery in _enclosing_subqueries(node)):
             continue
         found.append(node)
     return found
+
+
+def _whole_partition(window: exp.Window) -> bool:
+    """Whether an ordered window's frame is its whole partition (BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)."""
+    spec = window.args.get("spec")
+    return spec is not None and str(spec.args.get("start", "")).upper() == "UNBOUNDED" and str(spec.args.get("end", "")).upper() == "UNBOUNDED"
 
 
 def _enclosing_subqueries(node: exp.Expression) -> list[exp.Subquery]:
@@ -93,12 +99,15 @@ def nan_greatest(tree: exp.Expression, schemas: Schemas) -> bool:
     """Write each ``MAX`` and ``GREATEST`` of ``tree`` (a qualified query over ``schemas``: table → column → Polars
     type) that has a float argument with NaN as its greatest value. Changed in place; whether it was."""
     candidates = _candidates(tree)
-    if not candidates or not any(dtype.is_float() for columns in schemas.values() for dtype in columns.values()):
+    if not candidates:  # a float may be computed (CAST(s AS DOUBLE), 'NaN'): no float column is needed for a NaN
         return False
     floats = _float_arguments(candidates, tree, schemas)
     changed = False
     for number, node in enumerate(candidates):
-        nan_arguments = [argument for argument, is_float in zip(_arguments(node), floats.get(number, []), strict=False) if is_float]
+        # A GREATEST's constant argument is not tested: a test of constants only is one value where Polars wants a
+        # column ("length 1 doesn't match the DataFrame height"), so a constant NaN there is skipped, as Polars does.
+        nan_arguments = [argument for argument, is_float in zip(_arguments(node), floats.get(number, []), strict=False)
+                         if is_float and (isinstance(node, exp.Max) or argument.find(exp.Column) is not None)]
         if not nan_arguments:
             continue
         if isinstance(node, exp.Max):

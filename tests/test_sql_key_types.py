@@ -107,6 +107,9 @@ QUERIES = {
     "intersect_of_int_and_float": "SELECT k FROM ints INTERSECT SELECT k FROM floats",
     "except_of_float_and_int": "SELECT k FROM floats EXCEPT SELECT k FROM ints",
     "intersect_of_two_columns": "SELECT k, a FROM ints INTERSECT SELECT k, b FROM floats",
+    # A user's grouped table keeps its groups in a JOIN (each matches): only a subquery's is grouped as compared.
+    "a_grouped_table_joined_on_a_float_key": "SELECT d.n, f.bf FROM (SELECT k AS kk, count(*) AS n FROM bigints GROUP BY k) d "
+                                             "JOIN bigfloats f ON d.kk = f.k",
     "grouped_counts_by_a_float_key": "SELECT f.b, count(*) AS n FROM floats f JOIN ints i ON i.k = f.k GROUP BY f.b",
 }
 

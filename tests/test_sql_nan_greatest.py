@@ -34,6 +34,7 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "y": pa.array([0.5, 0.5, NAN, 9.0, None, 1.0, 2.0, None, 0.0]),
         "s": ["a", "b", "c", "d", "e", "f", "g", "h", "i"],
     }), root / "t.parquet")
+    pq.write_table(pa.table({"v": ["1.5", "NaN", "2", None], "h": pa.array([1, 1, 2, 2], pa.int64())}), root / "texts.parquet")
     return root
 
 
@@ -43,12 +44,14 @@ def referee(data: Path) -> Any:
     # A table, not a view over the file: DuckDB 2.0 answers a MAX over parquet from the row groups' statistics, which
     # leave NaN out (max(x) is 5.0 there, NaN over the same rows in a table, as in PostgreSQL).
     con.execute(f"create table t as select * from read_parquet('{data / 't.parquet'}')")
+    con.execute(f"create table texts as select * from read_parquet('{data / 'texts.parquet'}')")
     yield con
     con.close()
 
 
 def spec(data: Path, sql: str) -> dict[str, Any]:
-    return {"sources": {"t": {"format": "parquet", "path": str(data / "t.parquet")}, "q": {"sql": sql}}, "source": "q",
+    sources = {name: {"format": "parquet", "path": str(data / f"{name}.parquet")} for name in ("t", "texts")}
+    return {"sources": {**sources, "q": {"sql": sql}}, "source": "q",
             "sink": {"path": "/tmp/unused-sql-nan-greatest"}}
 
 
@@ -63,6 +66,10 @@ QUERIES = {
     "max_of_greatest": "SELECT g, max(greatest(x, y)) AS m FROM t GROUP BY g",
     "having_max": "SELECT g FROM t GROUP BY g HAVING max(x) > 4",
     "max_in_a_cte_compared": "WITH m AS (SELECT g, max(x) AS top FROM t GROUP BY g) SELECT g FROM m WHERE top > 100",
+    "whole_partition_ordered_window": "SELECT s, max(x) OVER (PARTITION BY g ORDER BY s ROWS BETWEEN UNBOUNDED PRECEDING "
+                                      "AND UNBOUNDED FOLLOWING) AS m FROM t",
+    "running_max_is_the_window_steps": "SELECT s, max(x) OVER (PARTITION BY g ORDER BY s) AS m FROM t",
+    "max_of_a_computed_float_where_no_column_is_one": "SELECT h, max(CAST(v AS DOUBLE PRECISION)) AS m FROM texts GROUP BY h",
     "min_is_unchanged": "SELECT g, min(x) AS lo FROM t GROUP BY g",
 }
 

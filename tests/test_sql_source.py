@@ -279,6 +279,14 @@ REFUSED = {
     "correlated_by_an_or": ("SELECT order_id FROM sales s WHERE s.product_id IN (SELECT p.product_id FROM products p "
                             "WHERE p.category = s.region OR p.unit_cost > 20)",
                             "a subquery reads the outer query's columns in a form that cannot be made a join"),
+    "aggregate_in_where": ("SELECT region FROM sales WHERE amount > avg(amount)", "an aggregate in WHERE ('AVG("),
+    "ungrouped_column_in_a_having_subquery": ("SELECT region, count(*) AS n FROM sales s GROUP BY region HAVING region IN "
+                                              "(SELECT p.category FROM products p WHERE p.unit_cost = s.amount)",
+                                              "a subquery reads column 'amount', which must appear in GROUP BY"),
+    # Valid SQL Polars cannot run; it was moved to WHERE (its sum read only a group key) and answered wrongly.
+    "outer_aggregate_in_a_having_subquery": ("SELECT s.region, count(*) AS n FROM sales s GROUP BY s.region HAVING EXISTS "
+                                             "(SELECT 1 FROM products p WHERE p.product_id = count(s.region))",
+                                             "a subquery reads the outer query's columns in a form that cannot be made a join"),
     "right_join_after_commas": ("SELECT * FROM sales a, products b RIGHT JOIN products c ON b.product_id = c.product_id",
                                 "a RIGHT JOIN after a FROM list with commas is not run"),
     "not_sql": ("this is not sql", "only a SELECT query is allowed, not 'THIS'"),
