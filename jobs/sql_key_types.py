@@ -28,6 +28,7 @@ _MARK = "spillway_key_equality"
 #: The prefixes of the derived tables a subquery is rewritten into (sqlglot's unnest_subqueries, jobs.sql_exists): grouped
 #: by the key they are compared on, where SQL compares every matching row (a JOIN of a user's grouped table must not).
 _SUBQUERY_TABLES = ("_u_", EXISTS_ALIAS)
+_COMPARED = (exp.EQ, exp.In, exp.Intersect, exp.Except)
 
 
 def _cast_type(dtype: pl.DataType) -> exp.DataType:
@@ -114,9 +115,9 @@ def _joined_before(column: exp.Column) -> exp.Table | None:
 
 
 def _cast(side: exp.Expression, to: pl.DataType, tree: exp.Expression, number: int) -> None:
-    """Compare ``side`` in ``to``: cast inside the derived table it reads, where it reads one (so that the table's
-    grouping is of the cast values: two integers one float apart must not both match), through a derived table over
-    a table joined before, or in place; a projection keeps its output name."""
+    """Compare ``side`` in ``to``: cast inside the subquery's derived table it reads, where it reads one (so that the
+    table's grouping is of the cast values: two integers one float apart must not both match), through a derived
+    table over a table joined before, or where it is; a projection keeps its output name."""
     cast_type = _cast_type(to)
     if isinstance(side, exp.Column) and (derived := _derived_projection(side, tree)) is not None:
         select, projection = derived
@@ -168,23 +169,35 @@ def _tables_by_alias(tree: exp.Expression) -> dict[str, str]:
 
 
 def _side_type(side: exp.Expression, schemas: Mapping[str, Mapping[str, pl.DataType]], tables: Mapping[str, str],
-               by_name: Mapping[str, set[pl.DataType]]) -> pl.DataType | None:
-    """A typed side's Polars type: a source column's own, by its table's alias or else by its name where that has one
-    type (sqlglot's types hold no time zone), else sqlglot's."""
+               by_name: Mapping[str, set[pl.DataType]]) -> tuple[pl.DataType | None, bool]:
+    """A typed side's Polars type, and whether it is exact: a source column's own, by its table's alias or else by its
+    name where that has one type; else sqlglot's, which hold no time zone (a zoned one stands for any zone)."""
     column = side.this if isinstance(side, exp.Alias) else side
     if isinstance(column, exp.Column):
         if (dtype := schemas.get(tables.get(column.table, ""), {}).get(column.name)) is not None:
-            return dtype
+            return dtype, True
         if len(types := by_name.get(column.name, set())) == 1:
-            return next(iter(types))
-    return polars_type(side.type)
+            return next(iter(types)), True
+    return polars_type(side.type), False
+
+
+def _common(typed: list[tuple[pl.DataType | None, bool]]) -> pl.DataType | None:
+    """The type a pair is compared in (:func:`key_type`), None where it is compared as it is. Zoned times whose zone is
+    not known are compared as instants all the same (their zones may differ)."""
+    (left, left_exact), (right, right_exact) = typed
+    if left is None or right is None:
+        return None
+    zoned = all(isinstance(dtype, pl.Datetime) and dtype.time_zone is not None for dtype in (left, right))
+    if zoned and not (left_exact and right_exact):
+        return pl.Datetime(max(left.time_unit, right.time_unit, key=list(TIME_DIGITS).index))  # type: ignore[union-attr]
+    return key_type(left, right)
 
 
 def cast_unlike_keys(tree: exp.Expression, schemas: Mapping[str, Mapping[str, pl.DataType]]) -> bool:
     """Cast each equality (``IN (SELECT …)``, ``INTERSECT`` and ``EXCEPT`` columns too) of ``tree``, a qualified query
     over ``schemas`` (table → column → Polars type), that compares types Polars does not join: the sides not of their
     common type, to it. Changed in place; whether it was."""
-    candidates = [node for node in tree.find_all(exp.EQ, exp.In, exp.Intersect, exp.Except) if _pairs(node)]
+    candidates = [node for node in tree.find_all(*_COMPARED) if _pairs(node)]
     by_name = types_by_name(tree, schemas)
     if not _may_differ(candidates, by_name):
         return False
@@ -195,11 +208,11 @@ def cast_unlike_keys(tree: exp.Expression, schemas: Mapping[str, Mapping[str, pl
     # By pair: each side's cast, None for a side already of the common type (cast both, and Polars 1.44 loses a key
     # column of an outer join whose ON has a condition besides the keys: "unable to find column k:f").
     casts: dict[tuple[int, int], list[pl.DataType | None]] = {}
-    for node in typed.find_all(exp.EQ, exp.In, exp.Intersect, exp.Except):
+    for node in typed.find_all(*_COMPARED):
         for position, pair in enumerate(_pairs(node) if _MARK in node.meta else []):
-            types = [_side_type(side, schemas, tables, by_name) for side in pair]
-            if None not in types and (to := key_type(*types)) is not None:
-                casts[node.meta[_MARK], position] = [None if dtype == to else to for dtype in types]
+            typed_sides = [_side_type(side, schemas, tables, by_name) for side in pair]
+            if (to := _common(typed_sides)) is not None:
+                casts[node.meta[_MARK], position] = [None if dtype == to else to for dtype, _ in typed_sides]
     for number, node in enumerate(candidates):
         for position, pair in enumerate(_pairs(node)):
             for side, to in zip(pair, casts.get((number, position), ()), strict=False):
