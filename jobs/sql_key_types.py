@@ -29,6 +29,7 @@ _MARK = "spillway_key_equality"
 #: by the key they are compared on, where SQL compares every matching row (a JOIN of a user's grouped table must not).
 _SUBQUERY_TABLES = ("_u_", EXISTS_ALIAS)
 _COMPARED = (exp.EQ, exp.In, exp.Intersect, exp.Except)
+_WRAPPER = "spillway_key_wrapper"
 
 
 def _cast_type(dtype: pl.DataType) -> exp.DataType:
@@ -100,18 +101,32 @@ def _derived_projection(column: exp.Column, tree: exp.Expression) -> tuple[exp.S
     return None
 
 
-def _joined_before(column: exp.Column) -> exp.Table | None:
-    """The table ``column`` reads where it was joined by an earlier JOIN of the select whose later JOIN's ``ON`` holds
-    it: Polars takes no expression over such a column as a key ("'alias' is not allowed in a join key")."""
+def _joined_before(column: exp.Column) -> exp.Expression | None:
+    """The table or derived table ``column`` reads where an earlier JOIN of the select whose later JOIN's ``ON`` holds
+    it joined it: Polars takes no expression over such a column as a key ("'alias' is not allowed in a join key")."""
     join = column.find_ancestor(exp.Join)
     select = join.parent if join is not None else None
-    if not isinstance(select, exp.Select) or join.args.get("on") is None or not column.find_ancestor(exp.Join) is join:
+    if not isinstance(select, exp.Select) or join.args.get("on") is None:
         return None
     joins = select.args.get("joins") or []
     for earlier in joins[:joins.index(join)] if join in joins else []:
-        if isinstance(earlier.this, exp.Table) and earlier.this.alias_or_name == column.table:
+        if isinstance(earlier.this, (exp.Table, exp.Subquery)) and earlier.this.alias_or_name == column.table:
             return earlier.this
     return None
+
+
+def _key_column(source: exp.Expression, column: exp.Column, cast_type: exp.DataType, name: str) -> None:
+    """Give the joined ``source`` (a table, a derived table, or the wrapper an earlier key made) a column ``name``
+    holding ``column`` cast to ``cast_type``, through a derived table over it that keeps its alias."""
+    alias = source.alias_or_name
+    key = exp.alias_(exp.cast(exp.column(column.name, alias, quoted=True), cast_type), name, quoted=True)
+    if source.meta.get(_WRAPPER):  # a second key of the same table: one wrapper, one more column
+        source.this.select(key, copy=False)
+        return
+    inner = source.copy()
+    wrapper = exp.Subquery(this=exp.select(exp.Star(), key).from_(inner), alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True)))
+    wrapper.meta[_WRAPPER] = True
+    source.replace(wrapper)
 
 
 def _cast(side: exp.Expression, to: pl.DataType, tree: exp.Expression, number: int) -> None:
@@ -127,12 +142,10 @@ def _cast(side: exp.Expression, to: pl.DataType, tree: exp.Expression, number: i
                 key.replace(exp.cast(key.copy(), cast_type))
         projection.set("this", exp.cast(value.copy(), cast_type))
         return
-    if isinstance(side, exp.Column) and (table := _joined_before(side)) is not None:
+    if isinstance(side, exp.Column) and (source := _joined_before(side)) is not None:
         name = f"_spillway_key{number}_{side.name}"
-        alias = table.alias_or_name
-        columns = exp.select(exp.Star(), exp.alias_(exp.cast(exp.column(side.name, alias, quoted=True), cast_type), name, quoted=True))
-        table.replace(exp.Subquery(this=columns.from_(table.copy()), alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True))))
-        side.replace(exp.column(name, alias, quoted=True))
+        _key_column(source, side, cast_type, name)
+        side.replace(exp.column(name, side.table, quoted=True))
         return
     value = side.this if isinstance(side, exp.Alias) else side
     cast = exp.cast(value.copy(), cast_type)

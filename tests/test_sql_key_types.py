@@ -102,6 +102,10 @@ QUERIES = {
     "signed_in_unsigned": "SELECT bi FROM bigints WHERE k IN (SELECT k FROM bigunsigned)",
     # The key of a table joined before: Polars takes no expression over it in a later join's ON.
     "a_key_joined_before": "SELECT x.a, z.b FROM ints x JOIN ints y ON x.k = y.k JOIN floats z ON y.k = z.k",
+    "a_key_joined_before_used_twice": "SELECT x.a, z.b, w.b AS b2 FROM ints x JOIN ints y ON x.k = y.k JOIN floats z ON y.k = z.k "
+                                      "JOIN floats w ON y.k = w.k",
+    "a_derived_tables_key_joined_before": "SELECT x.a, z.b FROM ints x JOIN (SELECT k, a FROM ints) y ON x.k = y.k "
+                                          "JOIN floats z ON y.k = z.k",
     # Zoned timestamps of two zones and units compare as instants; INTERSECT and EXCEPT join their columns as keys.
     "zones_and_units_as_instants": "SELECT u.z, b.zb FROM utc u JOIN berlin b ON u.t = b.t",
     "zoned_in_zoned": "SELECT zb FROM berlin WHERE t IN (SELECT t FROM utc)",
