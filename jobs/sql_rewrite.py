@@ -319,6 +319,11 @@ def polars_sql(tree: exp.Query, tables: Mapping[str, Mapping[str, str]], field: 
                              "write the condition in WHERE, or join a subquery that filters that table", field=field)
     for select in list(tree.find_all(exp.Select)):
         key_conditions_to_where(select)  # before unnesting: HAVING k IN (SELECT …) on a group key is a WHERE's
+        having = select.args.get("having")
+        if having is not None and (left := next((n for n in having.find_all(exp.In) if n.args.get("query")), None)) is not None:
+            # Unnested, it tests a joined column beside the aggregates, which Polars fails on as it runs ("cannot cast List").
+            raise SqlRefused(f"{field}: {left.sql(dialect=DIALECT)[:80]}{position(left)}: IN (SELECT …) in HAVING over an aggregate "
+                             "is not run; compute the groups in a CTE and test them in its WHERE", field=field)
         decorrelate_exists(select)
         not_in_as_joins(select)
     bases = []

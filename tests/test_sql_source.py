@@ -279,6 +279,10 @@ REFUSED = {
     "correlated_by_an_or": ("SELECT order_id FROM sales s WHERE s.product_id IN (SELECT p.product_id FROM products p "
                             "WHERE p.category = s.region OR p.unit_cost > 20)",
                             "a subquery reads the outer query's columns in a form that cannot be made a join"),
+    # Unnested, an IN beside the aggregates was accepted and failed as the job ran ("cannot cast List type").
+    "in_subquery_in_having_over_an_aggregate": ("SELECT region, count(*) AS n FROM sales GROUP BY region HAVING max(quantity) IN "
+                                                "(SELECT quantity FROM sales WHERE amount > 140)",
+                                                "IN (SELECT …) in HAVING over an aggregate is not run; compute the groups in a CTE"),
     "aggregate_in_where": ("SELECT region FROM sales WHERE amount > avg(amount)", "an aggregate in WHERE ('AVG("),
     "ungrouped_column_in_a_having_subquery": ("SELECT region, count(*) AS n FROM sales s GROUP BY region HAVING region IN "
                                               "(SELECT p.category FROM products p WHERE p.unit_cost = s.amount)",
