@@ -2,15 +2,16 @@
 
 Polars joins keys only of one type: ``ON s.amount = p.product_id`` with a float and an integer fails
 as the job runs ("datatypes of join keys don't match"), and so do a decimal with an integer, ``uint64``
-with a signed integer and timestamps of two units, where PostgreSQL and DuckDB compare them. Run
+with a signed integer, timestamps of two units or zones, where PostgreSQL and DuckDB compare them. Run
 wherever the query is (:func:`jobs.sql_source.run_sql`): at submit, over empty frames of coarse kinds
 (every number an int64, so only a computed key, ``k * 1.0``, differs there), and when the job runs, over
-the sources' real types. Each equality of two expressions whose types (sqlglot's, over those types)
-Polars would not join is compared in the type the step language's ``join`` compares such keys in
-(:func:`jobs.join_key_types.join_key_type`: an integer with a float as floats, a decimal with an integer
-exactly, the finer of two time units), each side not of that type cast to it; so is ``x IN (SELECT y
-...)``, which Polars runs as a semi-join. Only equalities are cast: they are what Polars may make a join
-of, and comparing both sides in the common type keeps their answer.
+the sources' real types. Each equality Polars would not take, ``x IN (SELECT y ...)`` (a semi-join to
+Polars) and each column pair of ``INTERSECT``/``EXCEPT`` is compared in one type (:func:`key_type`: the
+``join`` step's, :func:`jobs.join_key_types.join_key_type`, except ``uint64`` with a signed integer
+exactly and zoned times as instants), each side not of that type cast to it: inside a subquery's derived
+table, so that its grouping is of the compared values; through a derived table over a table joined
+before, whose columns Polars takes as keys only bare; else where it stands. Only equalities are cast:
+they are what Polars makes joins of, and comparing both sides in the common type keeps their answer.
 """
 
 from __future__ import annotations
