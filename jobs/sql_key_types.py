@@ -30,7 +30,9 @@ _MARK = "spillway_key_equality"
 #: by the key they are compared on, where SQL compares every matching row (a JOIN of a user's grouped table must not).
 _SUBQUERY_TABLES = ("_u_", EXISTS_ALIAS)
 _COMPARED = (exp.EQ, exp.In, exp.Intersect, exp.Except)
+_ORDERINGS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
 _WRAPPER = "spillway_key_wrapper"
+_LITERAL_MARK = "spillway_zoned_literal"
 
 
 def _cast_type(dtype: pl.DataType) -> exp.DataType:
@@ -62,6 +64,26 @@ def _pairs(node: exp.Expression) -> list[tuple[exp.Expression, exp.Expression]]:
                 isinstance(e, exp.Star) for e in [*left.expressions, *right.expressions]):
             return []
         return list(zip(left.expressions, right.expressions, strict=True))
+    return []
+
+
+def _timestamp_literal(node: exp.Expression) -> bool:
+    """``TIMESTAMP '…'`` (a cast of a text literal to a naive timestamp)."""
+    return (isinstance(node, exp.Cast) and isinstance(node.this, exp.Literal) and node.this.is_string
+            and node.to.this == exp.DataType.Type.TIMESTAMP)
+
+
+def _literal_pairs(node: exp.Expression) -> list[tuple[exp.Expression, exp.Expression]]:
+    """A comparison's (or ``BETWEEN``'s) pairs of a value and a ``TIMESTAMP '…'`` literal: a zoned value is compared
+    with one as its UTC instant (PostgreSQL reads the literal in the session's zone, UTC here), where Polars fails
+    as it prunes parquet row groups ("could not evaluate '<' comparison between … Datetime('ms', 'UTC') and … Datetime('μs')")."""
+    if isinstance(node, exp.Between):
+        return [(node.this, bound) for bound in (node.args["low"], node.args["high"]) if _timestamp_literal(bound)]
+    if isinstance(node, _ORDERINGS):
+        if _timestamp_literal(node.expression):
+            return [(node.this, node.expression)]
+        if _timestamp_literal(node.this):
+            return [(node.expression, node.this)]
     return []
 
 
@@ -213,8 +235,9 @@ def cast_unlike_keys(tree: exp.Expression, schemas: Mapping[str, Mapping[str, pl
     common type, to it. Changed in place; whether it was."""
     candidates = [node for node in tree.find_all(*_COMPARED) if _pairs(node)]
     by_name = types_by_name(tree, schemas)
+    zoned = _zoned_against_literals(tree, schemas, by_name)
     if not _may_differ(candidates, by_name):
-        return False
+        return zoned
     for number, node in enumerate(candidates):
         node.meta[_MARK] = number
     typed = typed_copy(tree, schemas)
@@ -233,7 +256,38 @@ def cast_unlike_keys(tree: exp.Expression, schemas: Mapping[str, Mapping[str, pl
                 if to is not None:
                     _cast(side, to, tree, number)
         node.meta.pop(_MARK, None)
-    return bool(casts)
+    return bool(casts) or zoned
+
+
+def _zoned_against_literals(tree: exp.Expression, schemas: Mapping[str, Mapping[str, pl.DataType]],
+                            by_name: Mapping[str, set[pl.DataType]]) -> bool:
+    """Cast each zoned value compared with a ``TIMESTAMP '…'`` literal (:func:`_literal_pairs`) to a naive timestamp of
+    its unit, its UTC instant. A column is judged by its name; anything else by typing the query. Whether any was."""
+    pairs = [pair for node in tree.find_all(exp.Between, *_ORDERINGS) for pair in _literal_pairs(node)]
+    if not pairs:
+        return False
+    values: list[tuple[exp.Expression, pl.DataType]] = []
+    untyped = []
+    for number, (value, _) in enumerate(pairs):
+        types = by_name.get(value.name, set()) if isinstance(value, exp.Column) else set()
+        if len(types) == 1:
+            dtype = next(iter(types))
+            if isinstance(dtype, pl.Datetime) and dtype.time_zone is not None:
+                values.append((value, dtype))
+        elif not isinstance(value, exp.Column) or types:  # an expression, or a name of several types
+            value.meta[_LITERAL_MARK] = number
+            untyped.append(number)
+    if untyped:
+        for node in typed_copy(tree, schemas).find_all(exp.Expression):
+            if (number := node.meta.get(_LITERAL_MARK)) is not None:
+                dtype = polars_type(node.type)
+                if isinstance(dtype, pl.Datetime) and dtype.time_zone is not None:
+                    values.append((pairs[number][0], dtype))
+        for value, _ in pairs:
+            value.meta.pop(_LITERAL_MARK, None)
+    for value, dtype in values:
+        value.replace(exp.cast(value.copy(), _cast_type(pl.Datetime(dtype.time_unit))))
+    return bool(values)
 
 
 __all__ = ["cast_unlike_keys", "key_type"]

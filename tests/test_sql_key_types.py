@@ -111,6 +111,10 @@ QUERIES = {
     "zoned_in_zoned": "SELECT zb FROM berlin WHERE t IN (SELECT t FROM utc)",
     # A computed zoned time's zone is unknown to sqlglot's types: compared as instants all the same.
     "a_computed_zoned_key": "SELECT u.z, b.zb FROM utcns u JOIN berlin b ON u.t = b.t + INTERVAL '0 seconds'",
+    # A zoned column against a TIMESTAMP literal, read as UTC: Polars failed as it pruned row groups by their statistics.
+    "a_zoned_column_against_a_timestamp_literal": "SELECT z FROM utc WHERE t >= TIMESTAMP '2024-01-01 12:00:00'",
+    "a_zoned_column_between_timestamp_literals": "SELECT z FROM utcns WHERE t BETWEEN TIMESTAMP '2024-01-01 00:00:00' "
+                                                 "AND TIMESTAMP '2024-01-02 00:00:00'",
     "intersect_of_int_and_float": "SELECT k FROM ints INTERSECT SELECT k FROM floats",
     "except_of_float_and_int": "SELECT k FROM floats EXCEPT SELECT k FROM ints",
     "intersect_of_two_columns": "SELECT k, a FROM ints INTERSECT SELECT k, b FROM floats",
