@@ -23,16 +23,14 @@ from sqlglot import exp
 
 from spillway.jobs.join_key_types import join_key_type
 from spillway.jobs.sql_exists import EXISTS_ALIAS
-from spillway.jobs.sql_types import TIME_DIGITS, polars_type, typed_copy, types_by_name
+from spillway.jobs.sql_types import TIME_DIGITS, polars_type, typed_twins, types_by_name
 
-_MARK = "spillway_key_equality"
 #: The prefixes of the derived tables a subquery is rewritten into (sqlglot's unnest_subqueries, jobs.sql_exists): grouped
 #: by the key they are compared on, where SQL compares every matching row (a JOIN of a user's grouped table must not).
 _SUBQUERY_TABLES = ("_u_", EXISTS_ALIAS)
 _COMPARED = (exp.EQ, exp.In, exp.Intersect, exp.Except)
 _ORDERINGS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
 _WRAPPER = "spillway_key_wrapper"
-_LITERAL_MARK = "spillway_zoned_literal"
 
 
 def _cast_type(dtype: pl.DataType) -> exp.DataType:
@@ -238,24 +236,20 @@ def cast_unlike_keys(tree: exp.Expression, schemas: Mapping[str, Mapping[str, pl
     zoned = _zoned_against_literals(tree, schemas, by_name)
     if not _may_differ(candidates, by_name):
         return zoned
-    for number, node in enumerate(candidates):
-        node.meta[_MARK] = number
-    typed = typed_copy(tree, schemas)
-    tables = _tables_by_alias(typed)
+    tables = _tables_by_alias(tree)
     # By pair: each side's cast, None for a side already of the common type (cast both, and Polars 1.44 loses a key
     # column of an outer join whose ON has a condition besides the keys: "unable to find column k:f").
     casts: dict[tuple[int, int], list[pl.DataType | None]] = {}
-    for node in typed.find_all(*_COMPARED):
-        for position, pair in enumerate(_pairs(node) if _MARK in node.meta else []):
+    for number, twin in enumerate(typed_twins(tree, schemas, candidates)):
+        for position, pair in enumerate(_pairs(twin) if twin is not None else []):
             typed_sides = [_side_type(side, schemas, tables, by_name) for side in pair]
             if (to := _common(typed_sides)) is not None:
-                casts[node.meta[_MARK], position] = [None if dtype == to else to for dtype, _ in typed_sides]
+                casts[number, position] = [None if dtype == to else to for dtype, _ in typed_sides]
     for number, node in enumerate(candidates):
         for position, pair in enumerate(_pairs(node)):
             for side, to in zip(pair, casts.get((number, position), ()), strict=False):
                 if to is not None:
                     _cast(side, to, tree, number)
-        node.meta.pop(_MARK, None)
     return bool(casts) or zoned
 
 
@@ -266,25 +260,18 @@ def _zoned_against_literals(tree: exp.Expression, schemas: Mapping[str, Mapping[
     pairs = [pair for node in tree.find_all(exp.Between, *_ORDERINGS) for pair in _literal_pairs(node)]
     if not pairs:
         return False
-    values: list[tuple[exp.Expression, pl.DataType]] = []
+    values: list[tuple[exp.Expression, pl.DataType | None]] = []
     untyped = []
-    for number, (value, _) in enumerate(pairs):
+    for value, _ in pairs:
         types = by_name.get(value.name, set()) if isinstance(value, exp.Column) else set()
         if len(types) == 1:
-            dtype = next(iter(types))
-            if isinstance(dtype, pl.Datetime) and dtype.time_zone is not None:
-                values.append((value, dtype))
+            values.append((value, next(iter(types))))
         elif not isinstance(value, exp.Column) or types:  # an expression, or a name of several types
-            value.meta[_LITERAL_MARK] = number
-            untyped.append(number)
+            untyped.append(value)
     if untyped:
-        for node in typed_copy(tree, schemas).find_all(exp.Expression):
-            if (number := node.meta.get(_LITERAL_MARK)) is not None:
-                dtype = polars_type(node.type)
-                if isinstance(dtype, pl.Datetime) and dtype.time_zone is not None:
-                    values.append((pairs[number][0], dtype))
-        for value, _ in pairs:
-            value.meta.pop(_LITERAL_MARK, None)
+        values += [(value, polars_type(twin.type) if twin is not None else None)
+                   for value, twin in zip(untyped, typed_twins(tree, schemas, untyped), strict=True)]
+    values = [(value, dtype) for value, dtype in values if isinstance(dtype, pl.Datetime) and dtype.time_zone is not None]
     for value, dtype in values:
         value.replace(exp.cast(value.copy(), _cast_type(pl.Datetime(dtype.time_unit))))
     return bool(values)

@@ -19,9 +19,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from spillway.jobs.sql_exists import EXISTS_ALIAS
-from spillway.jobs.sql_types import Schemas, polars_type, typed_copy, types_by_name
-
-_MARK = "spillway_nan_greatest"
+from spillway.jobs.sql_types import Schemas, polars_type, typed_twins, types_by_name
 
 
 def _nan() -> exp.Expression:
@@ -83,15 +81,10 @@ def _float_arguments(candidates: list[exp.Expression], tree: exp.Expression, sch
             flags.append(next(iter(types)).is_float())
         else:
             floats[number] = flags
-    if untyped:
-        for number, node in enumerate(candidates):
-            node.meta[_MARK] = number
-        for node in typed_copy(tree, schemas).find_all(exp.Max, exp.Greatest):
-            if node.meta.get(_MARK) in untyped:
-                floats[node.meta[_MARK]] = [(dtype := polars_type(argument.type)) is not None and dtype.is_float()
-                                            for argument in _arguments(node)]
-        for node in candidates:
-            node.meta.pop(_MARK, None)
+    twins = typed_twins(tree, schemas, [candidates[number] for number in untyped]) if untyped else []
+    for number, twin in zip(untyped, twins, strict=True):
+        if twin is not None:
+            floats[number] = [(dtype := polars_type(argument.type)) is not None and dtype.is_float() for argument in _arguments(twin)]
     return floats
 
 

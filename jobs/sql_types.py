@@ -4,7 +4,7 @@ unambiguous; otherwise a copy of the tree is typed by sqlglot."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import polars as pl
 from sqlglot import exp
@@ -16,6 +16,7 @@ from spillway.jobs.sql_check import DIALECT
 Schemas = Mapping[str, Mapping[str, pl.DataType]]
 #: The digits of a second's fraction of each Polars time unit: TIMESTAMP(9) is nanoseconds.
 TIME_DIGITS = {"ms": 3, "us": 6, "ns": 9}
+_TWIN = "spillway_typed_twin"
 _INTEGERS = frozenset({exp.DataType.Type.BIGINT, exp.DataType.Type.INT, exp.DataType.Type.SMALLINT, exp.DataType.Type.TINYINT})
 _FLOATS = frozenset({exp.DataType.Type.DOUBLE, exp.DataType.Type.FLOAT})
 
@@ -94,4 +95,20 @@ def typed_copy(tree: exp.Expression, schemas: Schemas) -> exp.Expression:
     return annotate_types(qualified, schema=known, dialect=DIALECT)
 
 
-__all__ = ["TIME_DIGITS", "Schemas", "polars_type", "sql_type", "typed_copy", "types_by_name"]
+def typed_twins(tree: exp.Expression, schemas: Schemas, nodes: Sequence[exp.Expression]) -> list[exp.Expression | None]:
+    """Each of ``nodes`` (nodes of ``tree``) as it stands in :func:`typed_copy`, sqlglot's type on it (``.type``);
+    None for one that qualifying replaced. One typing for all of them: the passes that need types ask once."""
+    for number, node in enumerate(nodes):
+        node.meta[_TWIN] = number
+    twins: list[exp.Expression | None] = [None] * len(nodes)
+    try:
+        for twin in typed_copy(tree, schemas).find_all(exp.Expression):
+            if (number := twin.meta.get(_TWIN)) is not None:
+                twins[number] = twin
+    finally:
+        for node in nodes:
+            node.meta.pop(_TWIN, None)
+    return twins
+
+
+__all__ = ["TIME_DIGITS", "Schemas", "polars_type", "sql_type", "typed_copy", "typed_twins", "types_by_name"]
