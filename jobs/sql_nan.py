@@ -146,7 +146,11 @@ def total_order(op: str, a: exp.Expression, b: exp.Expression, *, a_nan: bool, b
     node_type = next(t for t, name in _OPERATORS.items() if name == op)
     plain = node_type(this=a.copy(), expression=b.copy())
     if op == "=":
-        return _any(plain, _all(_is_nan(a), _is_nan(b))) if a_nan and b_nan else plain
+        if not (a_nan and b_nan):
+            return plain
+        if constant_nan(a) is None and constant_nan(b) is None:
+            return _equal_pairs(a, b)
+        return _any(plain, _all(_is_nan(a), _is_nan(b)))
     if op == "<>":
         return _all(plain, _not(_all(_is_nan(a), _is_nan(b)))) if a_nan and b_nan else plain
     if op in ("<", "<="):  # b NaN: every number a is below it, a NaN only under "<=" (equal)
@@ -156,6 +160,21 @@ def total_order(op: str, a: exp.Expression, b: exp.Expression, *, a_nan: bool, b
     if not a_nan:  # ">", ">=" mirror "<", "<="
         return plain
     return _any(plain, _nan_above(a, b, strict=op == ">" and b_nan))
+
+
+def _nan_as_zero(node: exp.Expression) -> exp.Expression:
+    return exp.Case(ifs=[exp.If(this=_is_nan(node), true=exp.Literal.number("0.0"))], default=node.copy())
+
+
+def _equal_pairs(a: exp.Expression, b: exp.Expression) -> exp.Expression:
+    """``a = b`` with NaN equal to NaN as two equalities, ``(a <> a) = (b <> b) AND nan_as_zero(a) = nan_as_zero(b)``.
+
+    The same truth as ``a = b OR (a <> a AND b <> b)`` (null where either side is), but a conjunction of equalities
+    of one side each, so Polars still plans it as a hash join where it joins two frames (a scalar subquery that
+    sqlglot made a cross join: TPC-H Q15); the OR became a nested loop join, which cudf-polars refuses.
+    """
+    return exp.paren(exp.and_(exp.EQ(this=_is_nan(a), expression=_is_nan(b)),
+                              exp.EQ(this=_nan_as_zero(a), expression=_nan_as_zero(b)), copy=False), copy=False)
 
 
 def _kept_as_written(node: exp.Expression) -> bool:

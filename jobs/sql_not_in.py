@@ -1,23 +1,29 @@
-"""``x NOT IN (SELECT y FROM ...)`` in ``WHERE`` as two joins, with SQL's nulls.
+"""``x NOT IN (SELECT y FROM ...)`` in ``WHERE`` as two hash joins, with SQL's nulls.
 
 Polars' SQL plans ``NOT IN (subquery)`` with list functions (``implode``, ``list.contains``,
 ``has_nulls``) that cudf-polars does not run (TPC-H Q16 on an H200). In SQL the condition is
 true when the subquery has no rows; otherwise null for a null ``x``, false when ``x`` is among
 the values, null when it is not but a value is null, and true else. In ``WHERE`` null drops the
-row as false does, so the row is kept exactly when::
+row as false does, so the row is kept exactly when ``x`` matches no value, the subquery has no
+null, and ``x`` is not null unless the subquery has no rows. As joins::
 
-    c.rows = 0 OR (x IS NOT NULL AND m.k IS NULL AND c.nulls = 0)
+    LEFT JOIN (SELECT DISTINCT y AS k FROM ... WHERE y IS NOT NULL) m ON m.k = x
+    JOIN (SELECT FALSE AS x_null FROM (counts) WHERE nulls = 0
+          UNION ALL SELECT TRUE FROM (counts) WHERE rows = 0) c ON c.x_null = (x IS NULL)
+    WHERE m.k IS NULL
 
-over ``LEFT JOIN (SELECT DISTINCT y AS k FROM ... WHERE y IS NOT NULL) m ON m.k = x`` and
-``CROSS JOIN (SELECT count(*) AS rows, count(*) - count(y) AS nulls FROM ...) c``. Only an
-uncorrelated subquery of one column, as a conjunct of ``WHERE``, is rewritten.
+where ``counts`` is ``SELECT count(*) AS rows, count(*) - count(y) AS nulls FROM ...``: ``c`` holds
+the values of "``x`` is null" the subquery lets through (none, false, or both). Every condition is a
+key equality, so both are hash joins; a filter over the counts of a cross join and the left join's
+columns was planned by Polars as a nested loop join, which cudf-polars refuses (TPC-H Q16 on an H100,
+2026-12-06). Only an uncorrelated subquery of one column, as a conjunct of ``WHERE``, is rewritten.
 """
 
 from __future__ import annotations
 
 from sqlglot import exp
 
-from spillway.jobs.sql_exists import and_all, rewrite_where_conjuncts
+from spillway.jobs.sql_exists import rewrite_where_conjuncts
 
 
 def _uncorrelated(query: exp.Select) -> bool:
@@ -44,6 +50,20 @@ def _shape(part: exp.Expression) -> tuple[exp.Expression, exp.Select] | None:
     return inner.this, query
 
 
+def _null_x_allowed(query: exp.Select, value: exp.Expression) -> exp.Expression:
+    """``SELECT FALSE AS x_null … WHERE nulls = 0 UNION ALL SELECT TRUE … WHERE rows = 0`` over ``query``'s counts."""
+
+    def when(condition: str, x_null: bool) -> exp.Select:
+        counts = query.copy()
+        nulls = exp.Sub(this=exp.Count(this=exp.Star()), expression=exp.Count(this=value.copy()))
+        counts.set("expressions", [exp.alias_(exp.Count(this=exp.Star()), "rows", quoted=True), exp.alias_(nulls, "nulls", quoted=True)])
+        return (exp.select(exp.alias_(exp.Boolean(this=x_null), "x_null", quoted=True))
+                .from_(exp.Subquery(this=counts, alias=exp.TableAlias(this=exp.to_identifier("_spillway_counts", quoted=True))))
+                .where(exp.EQ(this=exp.column(condition, table="_spillway_counts", quoted=True), expression=exp.Literal.number(0))))
+
+    return exp.union(when("nulls", False), when("rows", True), distinct=False)
+
+
 def not_in_as_joins(select: exp.Select) -> None:
     """Rewrite each uncorrelated ``NOT x IN (subquery)`` among the conjuncts of ``select``'s WHERE."""
 
@@ -59,17 +79,11 @@ def not_in_as_joins(select: exp.Select) -> None:
         distinct.set("expressions", [exp.alias_(value.copy(), "k", quoted=True)])
         distinct.set("distinct", exp.Distinct())
         distinct = distinct.where(exp.Not(this=exp.Is(this=value.copy(), expression=exp.Null())), copy=False)
-        totals = query.copy()
-        nulls = exp.Sub(this=exp.Count(this=exp.Star()), expression=exp.Count(this=value.copy()))
-        totals.set("expressions", [exp.alias_(exp.Count(this=exp.Star()), "rows", quoted=True), exp.alias_(nulls, "nulls", quoted=True)])
         joins.append(exp.Join(this=exp.Subquery(this=distinct, alias=exp.TableAlias(this=exp.to_identifier(matches, quoted=True))),
                               side="LEFT", on=exp.EQ(this=exp.column("k", table=matches, quoted=True), expression=x.copy())))
-        joins.append(exp.Join(this=exp.Subquery(this=totals, alias=exp.TableAlias(this=exp.to_identifier(counts, quoted=True))),
-                              kind="CROSS"))
-        no_rows = exp.EQ(this=exp.column("rows", table=counts, quoted=True), expression=exp.Literal.number(0))
-        absent = and_all([exp.Not(this=exp.Is(this=x.copy(), expression=exp.Null())),
-                          exp.Is(this=exp.column("k", table=matches, quoted=True), expression=exp.Null()),
-                          exp.EQ(this=exp.column("nulls", table=counts, quoted=True), expression=exp.Literal.number(0))])
-        return exp.Paren(this=exp.or_(no_rows, exp.Paren(this=absent)))
+        x_null = exp.paren(exp.Is(this=x.copy(), expression=exp.Null()), copy=False)
+        joins.append(exp.Join(this=exp.Subquery(this=_null_x_allowed(query, value), alias=exp.TableAlias(this=exp.to_identifier(counts, quoted=True))),
+                              on=exp.EQ(this=exp.column("x_null", table=counts, quoted=True), expression=x_null)))
+        return exp.Is(this=exp.column("k", table=matches, quoted=True), expression=exp.Null())
 
     rewrite_where_conjuncts(select, rewrite)

@@ -7,12 +7,14 @@ each on the checked tree, bring a query within what it takes without changing it
   which also finds unknown columns, named here with the nearest name;
 - an ``EXISTS`` correlated by keys and one ``<>`` becomes a join with each key's smallest and
   largest value (:mod:`jobs.sql_exists`), an uncorrelated ``NOT IN (subquery)`` two joins with SQL's
-  nulls (:mod:`jobs.sql_not_in`); other correlated and uncorrelated subqueries in
+  nulls (:mod:`jobs.sql_not_in`), and a SELECT whose aggregates are one ``COUNT(DISTINCT x)`` two groupings
+  (:mod:`jobs.sql_distinct_counts`); other correlated and uncorrelated subqueries in
   ``WHERE``/``HAVING`` (``EXISTS``, ``IN``, scalar comparisons) become joins with grouped
   derived tables (sqlglot's ``unnest_subqueries``);
 - a ``FROM a, b, c`` list followed by explicit joins becomes inner joins on the ``WHERE``'s
   equalities (Polars binds an explicit join to the list's last table only);
-- a ``LEFT JOIN``'s conditions on the right table alone move into a derived table over it,
+- a ``LEFT JOIN``'s conditions on the right table alone move into a derived table over it, and
+  those on the tables before it into a key (``r.k = CASE WHEN cond THEN l.k END``),
   an ``INNER JOIN``'s non-key conditions into ``WHERE`` (Polars' ``ON`` takes key equalities);
 - a literal compared with an expression is written on the right (``x > 1`` for ``1 < x``: Polars 1.44
   miscounts the rows of ``0 < CASE … END`` after a ``WHERE``);
@@ -48,6 +50,7 @@ from spillway.jobs.sql_dates import fold_date_literals
 from spillway.jobs.sql_exists import and_all, conjuncts, decorrelate_exists
 from spillway.jobs.sql_gpu_forms import in_list_as_equalities, like_as_string_functions
 from spillway.jobs.sql_groups import grouping_error, key_conditions_to_where
+from spillway.jobs.sql_distinct_counts import distinct_counts_as_two_groupings
 from spillway.jobs.sql_not_in import not_in_as_joins
 from spillway.jobs.sql_polars_forms import aggregate_order_constants, float_powers, guarded_string_ends, literal_only_join, null_covariances, subquery_problem, timestamp_text, wide_counts, wide_integers
 from spillway.jobs.sql_truth import truth_tests
@@ -126,9 +129,28 @@ def _key_equality(condition: exp.Expression, left: set[str], right: str) -> bool
     return right in tables and any(t in left for t in tables if t != right)
 
 
+def _of_left_alone(condition: exp.Expression, left: set[str]) -> bool:
+    """Whether ``condition`` reads only tables joined before (and no subquery)."""
+    return condition.find(exp.Query, exp.Subquery) is None and _tables_of(condition) <= left
+
+
+def _left_conditions_in_a_key(key: exp.EQ, conditions: list[exp.Expression], right: str) -> None:
+    """A ``LEFT JOIN``'s conditions on the tables joined before, as a key: ``r.k = CASE WHEN cond THEN l.k END``.
+
+    A left row whose condition is false or null then has a null key and matches nothing, as SQL has it. Polars
+    planned the conditions as a nested loop join (every pair of rows), which cudf-polars 26.10 failed on with "Hash
+    join right table is empty" (an H100, 2026-12-06); the key keeps it a hash join on both engines.
+    """
+    if not conditions:
+        return
+    side = "this" if key.this.table != right else "expression"
+    guarded = exp.Case(ifs=[exp.If(this=and_all([c.copy() for c in conditions]), true=key.args[side].copy())])
+    key.set(side, guarded)
+
+
 def _polars_join_conditions(select: exp.Select) -> None:
-    """Polars' ON takes key equalities: move an inner join's other conditions to WHERE, and a left
-    join's conditions on its right table alone into a derived table over that table."""
+    """Polars' ON takes key equalities: move an inner join's other conditions to WHERE, a left join's conditions
+    on its right table alone into a derived table over that table, and those on the tables before it into a key."""
     from_ = select.args.get("from_")
     if from_ is None:
         return
@@ -150,9 +172,12 @@ def _polars_join_conditions(select: exp.Select) -> None:
             if others and side == "" and keys and not outer_later:
                 extra_where.extend(others)
                 join.set("on", and_all(keys))
-            elif others and side == "LEFT" and keys and all(_tables_of(c) == {name} for c in others):
-                inner = exp.select("*").from_(join.this.copy()).where(and_all([c.copy() for c in others]))
-                join.set("this", exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier(name, quoted=True))))
+            elif others and side == "LEFT" and keys and all(_tables_of(c) == {name} or _of_left_alone(c, seen) for c in others):
+                right_alone = [c for c in others if _tables_of(c) == {name}]
+                if right_alone:
+                    inner = exp.select("*").from_(join.this.copy()).where(and_all([c.copy() for c in right_alone]))
+                    join.set("this", exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier(name, quoted=True))))
+                _left_conditions_in_a_key(keys[0], [c for c in others if _tables_of(c) != {name}], name)
                 join.set("on", and_all(keys))
         seen.add(name)
     if extra_where:
@@ -326,6 +351,8 @@ def polars_sql(tree: exp.Query, tables: Mapping[str, Mapping[str, str]], field: 
                              "is not run; compute the groups in a CTE and test them in its WHERE", field=field)
         decorrelate_exists(select)
         not_in_as_joins(select)
+    for select in list(tree.find_all(exp.Select)):
+        distinct_counts_as_two_groupings(select)
     bases = []
     # sqlglot joins an IN subquery whose value is a window aggregate (COUNT(*) OVER …) without grouping it,
     # which repeats the outer rows once per match: subqueries in WHERE or HAVING with a window stay as written.

@@ -69,9 +69,8 @@ def _empty_frame(schema: Schema) -> pl.LazyFrame:
 def run_sql(sql: str, frames: Mapping[str, pl.LazyFrame], *, nan_terms: bool = True) -> pl.LazyFrame:
     """The LazyFrame of checked, regenerated ``sql`` over ``frames`` (by table name).
 
-    With ``nan_terms`` (where it may run on cudf-polars, whose comparisons follow IEEE) and a table with a float
-    column, comparisons that may meet a NaN are written out under NaN's total order (:mod:`jobs.sql_nan`; raises its
-    NanTermsTooLarge where they make the query too large or too deep for Polars' SQL). Equalities of types Polars
+    With ``nan_terms`` (where it may run on cudf-polars, whose comparisons follow IEEE), comparisons that may meet a
+    NaN are written out under NaN's total order (:mod:`jobs.sql_nan`; raises its NanTermsTooLarge where they make the query too large or too deep for Polars' SQL). Equalities of types Polars
     does not join (an integer and a float, say: known only from the frames) are cast to a common type
     (:mod:`jobs.sql_key_types`), and a ``MAX`` or ``GREATEST`` of floats is NaN where one is
     (:mod:`jobs.sql_nan_greatest`). Text with an ordered window is read back with sqlglot and split
@@ -88,7 +87,9 @@ def run_sql(sql: str, frames: Mapping[str, pl.LazyFrame], *, nan_terms: bool = T
     if any([cast_unlike_keys(typed_passes, schemas), nan_greatest(typed_passes, schemas)]):
         sql = polars_text(typed_passes)
     exists = EXISTS_ALIAS in sql  # an EXISTS made a join with each group's extremes, which skip a NaN
-    if (nan_terms or exists) and any(dtype.is_float() for schema in schemas.values() for dtype in schema.values()):
+    # With no float column a NaN still comes from a cast, a division or MAX's NaN tests (tests/test_sql_nan_greatest.py):
+    # a plan for cudf-polars always gets the terms; the EXISTS rewrite's extremes meet a NaN of a float column only.
+    if nan_terms or (exists and any(dtype.is_float() for schema in schemas.values() for dtype in schema.values())):
         from spillway.jobs.sql_nan import nan_aware  # comparisons that may meet a NaN, spelt out for cudf-polars' IEEE ones
 
         tree = nan_safe_exists(sqlglot.parse_one(sql, dialect=DIALECT), schemas)
@@ -156,7 +157,8 @@ def plan_sql(text: str, field: str, name: str, sources: list[str], schema_of: Ca
     for sql in _rewritten(tree, types, field):
         try:
             # Run on no rows, not only planned: Polars finds a mean of text or text compared with a number only then.
-            planned = run_sql(sql, {table: _empty_frame(s) for table, s in schemas.items()}).collect().schema
+            # No NaN terms: they change no output type, and the job's own plan writes them (a refusal there names the source).
+            planned = run_sql(sql, {table: _empty_frame(s) for table, s in schemas.items()}, nan_terms=False).collect().schema
             break
         except _POLARS_ERRORS as exc:
             refusal = refusal or _polars_refusal(exc, tree)

@@ -214,6 +214,8 @@ def _sql_value(node: Any, row: dict[str, float | None], *, ieee: bool) -> Any:
         return x + y if isinstance(n, exp.Add) else x - y if isinstance(n, exp.Sub) else x / y
     if isinstance(n, exp.Is):
         return value(n.this) is None
+    if isinstance(n, exp.Case):  # CASE WHEN … THEN … ELSE … END: a null condition is not true
+        return next((value(branch.args["true"]) for branch in n.args["ifs"] if value(branch.this) is True), value(n.args["default"]))
     if isinstance(n, exp.Not):
         inner = value(n.this)
         return None if inner is None else not inner

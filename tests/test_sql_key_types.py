@@ -90,6 +90,9 @@ QUERIES = {
     "a_computed_key": "SELECT i.a, f.b FROM ints i JOIN floats f ON i.k + 1 = f.k + 1",
     "a_key_and_a_condition": "SELECT i.a, f.b FROM ints i LEFT JOIN floats f ON f.k = i.k AND i.a <> 'x'",
     "a_decimal_key_and_a_condition": "SELECT i.a, d.c FROM ints i LEFT JOIN decimals d ON d.k = i.k AND i.a <> 'x'",
+    # Conditions on the left table, on both tables and on none: the first two are keys, the last a nested loop join.
+    "a_key_and_conditions_on_each_side": "SELECT i.a, f.b FROM ints i LEFT JOIN floats f ON f.k = i.k AND i.a <> 'x' AND f.b <> 's' AND 1 = 1",
+    "a_key_and_a_condition_on_both_tables": "SELECT i.a, f.b FROM ints i LEFT JOIN floats f ON f.k = i.k AND f.b < i.a",
     "an_alias_of_an_alias": "WITH c AS (SELECT k AS kk, b FROM floats), d AS (SELECT kk AS k2, b FROM c) SELECT i.a, d.b FROM ints i JOIN d ON i.k = d.k2",
     "a_named_derived_columns_list": "SELECT i.a, c.y FROM ints i JOIN (SELECT k, b FROM floats) AS c(x, y) ON i.k = c.x",
     # A subquery's keys are grouped as they are compared: 2**53 + 1 is 2**53 as a float, one match, not two.

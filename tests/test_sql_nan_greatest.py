@@ -86,6 +86,17 @@ def test_a_max_of_no_float_is_left_as_written(data: Path) -> None:
     assert "NaN" not in build_lazyframe(plan).explain()
 
 
+def test_a_plan_for_the_gpu_tests_a_computed_float_for_nan_where_no_column_is_a_float(data: Path) -> None:
+    """``MAX(CAST(v AS DOUBLE))`` over a table of no float column: its ``= NaN`` test is false for a NaN under IEEE, so
+    the plan for cudf-polars needs the ``x <> x`` term too. It was left out where no column was a float, and the
+    H100 gave 1.5 where the CPU gives NaN (2026-12-06)."""
+    from spillway.jobs.polars_frame import build_lazyframe
+
+    plan = plan_spec(JobSpec.model_validate(spec(data, QUERIES["max_of_a_computed_float_where_no_column_is_one"])))
+    assert 'col("v").strict_cast(Float64) != col("v").strict_cast(Float64)' in build_lazyframe(plan).explain()
+    assert "!=" not in build_lazyframe(plan, ieee_comparisons=False).explain()
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", sorted(QUERIES))
 def test_max_and_greatest_on_the_gpu_match_the_cpu(data: Path, name: str) -> None:

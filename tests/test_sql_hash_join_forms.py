@@ -1,0 +1,100 @@
+"""SQL shapes the rewrites keep as hash joins and plain group-bys, which cudf-polars runs.
+
+Found on an H100 (2026-12-06, bench/gpu_session.sh verify): Polars planned four shapes with operators cudf-polars
+26.10 refuses or fails on — TPC-H Q15's NaN-aware equality with a scalar subquery and Q16's ``NOT IN`` counts as
+nested loop joins, Q16's ``COUNT(DISTINCT)`` with ``has_nulls`` in a group-by, and a ``LEFT JOIN`` condition on the
+left table as a nested loop join that failed with "Hash join right table is empty". Each shape here is checked
+against DuckDB on the CPU, its plan for cudf-polars is checked for those operators, and a GPU-marked copy runs it
+on cudf-polars against the CPU.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from spillway.jobs.polars_frame import build_lazyframe
+from spillway.jobs.spec import JobSpec
+from spillway.jobs.validate import plan_spec
+from tests.test_sql_source import assert_gpu_gives_the_cpus_answer, assert_same, run_polars
+
+duckdb = pytest.importorskip("duckdb")
+
+TABLES = ("t", "u", "empty", "nullish")
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("sql_hash_join_forms")
+    nan = math.nan
+    pq.write_table(pa.table({"g": ["a", "a", "a", "b", "b", None, "c"], "x": pa.array([1, 1, 2, None, 3, 4, None], pa.int64()),
+                             "v": [1.5, nan, 2.0, nan, None, 0.0, -0.0], "s": ["p", "q", "r", "s", "t", "u", "w"]}), root / "t.parquet")
+    pq.write_table(pa.table({"k": pa.array([1, 3, 5], pa.int64()), "w": [nan, 2.0, 0.0], "n": ["u1", "u3", "u5"]}), root / "u.parquet")
+    pq.write_table(pa.table({"k": pa.array([], pa.int64())}), root / "empty.parquet")
+    pq.write_table(pa.table({"k": pa.array([1, None], pa.int64())}), root / "nullish.parquet")
+    return root
+
+
+@pytest.fixture(scope="module")
+def referee(data: Path) -> Any:
+    con = duckdb.connect()
+    for table in TABLES:
+        con.execute(f"create table {table} as select * from read_parquet('{data / table}.parquet')")
+    yield con
+    con.close()
+
+
+def spec(data: Path, sql: str) -> dict[str, Any]:
+    sources: dict[str, Any] = {table: {"format": "parquet", "path": str(data / f"{table}.parquet")} for table in TABLES}
+    return {"sources": {**sources, "q": {"sql": sql}}, "source": "q", "sink": {"path": "/tmp/unused-sql-hash-join-sink"}}
+
+
+QUERIES = {
+    # COUNT(DISTINCT x): nulls skipped, a group of null x alone counts 0, HAVING and ORDER BY on the count, no GROUP BY.
+    "distinct_count_by_group": "SELECT g, count(DISTINCT x) AS n FROM t GROUP BY g",
+    "distinct_count_having_and_order": "SELECT g, count(DISTINCT x) AS n FROM t GROUP BY g HAVING count(DISTINCT x) > 0 ORDER BY n DESC, g",
+    "distinct_count_of_everything": "SELECT count(DISTINCT x) AS n FROM t",
+    "distinct_count_of_an_expression_by_an_expression": "SELECT upper(g) AS gg, count(DISTINCT x % 2) AS n FROM t GROUP BY upper(g)",
+    "distinct_count_after_a_join_and_where": "SELECT t.g, count(DISTINCT u.n) AS n FROM t JOIN u ON t.x = u.k WHERE t.s <> 'z' GROUP BY t.g",
+    "distinct_count_beside_another_aggregate": "SELECT g, count(DISTINCT x) AS n, sum(x) AS total FROM t GROUP BY g",
+    "two_distinct_counts": "SELECT g, count(DISTINCT x) AS n, count(DISTINCT s) AS m FROM t GROUP BY g",
+    "distinct_count_of_a_float_with_nan": "SELECT g, count(DISTINCT v) AS n FROM t GROUP BY g",
+    # NOT IN: values, a subquery with a null (nothing kept), an empty one (everything kept, nulls too).
+    "not_in": "SELECT s FROM t WHERE x NOT IN (SELECT k FROM u)",
+    "not_in_with_a_null": "SELECT s FROM t WHERE x NOT IN (SELECT k FROM nullish)",
+    "not_in_an_empty_subquery": "SELECT s FROM t WHERE x NOT IN (SELECT k FROM empty)",
+    "not_in_beside_a_condition": "SELECT s FROM t WHERE g = 'a' AND x NOT IN (SELECT k FROM u WHERE n <> 'u3')",
+    # A float equality that NaN may meet, against a scalar subquery and between two tables.
+    "equal_to_a_scalar_subquery": "SELECT s FROM t WHERE v = (SELECT max(w) FROM u)",
+    "equal_floats_of_two_tables": "SELECT t.s, u.n FROM t, u WHERE t.v = u.w",
+    # A LEFT JOIN's condition on the left table.
+    "left_join_condition_on_the_left": "SELECT t.s, u.n FROM t LEFT JOIN u ON u.k = t.x AND t.g = 'a'",
+    "left_join_conditions_on_both_sides": "SELECT t.s, u.n FROM t LEFT JOIN u ON u.k = t.x AND t.g <> 'b' AND u.n <> 'u5'",
+}
+
+#: What cudf-polars 26.10 refuses or failed on, as Polars' plan names it.
+GPU_UNFRIENDLY = ("NESTED LOOP JOIN", "has_nulls")
+#: The shapes whose plans may keep them: another aggregate beside the distinct count, and two distinct counts.
+KEPT_AS_POLARS_PLANS_THEM = {"distinct_count_beside_another_aggregate", "two_distinct_counts"}
+
+
+@pytest.mark.parametrize("name", sorted(QUERIES))
+def test_each_shape_gives_duckdbs_answer(data: Path, referee: Any, name: str) -> None:
+    assert_same(run_polars(spec(data, QUERIES[name])), referee.execute(QUERIES[name]).df(), ordered="ORDER BY" in QUERIES[name])
+
+
+@pytest.mark.parametrize("name", sorted(set(QUERIES) - KEPT_AS_POLARS_PLANS_THEM))
+def test_the_plan_for_cudf_polars_has_no_nested_loop_join_and_no_has_nulls(data: Path, name: str) -> None:
+    plan = build_lazyframe(plan_spec(JobSpec.model_validate(spec(data, QUERIES[name])))).explain()
+    assert not [word for word in GPU_UNFRIENDLY if word in plan], plan
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", sorted(QUERIES))
+def test_each_shape_on_the_gpu_matches_the_cpu(data: Path, name: str) -> None:
+    assert_gpu_gives_the_cpus_answer(spec(data, QUERIES[name]), name, ordered="ORDER BY" in QUERIES[name])
