@@ -12,6 +12,7 @@ moves the job to dask-cudf with the reason recorded (one translation a job inste
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import polars as pl
@@ -71,8 +72,25 @@ def plan_gpu_refusal(plan: LogicalPlan) -> str | None:
     return untrusted_on_gpu(plan) or gpu_refusal(build_lazyframe(plan, first_file_only=True))
 
 
+#: Plan nodes cudf-polars 26.10 translates but fails on while running, as Polars' plan names them, with why.
+FAILS_ON_CUDF_POLARS = {
+    # A sided join on a condition other than key equalities (ON r.k = l.k AND r.b < l.a): cudf-polars takes it as a
+    # hash join on no keys, which fails, "Hash join right table is empty" (an H100, 2026-12-06). Inner ones it refuses.
+    re.compile(r"\b(LEFT|RIGHT|FULL) NESTED LOOP JOIN\b"): "a LEFT, RIGHT or FULL JOIN whose ON compares the two tables other "
+    "than by key equalities (a nested loop join), which cudf-polars 26.10 fails on as it runs; join on the keys and filter after",
+}
+
+
+def fails_on_cudf_polars(frame: pl.LazyFrame) -> str | None:
+    """Why cudf-polars, which would translate ``frame``, fails on it as it runs (:data:`FAILS_ON_CUDF_POLARS`), or None."""
+    plan = frame.explain()
+    return "; ".join(reason for pattern, reason in FAILS_ON_CUDF_POLARS.items() if pattern.search(plan)) or None
+
+
 def gpu_refusal(frame: pl.LazyFrame) -> str | None:
-    """Why cudf-polars cannot run ``frame`` on the GPU, or None when it can (translation only)."""
+    """Why cudf-polars cannot run ``frame`` on the GPU, or None when it can (translation, and what fails after it)."""
+    if (failure := fails_on_cudf_polars(frame)) is not None:
+        return failure
     from cudf_polars.dsl.translate import Translator  # the gpu extra; only called on a GPU cluster
 
     # No allocator here: translating needs none, and asking RMM for one could start a CUDA context in the service.

@@ -98,3 +98,16 @@ def test_the_plan_for_cudf_polars_has_no_nested_loop_join_and_no_has_nulls(data:
 @pytest.mark.parametrize("name", sorted(QUERIES))
 def test_each_shape_on_the_gpu_matches_the_cpu(data: Path, name: str) -> None:
     assert_gpu_gives_the_cpus_answer(spec(data, QUERIES[name]), name, ordered="ORDER BY" in QUERIES[name])
+
+
+def test_a_sided_join_on_a_condition_of_both_tables_is_refused_for_the_gpu_before_it_runs(data: Path) -> None:
+    """``LEFT JOIN … ON u.k = t.x AND u.n < t.s`` stays a nested loop join (no key can carry the condition), which
+    cudf-polars 26.10 translates and then fails on as it runs; the refusal says so before any work (a 422 at submit
+    on a GPU cluster), and the shapes above, hash joins, are not refused."""
+    from spillway.jobs.gpu_support import fails_on_cudf_polars
+
+    sql = "SELECT t.s, u.n FROM t LEFT JOIN u ON u.k = t.x AND u.n < t.s"
+    frame = build_lazyframe(plan_spec(JobSpec.model_validate(spec(data, sql))))
+    assert "nested loop join" in (fails_on_cudf_polars(frame) or "")
+    for name in ("left_join_condition_on_the_left", "not_in", "equal_to_a_scalar_subquery"):
+        assert fails_on_cudf_polars(build_lazyframe(plan_spec(JobSpec.model_validate(spec(data, QUERIES[name]))))) is None, name
