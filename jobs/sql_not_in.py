@@ -82,8 +82,8 @@ def not_in_as_joins(select: exp.Select) -> None:
         joins.append(exp.Join(this=exp.Subquery(this=distinct, alias=exp.TableAlias(this=exp.to_identifier(matches, quoted=True))),
                               side="LEFT", on=exp.EQ(this=exp.column("k", table=matches, quoted=True), expression=x.copy())))
         x_null = exp.paren(exp.Is(this=x.copy(), expression=exp.Null()), copy=False)
-        joins.append(exp.Join(this=exp.Subquery(this=_null_x_allowed(query, value), alias=exp.TableAlias(this=exp.to_identifier(counts, quoted=True))),
-                              on=exp.EQ(this=exp.column("x_null", table=counts, quoted=True), expression=x_null)))
+        allowed = exp.Subquery(this=_null_x_allowed(query, value), alias=exp.TableAlias(this=exp.to_identifier(counts, quoted=True)))
+        joins.append(exp.Join(this=allowed, on=exp.EQ(this=exp.column("x_null", table=counts, quoted=True), expression=x_null)))
         return exp.Is(this=exp.column("k", table=matches, quoted=True), expression=exp.Null())
 
     rewrite_where_conjuncts(select, rewrite)

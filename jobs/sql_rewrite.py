@@ -7,8 +7,8 @@ each on the checked tree, bring a query within what it takes without changing it
   which also finds unknown columns, named here with the nearest name;
 - an ``EXISTS`` correlated by keys and one ``<>`` becomes a join with each key's smallest and
   largest value (:mod:`jobs.sql_exists`), an uncorrelated ``NOT IN (subquery)`` two joins with SQL's
-  nulls (:mod:`jobs.sql_not_in`), and a SELECT whose aggregates are one ``COUNT(DISTINCT x)`` two groupings
-  (:mod:`jobs.sql_distinct_counts`); other correlated and uncorrelated subqueries in
+  nulls (:mod:`jobs.sql_not_in`), and a SELECT with one ``COUNT(DISTINCT x)`` beside sums, extremes and counts
+  two groupings (:mod:`jobs.sql_distinct_counts`); other correlated and uncorrelated subqueries in
   ``WHERE``/``HAVING`` (``EXISTS``, ``IN``, scalar comparisons) become joins with grouped
   derived tables (sqlglot's ``unnest_subqueries``);
 - a ``FROM a, b, c`` list followed by explicit joins becomes inner joins on the ``WHERE``'s
@@ -47,10 +47,10 @@ from sqlglot.optimizer.unnest_subqueries import unnest_subqueries
 
 from spillway.jobs.sql_check import DIALECT, SqlRefused, position
 from spillway.jobs.sql_dates import fold_date_literals
+from spillway.jobs.sql_distinct_counts import distinct_counts_as_two_groupings
 from spillway.jobs.sql_exists import and_all, conjuncts, decorrelate_exists
 from spillway.jobs.sql_gpu_forms import in_list_as_equalities, like_as_string_functions
 from spillway.jobs.sql_groups import grouping_error, key_conditions_to_where
-from spillway.jobs.sql_distinct_counts import distinct_counts_as_two_groupings
 from spillway.jobs.sql_not_in import not_in_as_joins
 from spillway.jobs.sql_polars_forms import aggregate_order_constants, float_powers, guarded_string_ends, literal_only_join, null_covariances, subquery_problem, timestamp_text, wide_counts, wide_integers
 from spillway.jobs.sql_truth import truth_tests

@@ -70,10 +70,10 @@ def run_sql(sql: str, frames: Mapping[str, pl.LazyFrame], *, nan_terms: bool = T
     """The LazyFrame of checked, regenerated ``sql`` over ``frames`` (by table name).
 
     With ``nan_terms`` (where it may run on cudf-polars, whose comparisons follow IEEE), comparisons that may meet a
-    NaN are written out under NaN's total order (:mod:`jobs.sql_nan`; raises its NanTermsTooLarge where they make the query too large or too deep for Polars' SQL). Equalities of types Polars
-    does not join (an integer and a float, say: known only from the frames) are cast to a common type
-    (:mod:`jobs.sql_key_types`), and a ``MAX`` or ``GREATEST`` of floats is NaN where one is
-    (:mod:`jobs.sql_nan_greatest`). Text with an ordered window is read back with sqlglot and split
+    NaN are written out under NaN's total order (:mod:`jobs.sql_nan`; raises its NanTermsTooLarge where they make
+    the query too large or too deep for Polars' SQL). Equalities of types Polars does not join (an integer and a
+    float, say: known only from the frames) are cast to a common type (:mod:`jobs.sql_key_types`), and a ``MAX``
+    or ``GREATEST`` of floats is NaN where one is (:mod:`jobs.sql_nan_greatest`). Text with an ordered window is read back with sqlglot and split
     (:func:`jobs.sql_window_run.run_windowed`); any other runs as it is. Only text regenerated from a checked
     tree comes here.
     """
