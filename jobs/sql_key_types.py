@@ -10,8 +10,9 @@ Polars) and each column pair of ``INTERSECT``/``EXCEPT`` is compared in one type
 ``join`` step's, :func:`jobs.join_key_types.join_key_type`, except ``uint64`` with a signed integer
 exactly and zoned times as instants), each side not of that type cast to it: inside a subquery's derived
 table, so that its grouping is of the compared values; through a derived table over a table joined
-before, whose columns Polars takes as keys only bare; else where it stands. Only equalities are cast:
-they are what Polars makes joins of, and comparing both sides in the common type keeps their answer.
+before, whose columns Polars takes as keys only bare; else where it stands. Comparisons of two values
+(``<``, ``<>`` … as well as ``=``) are cast alike: they are what Polars makes joins and ``join_where``
+conditions of, and comparing both sides in the common type keeps their answer.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ from spillway.jobs.sql_types import TIME_DIGITS, polars_type, typed_twins, types
 #: The prefixes of the derived tables a subquery is rewritten into (sqlglot's unnest_subqueries, jobs.sql_exists): grouped
 #: by the key they are compared on, where SQL compares every matching row (a JOIN of a user's grouped table must not).
 _SUBQUERY_TABLES = ("_u_", EXISTS_ALIAS)
-_COMPARED = (exp.EQ, exp.In, exp.Intersect, exp.Except)
 _ORDERINGS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
+_COMPARED = (*_ORDERINGS, exp.In, exp.Intersect, exp.Except)
 _WRAPPER = "spillway_key_wrapper"
 
 
@@ -48,9 +49,11 @@ def _branch(query: exp.Expression) -> exp.Select | None:
 
 
 def _pairs(node: exp.Expression) -> list[tuple[exp.Expression, exp.Expression]]:
-    """What ``node`` compares for equality, pair by pair: an equality's two sides (a literal's are not keys), ``x`` and
-    ``y`` of ``x IN (SELECT y ...)``, and the columns of ``INTERSECT`` and ``EXCEPT`` (Polars joins them as keys)."""
-    if isinstance(node, exp.EQ):
+    """What ``node`` compares, pair by pair: a comparison's two sides (a literal's are not keys; ``<`` and the others
+    become ``join_where`` conditions of a correlated subquery or a FROM list, which Polars takes of one type only:
+    "'join_where' cannot compare Float64 with Int64"), ``x`` and ``y`` of ``x IN (SELECT y ...)``, and the columns of
+    ``INTERSECT`` and ``EXCEPT`` (Polars joins them as keys)."""
+    if isinstance(node, _ORDERINGS):
         sides = node.this, node.expression
         return [] if any(isinstance(side, (exp.Literal, exp.Null)) for side in sides) else [sides]
     if isinstance(node, exp.In):
@@ -134,6 +137,23 @@ def _joined_before(column: exp.Column) -> exp.Expression | None:
         if isinstance(earlier.this, (exp.Table, exp.Subquery)) and earlier.this.alias_or_name == column.table:
             return earlier.this
     return None
+
+
+def _named_source(select: exp.Select, alias: str) -> exp.Expression | None:
+    from_ = select.args.get("from_")
+    sources = [from_.this if from_ is not None else None, *(join.this for join in select.args.get("joins") or [])]
+    return next((source for source in sources if isinstance(source, (exp.Table, exp.Subquery)) and source.alias_or_name == alias), None)
+
+
+def _correlated(side: exp.Expression) -> bool:
+    """Whether ``side`` reads a column of an enclosing select (a correlated subquery sqlglot could not make a join, one
+    with ``<`` say): Polars resolves such a reference only bare ("no table or struct column named 'i' found" under a
+    cast, and not through a derived table over the outer table either), so its comparison is left as written."""
+    for column in side.find_all(exp.Column):
+        select = column.find_ancestor(exp.Select)
+        if select is not None and column.table and _named_source(select, column.table) is None:
+            return True
+    return False
 
 
 def _key_column(source: exp.Expression, column: exp.Column, cast_type: exp.DataType, name: str) -> None:
@@ -247,6 +267,9 @@ def cast_unlike_keys(tree: exp.Expression, schemas: Mapping[str, Mapping[str, pl
                 casts[number, position] = [None if dtype == to else to for dtype, _ in typed_sides]
     for number, node in enumerate(candidates):
         for position, pair in enumerate(_pairs(node)):
+            if any(_correlated(side) for side in pair):
+                casts.pop((number, position), None)
+                continue
             for side, to in zip(pair, casts.get((number, position), ()), strict=False):
                 if to is not None:
                     _cast(side, to, tree, number)

@@ -118,6 +118,11 @@ QUERIES = {
     "a_zoned_column_against_a_timestamp_literal": "SELECT z FROM utc WHERE t >= TIMESTAMP '2024-01-01 12:00:00'",
     "a_zoned_column_between_timestamp_literals": "SELECT z FROM utcns WHERE t BETWEEN TIMESTAMP '2024-01-01 00:00:00' "
                                                  "AND TIMESTAMP '2024-01-02 00:00:00'",
+    # Orderings of unlike types: join_where conditions of a FROM list and of a correlated EXISTS (Polars: "'join_where'
+    # cannot compare Float64 with Int64").
+    "an_ordering_across_a_from_list": "SELECT i.a, f.b FROM ints i, floats f WHERE i.k < f.k",
+    "an_ordering_in_a_correlated_exists": "SELECT i.a FROM ints i WHERE EXISTS (SELECT 1 FROM floats f WHERE f.k = i.k AND f.k < i.k + 1)",
+    "an_ordering_beside_a_key": "SELECT i.a, f.b FROM ints i JOIN floats f ON i.k = f.k WHERE i.k <= f.k",
     "intersect_of_int_and_float": "SELECT k FROM ints INTERSECT SELECT k FROM floats",
     "except_of_float_and_int": "SELECT k FROM floats EXCEPT SELECT k FROM ints",
     "intersect_of_two_columns": "SELECT k, a FROM ints INTERSECT SELECT k, b FROM floats",
