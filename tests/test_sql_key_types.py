@@ -22,7 +22,7 @@ from spillway.jobs.status import JobStatus
 from spillway.jobs.validate import plan_spec
 from spillway.service.client import SpillwayClient
 from tests.conftest import wait_terminal
-from tests.test_sql_source import assert_gpu_gives_the_cpus_answer, assert_same, run_polars
+from tests.test_sql_source import assert_gpu_gives_the_cpus_answer, assert_same, duckdb_tables, run_polars
 
 duckdb = pytest.importorskip("duckdb")
 
@@ -60,9 +60,7 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def referee(data: Path) -> Any:
-    con = duckdb.connect()
-    for table in TABLES:
-        con.execute(f"create table {table} as select * from read_parquet('{data / table}.parquet')")
+    con = duckdb_tables(data, TABLES)
     yield con
     con.close()
 

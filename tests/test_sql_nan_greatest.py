@@ -17,7 +17,7 @@ import pytest
 
 from spillway.jobs.spec import JobSpec
 from spillway.jobs.validate import plan_spec
-from tests.test_sql_source import assert_gpu_gives_the_cpus_answer, assert_same, run_polars
+from tests.test_sql_source import assert_gpu_gives_the_cpus_answer, assert_same, duckdb_tables, run_polars
 
 duckdb = pytest.importorskip("duckdb")
 
@@ -40,11 +40,7 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def referee(data: Path) -> Any:
-    con = duckdb.connect()
-    # A table, not a view over the file: DuckDB 2.0 answers a MAX over parquet from the row groups' statistics, which
-    # leave NaN out (max(x) is 5.0 there, NaN over the same rows in a table, as in PostgreSQL).
-    con.execute(f"create table t as select * from read_parquet('{data / 't.parquet'}')")
-    con.execute(f"create table texts as select * from read_parquet('{data / 'texts.parquet'}')")
+    con = duckdb_tables(data, ("t", "texts"))  # tables: over the files, DuckDB's MAX leaves NaN out (max(x) 5.0, not NaN)
     yield con
     con.close()
 
