@@ -25,6 +25,8 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
+from spillway.jobs.sql_scopes import reads_outer
+
 #: The derived table's name and its columns' prefixes.
 _DERIVED = "_spillway_distinct"
 _GROUP_COLUMN = "_spillway_g"
@@ -71,8 +73,8 @@ def _counted(aggregates: list[exp.AggFunc]) -> exp.Expression | None:
 
 def _rewritable(select: exp.Select) -> bool:
     group = select.args.get("group")
-    if select.args.get("distinct") or select.find(exp.Window) or select.args.get("from_") is None:
-        return False
+    if select.args.get("distinct") or select.find(exp.Window) or select.args.get("from_") is None or reads_outer(select):
+        return False  # a correlated SELECT: its outer columns would be read inside the derived table, as its own
     if any(clause.find(exp.Query) for clause in (*select.expressions, select.args.get("having"), select.args.get("order")) if clause):
         return False  # a subquery there may read the tables that move into the derived table
     return group is None or not any(group.args.get(arg) for arg in ("rollup", "cube", "grouping_sets"))
@@ -114,8 +116,9 @@ def distinct_counts_as_two_groupings(select: exp.Select) -> None:
     inner = exp.Select(expressions=[*(exp.alias_(key.copy(), f"{_GROUP_COLUMN}{n}", quoted=True) for n, key in enumerate(keys)),
                                     exp.alias_(counted.copy(), _VALUE_COLUMN, quoted=True),
                                     *(exp.alias_(partial, f"{_PARTIAL_COLUMN}{n}", quoted=True) for n, partial in enumerate(partials))])
-    if partials:
-        inner.set("group", exp.Group(expressions=[*(key.copy() for key in keys), counted.copy()]))
+    if partials:  # by the output names: a key of x itself (abs(x)) and x would both be named "x" by Polars
+        names = [*(f"{_GROUP_COLUMN}{n}" for n in range(len(keys))), _VALUE_COLUMN]
+        inner.set("group", exp.Group(expressions=[exp.column(name, quoted=True) for name in names]))
     else:
         inner.set("distinct", exp.Distinct())
     for arg in ("from_", "joins", "where"):  # moved, not copied: later passes rewrite the subqueries of the WHERE in place

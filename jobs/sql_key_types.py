@@ -247,6 +247,18 @@ def _common(typed: list[tuple[pl.DataType | None, bool]]) -> pl.DataType | None:
     return key_type(left, right)
 
 
+def _ordering_type(to: pl.DataType, typed: list[tuple[pl.DataType | None, bool]]) -> pl.DataType:
+    """The type an ordering (``<``, ``<>`` …) compares a pair in: ``to``, but microseconds where ``to`` is nanoseconds
+    and a side is coarser. Nanoseconds hold only the years 1677–2262: a cast of 9999-12-31 from milliseconds was
+    null, and ``ts < valid_to`` silently false (a helper's hostile run, 2026-12-06); microseconds hold both and lose
+    only a nanosecond side's digits below a microsecond. An equality keeps the finer unit: a date beyond it equals no
+    value of it, as its null matches none."""
+    if isinstance(to, pl.Datetime) and to.time_unit == "ns" and any(
+            isinstance(dtype, pl.Datetime) and dtype.time_unit != "ns" for dtype, _ in typed):
+        return pl.Datetime("us", to.time_zone)
+    return to
+
+
 def cast_unlike_keys(tree: exp.Expression, schemas: Mapping[str, Mapping[str, pl.DataType]]) -> bool:
     """Cast each equality (``IN (SELECT …)``, ``INTERSECT`` and ``EXCEPT`` columns too) of ``tree``, a qualified query
     over ``schemas`` (table → column → Polars type), that compares types Polars does not join: the sides not of their
@@ -264,6 +276,8 @@ def cast_unlike_keys(tree: exp.Expression, schemas: Mapping[str, Mapping[str, pl
         for position, pair in enumerate(_pairs(twin) if twin is not None else []):
             typed_sides = [_side_type(side, schemas, tables, by_name) for side in pair]
             if (to := _common(typed_sides)) is not None:
+                if not isinstance(candidates[number], (exp.EQ, exp.In, exp.Intersect, exp.Except)):
+                    to = _ordering_type(to, typed_sides)
                 casts[number, position] = [None if dtype == to else to for dtype, _ in typed_sides]
     for number, node in enumerate(candidates):
         for position, pair in enumerate(_pairs(node)):

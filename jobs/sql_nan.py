@@ -14,7 +14,8 @@ them): a float column, float arithmetic or a cast to a float; an integer, text, 
 literal never is, so most comparisons, and every one against a number literal in ``=``, ``<>``,
 ``<`` and ``<=``, stay as written and keep their pushdown into parquet statistics. Key equalities
 in a join's ``ON`` stay too: join keys match NaN to NaN on both engines (tests/test_nan.py). So
-does a comparison inside a correlated ``EXISTS``, which Polars' planner takes only as written:
+does a comparison inside or against a subquery Polars' planner runs itself (a correlated ``EXISTS``,
+``IN`` or scalar subquery that sqlglot could not make a join), which it takes only as written:
 there cudf-polars still compares a NaN as IEEE does (docs/spec.md).
 """
 
@@ -177,10 +178,36 @@ def _equal_pairs(a: exp.Expression, b: exp.Expression) -> exp.Expression:
                               exp.EQ(this=_nan_as_zero(a), expression=_nan_as_zero(b)), copy=False), copy=False)
 
 
+#: Where a parenthesised query is a table, not a value: a derived table, a CTE's body, a branch of a set operation.
+_TABLE_PLACES = (exp.From, exp.Join, exp.CTE, exp.Union, exp.Intersect, exp.Except)
+
+
+def _of_an_expression(subquery: exp.Subquery) -> bool:
+    return subquery.parent is not None and not isinstance(subquery.parent, _TABLE_PLACES)
+
+
+def _in_a_subquery_polars_plans(node: exp.Expression) -> bool:
+    """Whether ``node`` is inside, or compares against, a subquery of an expression (not a derived table of a FROM,
+    JOIN or WITH): one sqlglot could not make a join (a correlated ``IN``, a scalar subquery correlated by ``<>``), which
+    Polars' own planner takes only as written. With the terms it lost an outer column ("unable to find column 'v'")
+    and answered a correlated scalar copied three times wrongly (a helper's hostile run, 2026-12-06)."""
+    if any(_of_an_expression(sub) for sub in node.find_all(exp.Subquery)):
+        return True
+    parent = node.parent
+    while parent is not None:
+        if isinstance(parent, exp.Exists) or (isinstance(parent, exp.Subquery) and _of_an_expression(parent)):
+            return True
+        if isinstance(parent, exp.Select) and isinstance(parent.parent, exp.In):
+            return True  # x IN (SELECT …): sqlglot leaves the query bare in the IN
+        parent = parent.parent
+    return False
+
+
 def _kept_as_written(node: exp.Expression) -> bool:
-    """A key equality in a join's ``ON``, or a comparison in a correlated ``EXISTS`` that Polars' own planner takes
-    only in its plain form (``p.cost > s.amount``; an uncorrelated one was made a join, jobs.sql_rewrite)."""
-    if node.find_ancestor(exp.Exists) is not None:
+    """A key equality in a join's ``ON``, or a comparison in or against a subquery that Polars' own planner takes
+    only in its plain form (a correlated ``EXISTS``, ``IN`` or scalar: ``p.cost > s.amount``; an uncorrelated one
+    was made a join, jobs.sql_rewrite)."""
+    if _in_a_subquery_polars_plans(node):
         return True
     parent = node.parent
     while parent is not None and not isinstance(parent, (exp.Join, exp.Select)):

@@ -24,12 +24,11 @@ from __future__ import annotations
 from sqlglot import exp
 
 from spillway.jobs.sql_exists import rewrite_where_conjuncts
+from spillway.jobs.sql_scopes import reads_outer
 
-
-def _uncorrelated(query: exp.Select) -> bool:
-    """Whether every column of ``query`` belongs to a table of ``query`` itself (or its subqueries)."""
-    own = {table.alias_or_name for table in query.find_all(exp.Table)} | {sub.alias_or_name for sub in query.find_all(exp.Subquery)}
-    return all(not column.table or column.table in own for column in query.find_all(exp.Column))
+#: The distinct values' column: a name no source has, so that the key pass (jobs.sql_key_types) types it rather than
+#: take a source column's type by its name (``k`` of a table of integers, for a subquery's float ``y / 10``).
+_KEY = "_spillway_k"
 
 
 def _shape(part: exp.Expression) -> tuple[exp.Expression, exp.Select] | None:
@@ -41,8 +40,10 @@ def _shape(part: exp.Expression) -> tuple[exp.Expression, exp.Select] | None:
         return None
     query = inner.args["query"]
     query = query.this if isinstance(query, exp.Subquery) else query
-    if not isinstance(query, exp.Select) or len(query.expressions) != 1 or not _uncorrelated(query):
+    if not isinstance(query, exp.Select) or len(query.expressions) != 1 or reads_outer(query):
         return None
+    if inner.this.find(exp.Column) is None or query.expressions[0].find(exp.Column) is None:
+        return None  # a literal on either side (``4 NOT IN …``, ``SELECT NULL``) is no join key: Polars plans it
     if any(query.args.get(arg) for arg in ("group", "having", "limit", "offset", "order", "with_")):
         return None  # the counts below are of the subquery's rows before any of these
     if query.expressions[0].find(exp.AggFunc, exp.Window) is not None:
@@ -76,14 +77,14 @@ def not_in_as_joins(select: exp.Select) -> None:
         value = value.this if isinstance(value, exp.Alias) else value
         matches, counts = f"_spillway_n{len(joins)}", f"_spillway_c{len(joins)}"
         distinct = query.copy()
-        distinct.set("expressions", [exp.alias_(value.copy(), "k", quoted=True)])
+        distinct.set("expressions", [exp.alias_(value.copy(), _KEY, quoted=True)])
         distinct.set("distinct", exp.Distinct())
         distinct = distinct.where(exp.Not(this=exp.Is(this=value.copy(), expression=exp.Null())), copy=False)
         joins.append(exp.Join(this=exp.Subquery(this=distinct, alias=exp.TableAlias(this=exp.to_identifier(matches, quoted=True))),
-                              side="LEFT", on=exp.EQ(this=exp.column("k", table=matches, quoted=True), expression=x.copy())))
+                              side="LEFT", on=exp.EQ(this=exp.column(_KEY, table=matches, quoted=True), expression=x.copy())))
         x_null = exp.paren(exp.Is(this=x.copy(), expression=exp.Null()), copy=False)
         allowed = exp.Subquery(this=_null_x_allowed(query, value), alias=exp.TableAlias(this=exp.to_identifier(counts, quoted=True)))
         joins.append(exp.Join(this=allowed, on=exp.EQ(this=exp.column("x_null", table=counts, quoted=True), expression=x_null)))
-        return exp.Is(this=exp.column("k", table=matches, quoted=True), expression=exp.Null())
+        return exp.Is(this=exp.column(_KEY, table=matches, quoted=True), expression=exp.Null())
 
     rewrite_where_conjuncts(select, rewrite)

@@ -92,6 +92,8 @@ def typed_copy(tree: exp.Expression, schemas: Schemas) -> exp.Expression:
     qualifying and sqlglot's annotation rewrite the tree they type. Columns of other types count as text."""
     known = {table: {column: sql_type(dtype) or "VARCHAR" for column, dtype in columns.items()} for table, columns in schemas.items()}
     qualified = qualify(tree.copy(), schema=known, dialect=DIALECT, validate_qualify_columns=False, quote_identifiers=False)
+    for division in qualified.find_all(exp.Div):  # Polars' "/" divides integers as floats (PostgreSQL's: as integers)
+        division.set("typed", False)
     return annotate_types(qualified, schema=known, dialect=DIALECT)
 
 

@@ -183,3 +183,19 @@ def test_a_query_polars_cannot_plan_over_the_real_types_fails_naming_the_source(
     assert job.state == JobStatus.FAILED and job.error is not None
     assert job.error.code == "sql_failed" and job.error.field == "sources.q.sql", job.error
     assert "join keys" in job.error.message and "Traceback" not in job.error.message
+
+
+def test_an_ordering_of_two_time_units_keeps_dates_nanoseconds_cannot_hold(tmp_path: Path) -> None:
+    """Milliseconds against nanoseconds were compared in nanoseconds, which hold only 1677–2262: 2500-06-01 and
+    1600-01-01 became null and their rows fell out of ``<`` and ``<>``, silently (a helper's hostile run). An ordering
+    now compares in microseconds; the expected rows are worked out here (DuckDB refuses the comparison)."""
+    far = [datetime.datetime(2020, 1, 1), datetime.datetime(2500, 6, 1), datetime.datetime(1600, 1, 1), datetime.datetime(9999, 12, 31)]
+    near = [datetime.datetime(2020, 1, 1), datetime.datetime(2021, 1, 1)]
+    pq.write_table(pa.table({"id": pa.array(range(len(far)), pa.int64()), "ts": pa.array(far, pa.timestamp("ms"))}), tmp_path / "m.parquet")
+    pq.write_table(pa.table({"id": pa.array(range(len(near)), pa.int64()), "ts": pa.array(near, pa.timestamp("ns"))}), tmp_path / "n.parquet")
+    sources = {name: {"format": "parquet", "path": str(tmp_path / f"{name}.parquet")} for name in ("m", "n")}
+    for op, compare in (("<", lambda a, b: a < b), ("<>", lambda a, b: a != b), (">=", lambda a, b: a >= b)):
+        sql = f"SELECT m.id AS i, n.id AS j FROM m, n WHERE m.ts {op} n.ts"
+        got = run_polars({"sources": {**sources, "q": {"sql": sql}}, "source": "q", "sink": {"path": "/tmp/unused-sql-key-sink"}})
+        expected = sorted((i, j) for i, a in enumerate(far) for j, b in enumerate(near) if compare(a, b))
+        assert sorted(map(tuple, got.itertuples(index=False))) == expected, op
