@@ -259,6 +259,13 @@ def _ordering_type(to: pl.DataType, typed: list[tuple[pl.DataType | None, bool]]
     return to
 
 
+def _ordering_cast_needed(to: pl.DataType) -> bool:
+    """Whether an ordering is cast to ``to`` at all: not to a decimal with a fraction, whose few integer digits an
+    integer side overflows (``CAST(i AS DECIMAL(38, 30)) < n`` failed as it ran once cast; Polars orders a decimal
+    and an integer itself)."""
+    return not (isinstance(to, pl.Decimal) and (to.scale or 0) > 0)
+
+
 def cast_unlike_keys(tree: exp.Expression, schemas: Mapping[str, Mapping[str, pl.DataType]]) -> bool:
     """Cast each equality (``IN (SELECT …)``, ``INTERSECT`` and ``EXCEPT`` columns too) of ``tree``, a qualified query
     over ``schemas`` (table → column → Polars type), that compares types Polars does not join: the sides not of their
@@ -277,6 +284,8 @@ def cast_unlike_keys(tree: exp.Expression, schemas: Mapping[str, Mapping[str, pl
             typed_sides = [_side_type(side, schemas, tables, by_name) for side in pair]
             if (to := _common(typed_sides)) is not None:
                 if not isinstance(candidates[number], (exp.EQ, exp.In, exp.Intersect, exp.Except)):
+                    if not _ordering_cast_needed(to):
+                        continue
                     to = _ordering_type(to, typed_sides)
                 casts[number, position] = [None if dtype == to else to for dtype, _ in typed_sides]
     for number, node in enumerate(candidates):

@@ -134,18 +134,20 @@ def _of_left_alone(condition: exp.Expression, left: set[str]) -> bool:
     return condition.find(exp.Query, exp.Subquery) is None and _tables_of(condition) <= left
 
 
-def _left_conditions_in_a_key(key: exp.EQ, conditions: list[exp.Expression], right: str) -> None:
-    """A ``LEFT JOIN``'s conditions on the tables joined before, as a key: ``r.k = CASE WHEN cond THEN l.k END``.
+def _left_conditions_in_a_key(key: exp.EQ, conditions: list[exp.Expression], right: str, first: str) -> bool:
+    """A ``LEFT JOIN``'s conditions on the tables joined before, as a key: ``r.k = CASE WHEN cond THEN l.k END``, where
+    ``l`` is the FROM's table (the ``first``); whether they were (else they stay in the ``ON``, as written).
 
     A left row whose condition is false or null then has a null key and matches nothing, as SQL has it. Polars
     planned the conditions as a nested loop join (every pair of rows), which cudf-polars 26.10 failed on with "Hash
     join right table is empty" (an H100, 2026-12-06); the key keeps it a hash join on both engines.
     """
-    if not conditions:
-        return
     side = "this" if key.this.table != right else "expression"
+    if key.args[side].table != first:
+        return False  # a key of a table joined before: Polars takes no expression there ("'alias' is not allowed in a join key")
     guarded = exp.Case(ifs=[exp.If(this=and_all([c.copy() for c in conditions]), true=key.args[side].copy())])
     key.set(side, guarded)
+    return True
 
 
 def _polars_join_conditions(select: exp.Select) -> None:
@@ -177,8 +179,10 @@ def _polars_join_conditions(select: exp.Select) -> None:
                 if right_alone:
                     inner = exp.select("*").from_(join.this.copy()).where(and_all([c.copy() for c in right_alone]))
                     join.set("this", exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier(name, quoted=True))))
-                _left_conditions_in_a_key(keys[0], [c for c in others if _tables_of(c) != {name}], name)
-                join.set("on", and_all(keys))
+                left_alone = [c for c in others if _tables_of(c) != {name}]
+                if left_alone and _left_conditions_in_a_key(keys[0], left_alone, name, _source_name(from_.this)):
+                    left_alone = []
+                join.set("on", and_all([*keys, *left_alone]))
         seen.add(name)
     if extra_where:
         where = select.args.get("where")

@@ -93,6 +93,11 @@ QUERIES = {
     "a_float_against_a_correlated_scalar": "SELECT s FROM t WHERE v > (SELECT min(w) FROM u WHERE u.w <> t.v)",
     # A LEFT JOIN's condition on the left table.
     "left_join_condition_on_the_left": "SELECT t.s, u.n FROM t LEFT JOIN u ON u.k = t.x AND t.g = 'a'",
+    # In a chain the key of a table joined before takes no expression in Polars: the condition stays in ON, as written.
+    "left_join_condition_on_the_first_table_in_a_chain": "SELECT t.s, u.n, u2.n AS n2 FROM t LEFT JOIN u ON u.k = t.x "
+                                                         "LEFT JOIN u AS u2 ON u2.k = u.k AND t.g = 'a'",
+    "left_join_conditions_of_each_kind_in_a_chain": "SELECT t.s, u.n, u2.n AS n2 FROM t LEFT JOIN u ON u.k = t.x "
+                                                    "LEFT JOIN u AS u2 ON u2.k = u.k AND u2.n <> 'u5' AND t.g = 'a'",
     "left_join_conditions_on_both_sides": "SELECT t.s, u.n FROM t LEFT JOIN u ON u.k = t.x AND t.g <> 'b' AND u.n <> 'u5'",
 }
 
