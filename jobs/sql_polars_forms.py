@@ -86,6 +86,24 @@ def null_covariances(tree: exp.Expression) -> None:
 _CHEAP_TYPES = ("BIGINT", "INT", "INTEGER", "SMALLINT", "DOUBLE", "REAL", "FLOAT", "DATE", "BOOLEAN", "TIMESTAMP")
 
 
+#: Where a parenthesised query is a table, not a value: a derived table, a CTE's body, a branch of a set operation.
+_TABLE_PLACES = (exp.From, exp.Join, exp.CTE, exp.Union, exp.Intersect, exp.Except, exp.In, exp.Exists)
+
+
+def scalar_counts(tree: exp.Expression) -> None:
+    """A scalar subquery that is one ``COUNT`` (no GROUP BY) as ``COALESCE((subquery), 0)``: SQL's count over no rows is
+    0, and Polars' own plan of a correlated one (``(SELECT count(*) FROM u WHERE u.k > t.x)``, which sqlglot cannot make
+    a join) gave null for the rows that matched none (a helper's hostile run, 2026-12-06)."""
+    for subquery in list(tree.find_all(exp.Subquery)):
+        select = subquery.this
+        if isinstance(subquery.parent, _TABLE_PLACES) or not isinstance(select, exp.Select) or select.args.get("group"):
+            continue
+        projection = select.expressions[0] if len(select.expressions) == 1 else None
+        value = projection.this if isinstance(projection, exp.Alias) else projection
+        if isinstance(value, exp.Count):
+            subquery.replace(exp.Coalesce(this=subquery.copy(), expressions=[exp.Literal.number(0)]))
+
+
 def wide_counts(tree: exp.Expression, tables: Mapping[str, Mapping[str, str]]) -> None:
     """In a SELECT with GROUP BY, ``COUNT(x)`` as ``SUM(CAST(x IS NOT NULL AS BIGINT))`` and ``COUNT(*)`` as such a sum
     of a 1 for every row.

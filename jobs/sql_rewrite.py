@@ -52,7 +52,7 @@ from spillway.jobs.sql_exists import and_all, conjuncts, decorrelate_exists
 from spillway.jobs.sql_gpu_forms import in_list_as_equalities, like_as_string_functions
 from spillway.jobs.sql_groups import grouping_error, key_conditions_to_where
 from spillway.jobs.sql_not_in import not_in_as_joins
-from spillway.jobs.sql_polars_forms import aggregate_order_constants, float_powers, guarded_string_ends, literal_only_join, null_covariances, subquery_problem, timestamp_text, wide_counts, wide_integers
+from spillway.jobs.sql_polars_forms import aggregate_order_constants, float_powers, guarded_string_ends, literal_only_join, null_covariances, scalar_counts, subquery_problem, timestamp_text, wide_counts, wide_integers
 from spillway.jobs.sql_truth import truth_tests
 
 #: The dialect the regenerated SQL is written in for Polars.
@@ -303,6 +303,7 @@ def _finish(tree: exp.Query, round_casts: set[str] | None, tables: Mapping[str, 
     float_powers(tree)
     timestamp_text(tree, tables)
     wide_counts(tree, tables)
+    scalar_counts(tree)
     guarded_string_ends(tree)
     wide_integers(tree)
     fold_date_literals(tree)

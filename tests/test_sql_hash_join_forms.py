@@ -88,6 +88,9 @@ QUERIES = {
     "a_literal_not_in": "SELECT s FROM t WHERE 4 NOT IN (SELECT x FROM t WHERE x < 3)",
     "not_in_a_select_of_null": "SELECT s FROM t WHERE x NOT IN (SELECT NULL FROM u)",
     "not_in_computed_floats": "SELECT s, x FROM t WHERE x NOT IN (SELECT k / 2 FROM u WHERE k < 5)",
+    # A correlated scalar COUNT over no rows is 0 (Polars' own plan of a correlated one gave null).
+    "a_correlated_distinct_count_over_no_rows": "SELECT s, (SELECT count(DISTINCT k) FROM u WHERE u.k > t.x) AS c FROM t",
+    "a_correlated_count_over_no_rows_plus_one": "SELECT s, 1 + (SELECT count(*) FROM u WHERE u.k > t.x) AS c FROM t",
     # A float comparison inside or against a correlated subquery Polars plans itself: kept as written (no NaN terms).
     "a_float_comparison_in_a_correlated_not_in": "SELECT s FROM t WHERE x NOT IN (SELECT k FROM u WHERE u.w > t.v)",
     "a_float_against_a_correlated_scalar": "SELECT s FROM t WHERE v > (SELECT min(w) FROM u WHERE u.w <> t.v)",
@@ -106,7 +109,8 @@ GPU_UNFRIENDLY = ("NESTED LOOP JOIN", "has_nulls")
 #: The shapes whose plans keep them: an AVG beside the distinct count, two distinct counts, and correlated subqueries,
 #: which Polars plans itself (cudf-polars refuses those plans: a 422 at submit on a GPU cluster).
 KEPT_AS_POLARS_PLANS_THEM = {"distinct_count_beside_avg", "two_distinct_counts", "a_correlated_distinct_count",
-                             "a_correlated_distinct_count_in_where", "a_float_against_a_correlated_scalar"}
+                             "a_correlated_distinct_count_in_where", "a_float_against_a_correlated_scalar",
+                             "a_correlated_distinct_count_over_no_rows", "a_correlated_count_over_no_rows_plus_one"}
 
 
 @pytest.mark.parametrize("name", sorted(QUERIES))
