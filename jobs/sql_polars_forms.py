@@ -262,9 +262,11 @@ def unordered_window_problem(select: exp.Select) -> tuple[exp.Expression, str] |
     # Only aggregates over the whole partition: the other windows without ORDER BY are refused by jobs/sql_windows.py.
     windows = [window for window in windows if isinstance(window.this, exp.AggFunc) and not window.args.get("spec")]
     for window in windows:
-        if any(argument.find(exp.AggFunc) is not None for argument in window.this.iter_expressions()):
-            return window, (": a window over an aggregate without ORDER BY is not run (Polars' SQL gives each group its own value); "
-                            "compute the groups in a CTE, then the window over it, or order the window")
+        # In a grouped SELECT the window is of the groups, even over COUNT(*): Polars counted each group's rows (4, 2, 1 …
+        # where DuckDB gives the number of groups, a helper's hostile run).
+        if select.args.get("group") or any(argument.find(exp.AggFunc) is not None for argument in window.this.iter_expressions()):
+            return window, (": a window over an aggregate, or in a SELECT with GROUP BY, without ORDER BY is not run (Polars' SQL "
+                            "gives each group its own value); compute the groups in a CTE, then the window over it, or order the window")
     whole_table = [window for window in windows if not window.args.get("partition_by")]
     reads_rows = any(column.find_ancestor(exp.Window) is None for expression in select.expressions for column in expression.find_all(exp.Column))
     if whole_table and not reads_rows and not select.args.get("group"):

@@ -86,6 +86,8 @@ REFUSED = {
     "SELECT COUNT(*) OVER () AS n FROM t": "one row for the whole table",
     "SELECT k, SUM(SUM(i)) OVER () AS v FROM t GROUP BY k": "window over an aggregate",
     "SELECT k, SUM(COUNT(*)) OVER (PARTITION BY k) AS v FROM t GROUP BY k": "window over an aggregate",
+    # Polars gave each group's row count where SQL counts the groups (a hostile run, 2026-12-06).
+    "SELECT k, COUNT(*) OVER () AS groups FROM t GROUP BY k": "in a SELECT with GROUP BY",
     "SELECT t.n, u.i FROM t JOIN u ON u.k = 1": "applies it to the wrong table",
     "SELECT t.n, u.i FROM t LEFT JOIN u ON u.k = 1": "applies it to the wrong table",
     "SELECT t.n, (SELECT COUNT(*) + 1 FROM u WHERE u.k = t.k) AS c FROM t": "computed from an aggregate",
