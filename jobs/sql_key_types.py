@@ -32,6 +32,8 @@ _SUBQUERY_TABLES = ("_u_", EXISTS_ALIAS)
 _ORDERINGS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
 _COMPARED = (*_ORDERINGS, exp.In, exp.Intersect, exp.Except)
 _WRAPPER = "spillway_key_wrapper"
+#: The decimal places an ordering of a decimal with an integer keeps at most (:func:`_ordering_type`).
+_ORDERING_SCALE = 18
 
 
 def _cast_type(dtype: pl.DataType) -> exp.DataType:
@@ -170,6 +172,12 @@ def _key_column(source: exp.Expression, column: exp.Column, cast_type: exp.DataT
     source.replace(wrapper)
 
 
+def _cast_to(value: exp.Expression, cast_type: exp.DataType) -> exp.Cast:
+    """``CAST(value AS cast_type)``, always a new cast: sqlglot's ``exp.cast`` keeps a cast to a type it deems the same,
+    and ``DECIMAL(38, 30)`` is the same as ``DECIMAL(38, 18)`` to it."""
+    return exp.Cast(this=value.copy(), to=cast_type.copy())
+
+
 def _cast(side: exp.Expression, to: pl.DataType, tree: exp.Expression, number: int) -> None:
     """Compare ``side`` in ``to``: cast inside the subquery's derived table it reads, where it reads one (so that the
     table's grouping is of the cast values: two integers one float apart must not both match), through a derived
@@ -180,8 +188,8 @@ def _cast(side: exp.Expression, to: pl.DataType, tree: exp.Expression, number: i
         value = projection.this
         for key in (select.args.get("group") or exp.Group()).expressions:
             if key == value:
-                key.replace(exp.cast(key.copy(), cast_type))
-        projection.set("this", exp.cast(value.copy(), cast_type))
+                key.replace(_cast_to(key, cast_type))
+        projection.set("this", _cast_to(value, cast_type))
         return
     if isinstance(side, exp.Column) and (source := _joined_before(side)) is not None:
         name = f"_spillway_key{number}_{side.name}"
@@ -189,7 +197,7 @@ def _cast(side: exp.Expression, to: pl.DataType, tree: exp.Expression, number: i
         side.replace(exp.column(name, side.table, quoted=True))
         return
     value = side.this if isinstance(side, exp.Alias) else side
-    cast = exp.cast(value.copy(), cast_type)
+    cast = _cast_to(value, cast_type)
     name = side.alias_or_name if isinstance(side, (exp.Alias, exp.Column)) else None
     if side.parent is not None and isinstance(side.parent, exp.Select) and side in side.parent.expressions and name:
         side.replace(exp.alias_(cast, name, quoted=True))
@@ -256,14 +264,11 @@ def _ordering_type(to: pl.DataType, typed: list[tuple[pl.DataType | None, bool]]
     if isinstance(to, pl.Datetime) and to.time_unit == "ns" and any(
             isinstance(dtype, pl.Datetime) and dtype.time_unit != "ns" for dtype, _ in typed):
         return pl.Datetime("us", to.time_zone)
+    if isinstance(to, pl.Decimal) and (to.scale or 0) > _ORDERING_SCALE:
+        # DECIMAL(38, 30) keeps 8 integer digits: an integer cast to it overflowed (an error, and in Polars' own
+        # comparison a null, so CAST(s AS DECIMAL(38, 30)) < 10^12 was false); 18 places leave 20 for any integer.
+        return pl.Decimal(38, _ORDERING_SCALE)
     return to
-
-
-def _ordering_cast_needed(to: pl.DataType) -> bool:
-    """Whether an ordering is cast to ``to`` at all: not to a decimal with a fraction, whose few integer digits an
-    integer side overflows (``CAST(i AS DECIMAL(38, 30)) < n`` failed as it ran once cast; Polars orders a decimal
-    and an integer itself)."""
-    return not (isinstance(to, pl.Decimal) and (to.scale or 0) > 0)
 
 
 def cast_unlike_keys(tree: exp.Expression, schemas: Mapping[str, Mapping[str, pl.DataType]]) -> bool:
@@ -284,8 +289,6 @@ def cast_unlike_keys(tree: exp.Expression, schemas: Mapping[str, Mapping[str, pl
             typed_sides = [_side_type(side, schemas, tables, by_name) for side in pair]
             if (to := _common(typed_sides)) is not None:
                 if not isinstance(candidates[number], (exp.EQ, exp.In, exp.Intersect, exp.Except)):
-                    if not _ordering_cast_needed(to):
-                        continue
                     to = _ordering_type(to, typed_sides)
                 casts[number, position] = [None if dtype == to else to for dtype, _ in typed_sides]
     for number, node in enumerate(candidates):

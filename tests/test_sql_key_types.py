@@ -199,3 +199,20 @@ def test_an_ordering_of_two_time_units_keeps_dates_nanoseconds_cannot_hold(tmp_p
         got = run_polars({"sources": {**sources, "q": {"sql": sql}}, "source": "q", "sink": {"path": "/tmp/unused-sql-key-sink"}})
         expected = sorted((i, j) for i, a in enumerate(far) for j, b in enumerate(near) if compare(a, b))
         assert sorted(map(tuple, got.itertuples(index=False))) == expected, op
+
+
+def test_an_ordering_of_a_fractional_decimal_and_a_large_integer_is_not_cast(tmp_path: Path) -> None:
+    """``CAST(small AS DECIMAL(38, 30)) < big``: cast to the common decimal, the integer overflowed its 8 integer
+    digits and the job failed as it ran (a hostile run), and Polars' own comparison made it null: false for 10^12.
+    An ordering compares such a pair with 18 decimal places; across two tables (a ``join_where``) too."""
+    small, big = [1, 2, 3], [0, 2, 10**12]
+    pq.write_table(pa.table({"id": pa.array([0, 1, 2], pa.int64()), "small": pa.array(small, pa.int32()), "big": pa.array(big, pa.int64())}),
+                   tmp_path / "ints.parquet")
+    sql = "SELECT id FROM ints WHERE CAST(small AS DECIMAL(38, 30)) < big"
+    got = run_polars({"sources": {"ints": {"format": "parquet", "path": str(tmp_path / "ints.parquet")}, "q": {"sql": sql}},
+                      "source": "q", "sink": {"path": "/tmp/unused-sql-key-sink"}})
+    assert sorted(got["id"]) == [i for i in range(3) if small[i] < big[i]]
+    across = "SELECT a.id AS i, b.id AS j FROM ints a, ints b WHERE CAST(a.small AS DECIMAL(38, 30)) < b.big"  # a join_where
+    got = run_polars({"sources": {"ints": {"format": "parquet", "path": str(tmp_path / "ints.parquet")}, "q": {"sql": across}},
+                      "source": "q", "sink": {"path": "/tmp/unused-sql-key-sink"}})
+    assert sorted(map(tuple, got.itertuples(index=False))) == sorted((i, j) for i in range(3) for j in range(3) if small[i] < big[j])
