@@ -24,6 +24,7 @@ from sqlglot import exp
 
 from spillway.jobs.join_key_types import join_key_type
 from spillway.jobs.sql_exists import EXISTS_ALIAS
+from spillway.jobs.sql_scopes import source_names
 from spillway.jobs.sql_types import TIME_DIGITS, polars_type, typed_twins, types_by_name
 
 #: The prefixes of the derived tables a subquery is rewritten into (sqlglot's unnest_subqueries, jobs.sql_exists): grouped
@@ -141,19 +142,13 @@ def _joined_before(column: exp.Column) -> exp.Expression | None:
     return None
 
 
-def _named_source(select: exp.Select, alias: str) -> exp.Expression | None:
-    from_ = select.args.get("from_")
-    sources = [from_.this if from_ is not None else None, *(join.this for join in select.args.get("joins") or [])]
-    return next((source for source in sources if isinstance(source, (exp.Table, exp.Subquery)) and source.alias_or_name == alias), None)
-
-
 def _correlated(side: exp.Expression) -> bool:
     """Whether ``side`` reads a column of an enclosing select (a correlated subquery sqlglot could not make a join, one
     with ``<`` say): Polars resolves such a reference only bare ("no table or struct column named 'i' found" under a
     cast, and not through a derived table over the outer table either), so its comparison is left as written."""
     for column in side.find_all(exp.Column):
         select = column.find_ancestor(exp.Select)
-        if select is not None and column.table and _named_source(select, column.table) is None:
+        if select is not None and column.table and column.table not in source_names(select):
             return True
     return False
 

@@ -28,6 +28,8 @@ import polars as pl
 from sqlglot import exp
 from sqlglot.optimizer.annotate_types import annotate_types
 
+from spillway.jobs.sql_scopes import is_a_value
+
 #: sqlglot's comparison node for each operator of :func:`jobs.nan_order.total_order_compare`.
 _OPERATORS: dict[type[exp.Expression], str] = {exp.EQ: "=", exp.NEQ: "<>", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">="}
 _FLOAT_TYPES = frozenset({exp.DataType.Type.FLOAT, exp.DataType.Type.DOUBLE})
@@ -178,24 +180,16 @@ def _equal_pairs(a: exp.Expression, b: exp.Expression) -> exp.Expression:
                               exp.EQ(this=_nan_as_zero(a), expression=_nan_as_zero(b)), copy=False), copy=False)
 
 
-#: Where a parenthesised query is a table, not a value: a derived table, a CTE's body, a branch of a set operation.
-_TABLE_PLACES = (exp.From, exp.Join, exp.CTE, exp.Union, exp.Intersect, exp.Except)
-
-
-def _of_an_expression(subquery: exp.Subquery) -> bool:
-    return subquery.parent is not None and not isinstance(subquery.parent, _TABLE_PLACES)
-
-
 def _in_a_subquery_polars_plans(node: exp.Expression) -> bool:
     """Whether ``node`` is inside, or compares against, a subquery of an expression (not a derived table of a FROM,
     JOIN or WITH): one sqlglot could not make a join (a correlated ``IN``, a scalar subquery correlated by ``<>``), which
     Polars' own planner takes only as written. With the terms it lost an outer column ("unable to find column 'v'")
     and answered a correlated scalar copied three times wrongly (a helper's hostile run, 2026-12-06)."""
-    if any(_of_an_expression(sub) for sub in node.find_all(exp.Subquery)):
+    if any(is_a_value(sub) for sub in node.find_all(exp.Subquery)):
         return True
     parent = node.parent
     while parent is not None:
-        if isinstance(parent, exp.Exists) or (isinstance(parent, exp.Subquery) and _of_an_expression(parent)):
+        if isinstance(parent, exp.Exists) or (isinstance(parent, exp.Subquery) and is_a_value(parent)):
             return True
         if isinstance(parent, exp.Select) and isinstance(parent.parent, exp.In):
             return True  # x IN (SELECT …): sqlglot leaves the query bare in the IN

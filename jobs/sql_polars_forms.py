@@ -38,6 +38,8 @@ from collections.abc import Mapping
 from sqlglot import exp
 from sqlglot.optimizer.scope import traverse_scope
 
+from spillway.jobs.sql_scopes import is_a_value
+
 _BIGINT = exp.DataType.build("BIGINT")
 _NARROW = (exp.DataType.Type.INT, exp.DataType.Type.SMALLINT)
 #: What can make a value of a null (an aggregate over no rows).
@@ -86,17 +88,14 @@ def null_covariances(tree: exp.Expression) -> None:
 _CHEAP_TYPES = ("BIGINT", "INT", "INTEGER", "SMALLINT", "DOUBLE", "REAL", "FLOAT", "DATE", "BOOLEAN", "TIMESTAMP")
 
 
-#: Where a parenthesised query is a table, not a value: a derived table, a CTE's body, a branch of a set operation.
-_TABLE_PLACES = (exp.From, exp.Join, exp.CTE, exp.Union, exp.Intersect, exp.Except, exp.In, exp.Exists)
-
-
 def scalar_counts(tree: exp.Expression) -> None:
     """A scalar subquery that is one ``COUNT`` (no GROUP BY) as ``COALESCE((subquery), 0)``: SQL's count over no rows is
     0, and Polars' own plan of a correlated one (``(SELECT count(*) FROM u WHERE u.k > t.x)``, which sqlglot cannot make
     a join) gave null for the rows that matched none (a helper's hostile run, 2026-12-06)."""
     for subquery in list(tree.find_all(exp.Subquery)):
         select = subquery.this
-        if isinstance(subquery.parent, _TABLE_PLACES) or not isinstance(select, exp.Select) or select.args.get("group"):
+        scalar = is_a_value(subquery) and not isinstance(subquery.parent, (exp.In, exp.Exists))
+        if not scalar or not isinstance(select, exp.Select) or select.args.get("group"):
             continue
         projection = select.expressions[0] if len(select.expressions) == 1 else None
         value = projection.this if isinstance(projection, exp.Alias) else projection

@@ -1,8 +1,18 @@
-"""Whether a SELECT reads a table of an enclosing query: the outer references of a correlated subquery."""
+"""Scopes of a SQL tree: which tables a SELECT names, whether it reads an enclosing query's (a correlated subquery),
+and whether a parenthesised query stands for a value or for a table."""
 
 from __future__ import annotations
 
 from sqlglot import exp
+
+
+#: Where a parenthesised query is a table, not a value: a derived table, a CTE's body, a branch of a set operation.
+TABLE_PLACES = (exp.From, exp.Join, exp.CTE, exp.Union, exp.Intersect, exp.Except)
+
+
+def is_a_value(subquery: exp.Subquery) -> bool:
+    """Whether ``subquery`` stands for a value of an expression (a scalar, an ``IN``'s list, an ``EXISTS``), not a table."""
+    return subquery.parent is not None and not isinstance(subquery.parent, TABLE_PLACES)
 
 
 def source_names(select: exp.Select) -> set[str]:
@@ -30,4 +40,4 @@ def reads_outer(select: exp.Select) -> bool:
     return False
 
 
-__all__ = ["reads_outer", "source_names"]
+__all__ = ["TABLE_PLACES", "is_a_value", "reads_outer", "source_names"]
