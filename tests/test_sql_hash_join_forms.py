@@ -42,9 +42,7 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def referee(data: Path) -> Any:
-    con = duckdb_tables(data, TABLES)
-    yield con
-    con.close()
+    yield from duckdb_tables(data, TABLES)
 
 
 def spec(data: Path, sql: str) -> dict[str, Any]:

@@ -40,9 +40,7 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def referee(data: Path) -> Any:
-    con = duckdb_tables(data, ("t", "texts"))  # tables: over the files, DuckDB's MAX leaves NaN out (max(x) 5.0, not NaN)
-    yield con
-    con.close()
+    yield from duckdb_tables(data, ("t", "texts"))  # tables: over the files, DuckDB's MAX leaves NaN out (5.0, not NaN)
 
 
 def spec(data: Path, sql: str) -> dict[str, Any]:

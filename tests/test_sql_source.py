@@ -10,7 +10,7 @@ refuses ``engine: dask``; the same goes through the live REST service.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -71,14 +71,15 @@ def sql_spec(data: dict[str, Path], sql: str, *, sink: str = "/tmp/unused-sql-si
     }
 
 
-def duckdb_tables(data: Path, tables: Iterable[str]) -> Any:
-    """A DuckDB connection holding each of ``tables`` as a table read from ``data/<table>.parquet``: the referee of
-    the SQL tests. Tables, not views over the files: DuckDB 2.0 answers a MAX over parquet from the row groups'
-    statistics, which leave NaN out."""
+def duckdb_tables(data: Path, tables: Iterable[str]) -> Iterator[Any]:
+    """A DuckDB connection holding each of ``tables`` as a table read from ``data/<table>.parquet``, closed after: the
+    referee of the SQL tests (``yield from`` it in a fixture). Tables, not views over the files: DuckDB 2.0 answers a
+    MAX over parquet from the row groups' statistics, which leave NaN out."""
     con = duckdb.connect()
     for table in tables:
         con.execute(f"create table {table} as select * from read_parquet('{data / table}.parquet')")
-    return con
+    yield con
+    con.close()
 
 
 def run_polars(spec: dict[str, Any]) -> pd.DataFrame:
