@@ -31,7 +31,8 @@ from spillway.jobs.sql_types import TIME_DIGITS, polars_type, typed_twins, types
 #: by the key they are compared on, where SQL compares every matching row (a JOIN of a user's grouped table must not).
 _SUBQUERY_TABLES = ("_u_", EXISTS_ALIAS)
 _ORDERINGS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
-_COMPARED = (*_ORDERINGS, exp.In, exp.Intersect, exp.Except)
+_EQUALITIES = (exp.EQ, exp.In, exp.Intersect, exp.Except)
+_COMPARED = (*_ORDERINGS, *_EQUALITIES[1:])
 _WRAPPER = "spillway_key_wrapper"
 #: The decimal places an ordering of a decimal with an integer keeps at most (:func:`_ordering_type`).
 _ORDERING_SCALE = 18
@@ -267,10 +268,12 @@ def _ordering_type(to: pl.DataType, typed: list[tuple[pl.DataType | None, bool]]
 
 
 def cast_unlike_keys(tree: exp.Expression, schemas: Mapping[str, Mapping[str, pl.DataType]]) -> bool:
-    """Cast each equality (``IN (SELECT …)``, ``INTERSECT`` and ``EXCEPT`` columns too) of ``tree``, a qualified query
-    over ``schemas`` (table → column → Polars type), that compares types Polars does not join: the sides not of their
-    common type, to it. Changed in place; whether it was."""
-    candidates = [node for node in tree.find_all(*_COMPARED) if _pairs(node)]
+    """Cast each comparison of two values (``IN (SELECT …)``, ``INTERSECT`` and ``EXCEPT`` columns too) of ``tree``, a
+    qualified query over ``schemas`` (table → column → Polars type), that compares types Polars does not join: the
+    sides not of their common type, to it (an ordering's: :func:`_ordering_type`). One reading a correlated outer
+    column is left as written. Changed in place; whether it was."""
+    candidates = [node for node in tree.find_all(*_COMPARED)
+                  if (pairs := _pairs(node)) and not any(_correlated(side) for pair in pairs for side in pair)]
     by_name = types_by_name(tree, schemas)
     zoned = _zoned_against_literals(tree, schemas, by_name)
     if not _may_differ(candidates, by_name):
@@ -283,14 +286,11 @@ def cast_unlike_keys(tree: exp.Expression, schemas: Mapping[str, Mapping[str, pl
         for position, pair in enumerate(_pairs(twin) if twin is not None else []):
             typed_sides = [_side_type(side, schemas, tables, by_name) for side in pair]
             if (to := _common(typed_sides)) is not None:
-                if not isinstance(candidates[number], (exp.EQ, exp.In, exp.Intersect, exp.Except)):
+                if not isinstance(candidates[number], _EQUALITIES):
                     to = _ordering_type(to, typed_sides)
                 casts[number, position] = [None if dtype == to else to for dtype, _ in typed_sides]
     for number, node in enumerate(candidates):
         for position, pair in enumerate(_pairs(node)):
-            if any(_correlated(side) for side in pair):
-                casts.pop((number, position), None)
-                continue
             for side, to in zip(pair, casts.get((number, position), ()), strict=False):
                 if to is not None:
                     _cast(side, to, tree, number)
