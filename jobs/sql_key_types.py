@@ -10,7 +10,8 @@ Polars) and each column pair of ``INTERSECT``/``EXCEPT`` is compared in one type
 ``join`` step's, :func:`jobs.join_key_types.join_key_type`, except ``uint64`` with a signed integer
 exactly and zoned times as instants), each side not of that type cast to it: inside a subquery's derived
 table, so that its grouping is of the compared values; through a derived table over a table joined
-before, whose columns Polars takes as keys only bare; else where it stands. Comparisons of two values
+before, or over either table of a correlated subquery's condition, whose columns Polars takes only bare;
+else where it stands. Comparisons of two values
 (``<``, ``<>`` … as well as ``=``) are cast alike: they are what Polars makes joins and ``join_where``
 conditions of, and comparing both sides in the common type keeps their answer.
 """
@@ -145,13 +146,30 @@ def _joined_before(column: exp.Column) -> exp.Expression | None:
 
 def _correlated(side: exp.Expression) -> bool:
     """Whether ``side`` reads a column of an enclosing select (a correlated subquery sqlglot could not make a join, one
-    with ``<`` say): Polars resolves such a reference only bare ("no table or struct column named 'i' found" under a
-    cast, and not through a derived table over the outer table either), so its comparison is left as written."""
+    with ``<`` say)."""
     for column in side.find_all(exp.Column):
         select = column.find_ancestor(exp.Select)
         if select is not None and column.table and column.table not in source_names(select):
             return True
     return False
+
+
+def _correlated_pair(pair: tuple[exp.Expression, exp.Expression]) -> bool:
+    """Whether ``pair`` is a correlated subquery's condition (a side reads an enclosing select's column)."""
+    return any(_correlated(side) for side in pair)
+
+
+def _source_of(column: exp.Column) -> exp.Expression | None:
+    """The table or derived table of the FROM or a JOIN that ``column`` reads: of its own select, else of the nearest
+    enclosing one that names its table (a correlated subquery's outer column)."""
+    select = column.find_ancestor(exp.Select)
+    while select is not None:
+        from_ = select.args.get("from_")
+        for source in [from_.this if from_ is not None else None, *(join.this for join in select.args.get("joins") or [])]:
+            if isinstance(source, (exp.Table, exp.Subquery)) and source.alias_or_name == column.table:
+                return source
+        select = select.find_ancestor(exp.Select)
+    return None
 
 
 def _key_column(source: exp.Expression, column: exp.Column, cast_type: exp.DataType, name: str) -> None:
@@ -174,10 +192,11 @@ def _cast_to(value: exp.Expression, cast_type: exp.DataType) -> exp.Cast:
     return exp.Cast(this=value.copy(), to=cast_type.copy())
 
 
-def _cast(side: exp.Expression, to: pl.DataType, tree: exp.Expression, number: int) -> None:
+def _cast(side: exp.Expression, to: pl.DataType, tree: exp.Expression, number: int, *, correlated: bool = False) -> None:
     """Compare ``side`` in ``to``: cast inside the subquery's derived table it reads, where it reads one (so that the
     table's grouping is of the cast values: two integers one float apart must not both match), through a derived
-    table over a table joined before, or where it is; a projection keeps its output name."""
+    table over a table joined before or over either table of a ``correlated`` condition, or where it is; a projection
+    keeps its output name."""
     cast_type = _cast_type(to)
     if isinstance(side, exp.Column) and (derived := _derived_projection(side, tree)) is not None:
         select, projection = derived
@@ -187,7 +206,12 @@ def _cast(side: exp.Expression, to: pl.DataType, tree: exp.Expression, number: i
                 key.replace(_cast_to(key, cast_type))
         projection.set("this", _cast_to(value, cast_type))
         return
-    if isinstance(side, exp.Column) and (source := _joined_before(side)) is not None:
+    # Polars takes a correlated subquery's condition only of two bare columns ("no table or struct column named 'i'"
+    # under a cast): either side is cast through a derived table over its table, the outer one included.
+    source = _joined_before(side) if isinstance(side, exp.Column) else None
+    if source is None and correlated and isinstance(side, exp.Column):
+        source = _source_of(side)
+    if isinstance(side, exp.Column) and source is not None:
         name = f"_spillway_key{number}_{side.name}"
         _key_column(source, side, cast_type, name)
         side.replace(exp.column(name, side.table, quoted=True))
@@ -270,10 +294,11 @@ def _ordering_type(to: pl.DataType, typed: list[tuple[pl.DataType | None, bool]]
 def cast_unlike_keys(tree: exp.Expression, schemas: Mapping[str, Mapping[str, pl.DataType]]) -> bool:
     """Cast each comparison of two values (``IN (SELECT …)``, ``INTERSECT`` and ``EXCEPT`` columns too) of ``tree``, a
     qualified query over ``schemas`` (table → column → Polars type), that compares types Polars does not join: the
-    sides not of their common type, to it (an ordering's: :func:`_ordering_type`). One reading a correlated outer
-    column is left as written. Changed in place; whether it was."""
-    candidates = [node for node in tree.find_all(*_COMPARED)
-                  if (pairs := _pairs(node)) and not any(_correlated(side) for pair in pairs for side in pair)]
+    sides not of their common type, to it (an ordering's: :func:`_ordering_type`). A correlated condition is cast
+    only between two columns (each through a derived table over its table). Changed in place; whether it was."""
+    # A correlated condition is cast only between two columns: Polars refuses any other (tests/test_sql_key_types.py).
+    candidates = [node for node in tree.find_all(*_COMPARED) if (pairs := _pairs(node)) and all(
+        all(isinstance(side, exp.Column) for side in pair) for pair in pairs if _correlated_pair(pair))]
     by_name = types_by_name(tree, schemas)
     zoned = _zoned_against_literals(tree, schemas, by_name)
     if not _may_differ(candidates, by_name):
@@ -291,9 +316,10 @@ def cast_unlike_keys(tree: exp.Expression, schemas: Mapping[str, Mapping[str, pl
                 casts[number, position] = [None if dtype == to else to for dtype, _ in typed_sides]
     for number, node in enumerate(candidates):
         for position, pair in enumerate(_pairs(node)):
+            correlated = _correlated_pair(pair)
             for side, to in zip(pair, casts.get((number, position), ()), strict=False):
                 if to is not None:
-                    _cast(side, to, tree, number)
+                    _cast(side, to, tree, number, correlated=correlated)
     return bool(casts) or zoned
 
 
