@@ -23,6 +23,7 @@ from sqlglot.tokens import Token, TokenType
 from spillway.jobs.errors import SpecError
 from spillway.jobs.expr import MAX_PAD
 from spillway.jobs.sql_constant_aggs import constant_aggregate
+from spillway.jobs.sql_filters import FilterRefused, filters_as_cases
 from spillway.jobs.sql_named_windows import NamedWindowError, inline_named_windows
 from spillway.jobs.sql_polars_forms import unordered_window_problem
 from spillway.jobs.sql_windows import window_refusal
@@ -311,7 +312,8 @@ def check_sql(text: str, field: str, sources: Collection[str], own_name: str | N
         checker = _Checker(field, sources, own_name)
         try:
             inline_named_windows(tree)
-        except NamedWindowError as refused:
+            filters_as_cases(tree)
+        except (NamedWindowError, FilterRefused) as refused:
             raise checker.refuse(refused.node, refused.part, refused.why) from None
         checker.check(tree)
     except RecursionError:  # a long chain of operators: the parser recurses once per level

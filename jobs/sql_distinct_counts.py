@@ -16,7 +16,7 @@ is the same as::
 with SQL's nulls: ``COUNT`` skips the group of a null ``x`` as ``COUNT(DISTINCT)`` skips a null, a group of null
 ``x`` alone still has its row (a count of 0), a ``SUM`` of nulls alone stays null, and a count over no rows is 0.
 (With no other aggregate the inner query is ``SELECT DISTINCT``.) Other SELECTs are left as written: ``AVG``,
-``FILTER``, two distinct counts, a subquery beside the aggregates.
+two distinct counts, a subquery beside the aggregates. (A ``FILTER`` is a ``CASE`` by now: jobs/sql_filters.py.)
 """
 
 from __future__ import annotations
@@ -60,8 +60,8 @@ def _counted(aggregates: list[exp.AggFunc]) -> exp.Expression | None:
     """The one ``x`` the aggregates count the distinct values of, where every other aggregate can be combined."""
     counted: exp.Expression | None = None
     for aggregate in aggregates:
-        if isinstance(aggregate.parent, exp.Filter) or any(inner is not aggregate for inner in aggregate.find_all(exp.AggFunc, exp.Window)):
-            return None  # a FILTER, or an aggregate inside an aggregate
+        if any(inner is not aggregate for inner in aggregate.find_all(exp.AggFunc, exp.Window)):
+            return None  # an aggregate inside an aggregate
         if (value := _distinct_argument(aggregate)) is not None:
             if counted is not None and value != counted:
                 return None
