@@ -14,7 +14,8 @@ each on the checked tree, bring a query within what it takes without changing it
 - a ``FROM a, b, c`` list followed by explicit joins becomes inner joins on the ``WHERE``'s
   equalities (Polars binds an explicit join to the list's last table only);
 - a ``LEFT JOIN``'s conditions on the right table alone move into a derived table over it, and
-  those on the tables before it into a key (``r.k = CASE WHEN cond THEN l.k END``),
+  those on the tables before it into a key (``r.k = CASE WHEN cond THEN l.k END``); a ``RIGHT`` or
+  ``FULL JOIN``'s conditions on either side alone into that side's key,
   an ``INNER JOIN``'s non-key conditions into ``WHERE`` (Polars' ``ON`` takes key equalities);
 - a literal compared with an expression is written on the right (``x > 1`` for ``1 < x``: Polars 1.44
   miscounts the rows of ``0 < CASE … END`` after a ``WHERE``);
@@ -134,16 +135,20 @@ def _of_left_alone(condition: exp.Expression, left: set[str]) -> bool:
     return condition.find(exp.Query, exp.Subquery) is None and _tables_of(condition) <= left
 
 
-def _left_conditions_in_a_key(key: exp.EQ, conditions: list[exp.Expression], right: str, first: str) -> bool:
-    """A ``LEFT JOIN``'s conditions on the tables joined before, as a key: ``r.k = CASE WHEN cond THEN l.k END``, where
-    ``l`` is the FROM's table (the ``first``); whether they were (else they stay in the ``ON``, as written).
+def _conditions_in_a_key(key: exp.EQ, conditions: list[exp.Expression], right: str, first: str, *, of_right: bool) -> bool:
+    """An outer join's conditions on one side, as that side's key: ``r.k = CASE WHEN cond THEN l.k END`` for the tables
+    joined before (only where ``l`` is the FROM's table, the ``first``), ``CASE WHEN cond THEN r.k END = l.k`` for the
+    joined table (``of_right``); whether they were (else they stay in the ``ON``, as written).
 
-    A left row whose condition is false or null then has a null key and matches nothing, as SQL has it. Polars
-    planned the conditions as a nested loop join (every pair of rows), which cudf-polars 26.10 failed on with "Hash
-    join right table is empty" (an H100, 2026-12-06); the key keeps it a hash join on both engines.
+    A row whose condition is false or null then has a null key and matches nothing, as SQL has it, whichever side
+    the join keeps. Polars planned a LEFT JOIN's conditions as a nested loop join (every pair of rows), which
+    cudf-polars 26.10 failed on with "Hash join right table is empty" (an H100, 2026-12-06), and refuses them in a
+    RIGHT or FULL JOIN ("not supported with non-equi join conditions"); the key keeps it a hash join on both engines.
     """
-    side = "this" if key.this.table != right else "expression"
-    if key.args[side].table != first:
+    # By the tables each side reads: the other side may be a CASE already (a FULL JOIN's conditions on both sides).
+    right_is_this = {column.table for column in key.this.find_all(exp.Column)} == {right}
+    side = "this" if right_is_this == of_right else "expression"
+    if not of_right and not (isinstance(key.args[side], exp.Column) and key.args[side].table == first):
         return False  # a key of a table joined before: Polars takes no expression there ("'alias' is not allowed in a join key")
     guarded = exp.Case(ifs=[exp.If(this=and_all([c.copy() for c in conditions]), true=key.args[side].copy())])
     key.set(side, guarded)
@@ -152,7 +157,8 @@ def _left_conditions_in_a_key(key: exp.EQ, conditions: list[exp.Expression], rig
 
 def _polars_join_conditions(select: exp.Select) -> None:
     """Polars' ON takes key equalities: move an inner join's other conditions to WHERE, a left join's conditions
-    on its right table alone into a derived table over that table, and those on the tables before it into a key."""
+    on its right table alone into a derived table over that table, and those on the tables before it into a key; a
+    right or full join's conditions on either side alone into that side's key."""
     from_ = select.args.get("from_")
     if from_ is None:
         return
@@ -180,9 +186,17 @@ def _polars_join_conditions(select: exp.Select) -> None:
                     inner = exp.select("*").from_(join.this.copy()).where(and_all([c.copy() for c in right_alone]))
                     join.set("this", exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier(name, quoted=True))))
                 left_alone = [c for c in others if _tables_of(c) != {name}]
-                if left_alone and _left_conditions_in_a_key(keys[0], left_alone, name, _source_name(from_.this)):
+                if left_alone and _conditions_in_a_key(keys[0], left_alone, name, _source_name(from_.this), of_right=False):
                     left_alone = []
                 join.set("on", and_all([*keys, *left_alone]))
+            elif others and side in ("RIGHT", "FULL") and keys and all(_tables_of(c) == {name} or _of_left_alone(c, seen) for c in others):
+                # Each side's conditions null that side's key: a derived table would drop rows a RIGHT or FULL JOIN keeps.
+                kept = []
+                for of_right, alone in ((True, [c for c in others if _tables_of(c) == {name}]),
+                                        (False, [c for c in others if _tables_of(c) != {name}])):
+                    if alone and not _conditions_in_a_key(keys[0], alone, name, _source_name(from_.this), of_right=of_right):
+                        kept.extend(alone)
+                join.set("on", and_all([*keys, *kept]))
         seen.add(name)
     if extra_where:
         where = select.args.get("where")

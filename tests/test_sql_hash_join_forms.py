@@ -100,6 +100,15 @@ QUERIES = {
     "left_join_conditions_of_each_kind_in_a_chain": "SELECT t.s, u.n, u2.n AS n2 FROM t LEFT JOIN u ON u.k = t.x "
                                                     "LEFT JOIN u AS u2 ON u2.k = u.k AND u2.n <> 'u5' AND t.g = 'a'",
     "left_join_conditions_on_both_sides": "SELECT t.s, u.n FROM t LEFT JOIN u ON u.k = t.x AND t.g <> 'b' AND u.n <> 'u5'",
+    # RIGHT and FULL JOINs with conditions on one side each: that side's key is null where they fail (Polars refused
+    # them: "'RIGHT' join is not supported with non-equi join conditions"). A null or NaN in a condition fails it.
+    "right_join_condition_on_the_right": "SELECT t.s, u.n FROM t RIGHT JOIN u ON u.k = t.x AND u.n <> 'u3'",
+    "right_join_condition_on_the_left": "SELECT t.s, u.n FROM t RIGHT JOIN u ON u.k = t.x AND t.v > 1",
+    "right_join_conditions_on_both_sides": "SELECT t.s, t.x, u.k, u.n FROM t RIGHT JOIN u ON t.x = u.k AND t.g IS NOT NULL AND u.w >= 0",
+    "full_join_condition_on_the_right": "SELECT t.s, u.n FROM t FULL JOIN u ON u.k = t.x AND u.w > 1",
+    "full_join_conditions_on_both_sides": "SELECT t.s, t.x, u.k, u.n FROM t FULL OUTER JOIN u ON u.k = t.x AND t.s <> 'p' AND u.n <> 'u5'",
+    "full_join_of_two_keys_and_a_condition": "SELECT t.s, u.n FROM t FULL JOIN u ON u.k = t.x AND u.n = t.s || '1' AND t.g = 'a'",
+    "right_join_condition_after_a_join": "SELECT t.s, u.n, u2.n AS n2 FROM t JOIN u ON u.k = t.x RIGHT JOIN u AS u2 ON u2.k = u.k AND u2.n <> 'u1'",
 }
 
 #: What cudf-polars 26.10 refuses or failed on, as Polars' plan names it.
