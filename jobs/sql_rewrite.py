@@ -16,7 +16,8 @@ each on the checked tree, bring a query within what it takes without changing it
 - a ``LEFT JOIN``'s conditions on the right table alone move into a derived table over it, and
   those on the tables before it into a key (``r.k = CASE WHEN cond THEN l.k END``); a ``RIGHT`` or
   ``FULL JOIN``'s conditions on either side alone into that side's key,
-  an ``INNER JOIN``'s non-key conditions into ``WHERE`` (Polars' ``ON`` takes key equalities);
+  an ``INNER JOIN``'s non-key conditions into ``WHERE`` (Polars' ``ON`` takes key equalities; one of ``OR``-ed
+  conditions with no key is a ``CROSS JOIN`` filtered by ``WHERE``);
 - a literal compared with an expression is written on the right (``x > 1`` for ``1 < x``: Polars 1.44
   miscounts the rows of ``0 < CASE … END`` after a ``WHERE``);
 - ``COVAR_SAMP`` of fewer than two pairs and ``COVAR_POP`` of none are null, as SQL's are (Polars': 0);
@@ -156,7 +157,8 @@ def _conditions_in_a_key(key: exp.EQ, conditions: list[exp.Expression], right: s
 
 
 def _polars_join_conditions(select: exp.Select) -> None:
-    """Polars' ON takes key equalities: move an inner join's other conditions to WHERE, a left join's conditions
+    """Polars' ON takes key equalities: move an inner join's other conditions to WHERE (all of them, as a cross join's,
+    where an OR stands with no key beside it), a left join's conditions
     on its right table alone into a derived table over that table, and those on the tables before it into a key; a
     right or full join's conditions on either side alone into that side's key."""
     from_ = select.args.get("from_")
@@ -180,6 +182,12 @@ def _polars_join_conditions(select: exp.Select) -> None:
             if others and side == "" and keys and not outer_later:
                 extra_where.extend(others)
                 join.set("on", and_all(keys))
+            elif side == "" and not keys and not outer_later and any(isinstance(c, exp.Or) for c in others):
+                # An OR of conditions with no key beside it ("unsupported join constraint operator 'Or'"): every pair of
+                # rows is a candidate, so a cross join filtered by WHERE is the same inner join.
+                extra_where.extend(others)
+                join.set("on", None)
+                join.set("kind", "CROSS")
             elif others and side == "LEFT" and keys and all(_tables_of(c) == {name} or _of_left_alone(c, seen) for c in others):
                 right_alone = [c for c in others if _tables_of(c) == {name}]
                 if right_alone:

@@ -108,6 +108,12 @@ QUERIES = {
     "full_join_condition_on_the_right": "SELECT t.s, u.n FROM t FULL JOIN u ON u.k = t.x AND u.w > 1",
     "full_join_conditions_on_both_sides": "SELECT t.s, t.x, u.k, u.n FROM t FULL OUTER JOIN u ON u.k = t.x AND t.s <> 'p' AND u.n <> 'u5'",
     "full_join_of_two_keys_and_a_condition": "SELECT t.s, u.n FROM t FULL JOIN u ON u.k = t.x AND u.n = t.s || '1' AND t.g = 'a'",
+    # An inner join ON an OR with no key beside it: a cross join filtered by WHERE (Polars refused the OR in ON). It
+    # stays a nested loop join, which no key can make a hash join.
+    "inner_join_on_an_or": "SELECT t.s, u.n FROM t JOIN u ON t.x = u.k OR t.v = u.w",
+    "inner_join_on_an_or_and_a_condition": "SELECT t.s, u.n FROM t JOIN u ON (t.x = u.k OR t.s = 'w') AND u.n <> 'u5'",
+    "inner_join_on_an_or_before_a_left_join": "SELECT t.s, u.n, u2.n AS n2 FROM t JOIN u ON t.x = u.k OR t.x IS NULL "
+                                              "LEFT JOIN u AS u2 ON u2.k = u.k AND u2.n <> 'u1'",
     "right_join_condition_after_a_join": "SELECT t.s, u.n, u2.n AS n2 FROM t JOIN u ON u.k = t.x RIGHT JOIN u AS u2 ON u2.k = u.k AND u2.n <> 'u1'",
 }
 
@@ -117,7 +123,8 @@ GPU_UNFRIENDLY = ("NESTED LOOP JOIN", "has_nulls")
 #: which Polars plans itself (cudf-polars refuses those plans: a 422 at submit on a GPU cluster).
 KEPT_AS_POLARS_PLANS_THEM = {"distinct_count_beside_avg", "two_distinct_counts", "a_correlated_distinct_count",
                              "a_correlated_distinct_count_in_where", "a_float_against_a_correlated_scalar",
-                             "a_correlated_distinct_count_over_no_rows", "a_correlated_count_over_no_rows_plus_one"}
+                             "a_correlated_distinct_count_over_no_rows", "a_correlated_count_over_no_rows_plus_one",
+                             "inner_join_on_an_or", "inner_join_on_an_or_and_a_condition", "inner_join_on_an_or_before_a_left_join"}
 
 
 @pytest.mark.parametrize("name", sorted(QUERIES))

@@ -286,7 +286,7 @@ REFUSED = {
     "following_frame": ("SELECT sum(amount) OVER (ORDER BY order_id ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING) AS r FROM sales",
                         "its frame has no counterpart in the window step; frames that run: ROWS or RANGE BETWEEN UNBOUNDED"),
     "cast_to_unlisted_type": ("SELECT CAST(amount AS INTERVAL) FROM sales", "CAST to INTERVAL is not allowed"),
-    "polars_cannot": ("SELECT s.order_id FROM sales s JOIN products p ON s.amount > p.unit_cost OR s.quantity = 1",
+    "polars_cannot": ("SELECT s.order_id FROM sales s LEFT JOIN products p ON s.amount > p.unit_cost OR s.quantity = 1",
                       "Polars' SQL cannot run this query: unsupported join constraint operator 'Or'"),
     "correlated_by_an_or": ("SELECT order_id FROM sales s WHERE s.product_id IN (SELECT p.product_id FROM products p "
                             "WHERE p.category = s.region OR p.unit_cost > 20)",
