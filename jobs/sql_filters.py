@@ -39,8 +39,16 @@ def _filtered(aggregate: exp.Expression, condition: exp.Expression) -> None:
     if isinstance(argument, exp.Distinct):  # COUNT(DISTINCT x): the distinct values of the rows where it holds
         argument.set("expressions", [_only_where(value, condition) for value in argument.expressions])
         return
-    if isinstance(argument, exp.Order):  # STRING_AGG(s, ',' ORDER BY …): the value, not its order
-        argument.set("this", _only_where(argument.this, condition))
+    if isinstance(argument, exp.Order):  # STRING_AGG([DISTINCT] s, ',' ORDER BY …): the value, not its order
+        value = argument.this
+        if isinstance(value, exp.Distinct):  # its ORDER BY is of the values (SQL's rule): ordered as filtered too
+            values = list(value.expressions)
+            for ordered in argument.expressions:
+                if any(ordered.this == v for v in values):
+                    ordered.set("this", _only_where(ordered.this.copy(), condition))
+            value.set("expressions", [_only_where(v, condition) for v in values])
+        else:
+            argument.set("this", _only_where(value, condition))
         return
     aggregate.set("this", _only_where(argument, condition))
     if isinstance(aggregate, (exp.CovarSamp, exp.CovarPop)):  # a pair counts only where both are not null
@@ -67,6 +75,9 @@ def filters_as_cases(tree: exp.Expression) -> None:
         if (inner := next((n for n in own if isinstance(n, (*AGGREGATES, exp.Window))), None)) is not None:
             raise FilterRefused(inner, f"{inner.sql(dialect='postgres')[:60]} in FILTER", ": a FILTER condition is of each row; aggregates "
                                        "and windows are not allowed in it")
+        if condition.find(exp.Column, exp.Subquery, exp.Exists) is None:  # COUNT(CASE WHEN TRUE THEN 1 END) is a constant's count
+            raise FilterRefused(node, f"FILTER (WHERE {condition.sql(dialect='postgres')[:40]}) reads no column",
+                                ": it keeps every row or none; drop the FILTER, or the aggregate")
         _filtered(aggregate, condition)
         node.replace(aggregate)
 

@@ -25,7 +25,7 @@ from sqlglot import exp
 
 from spillway.jobs.join_key_types import join_key_type
 from spillway.jobs.sql_exists import EXISTS_ALIAS
-from spillway.jobs.sql_scopes import source_names
+from spillway.jobs.sql_scopes import add_column, reads_enclosing, source_of
 from spillway.jobs.sql_types import TIME_DIGITS, polars_type, typed_twins, types_by_name
 
 #: The prefixes of the derived tables a subquery is rewritten into (sqlglot's unnest_subqueries, jobs.sql_exists): grouped
@@ -34,7 +34,6 @@ _SUBQUERY_TABLES = ("_u_", EXISTS_ALIAS)
 _ORDERINGS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
 _EQUALITIES = (exp.EQ, exp.In, exp.Intersect, exp.Except)
 _COMPARED = (*_ORDERINGS, *_EQUALITIES[1:])
-_WRAPPER = "spillway_key_wrapper"
 #: The decimal places an ordering of a decimal with an integer keeps at most (:func:`_ordering_type`).
 _ORDERING_SCALE = 18
 
@@ -144,46 +143,21 @@ def _joined_before(column: exp.Column) -> exp.Expression | None:
     return None
 
 
-def _correlated(side: exp.Expression) -> bool:
-    """Whether ``side`` reads a column of an enclosing select (a correlated subquery sqlglot could not make a join, one
-    with ``<`` say)."""
-    for column in side.find_all(exp.Column):
-        select = column.find_ancestor(exp.Select)
-        if select is not None and column.table and column.table not in source_names(select):
-            return True
-    return False
+def _joined_with_conditions(column: exp.Column) -> exp.Expression | None:
+    """The table or derived table ``column`` reads where the JOIN whose ``ON`` holds it joins that table on more than
+    key equalities (a nested loop join): Polars 1.44 loses a cast column of it there ("unable to find column "k:x""
+    for ``LEFT JOIN x ON x.k = i.k AND x.k > i.a`` with a uint64 ``x.k``, a helper's hostile run, 2026-12-06)."""
+    join = column.find_ancestor(exp.Join)
+    on = join.args.get("on") if join is not None else None
+    if on is None or not isinstance(join.this, (exp.Table, exp.Subquery)) or join.this.alias_or_name != column.table:
+        return None
+    conditions = list(on.flatten()) if isinstance(on, exp.And) else [on]
+    return None if all(isinstance(condition, exp.EQ) for condition in conditions) else join.this
 
 
 def _correlated_pair(pair: tuple[exp.Expression, exp.Expression]) -> bool:
     """Whether ``pair`` is a correlated subquery's condition (a side reads an enclosing select's column)."""
-    return any(_correlated(side) for side in pair)
-
-
-def _source_of(column: exp.Column) -> exp.Expression | None:
-    """The table or derived table of the FROM or a JOIN that ``column`` reads: of its own select, else of the nearest
-    enclosing one that names its table (a correlated subquery's outer column)."""
-    select = column.find_ancestor(exp.Select)
-    while select is not None:
-        from_ = select.args.get("from_")
-        for source in [from_.this if from_ is not None else None, *(join.this for join in select.args.get("joins") or [])]:
-            if isinstance(source, (exp.Table, exp.Subquery)) and source.alias_or_name == column.table:
-                return source
-        select = select.find_ancestor(exp.Select)
-    return None
-
-
-def _key_column(source: exp.Expression, column: exp.Column, cast_type: exp.DataType, name: str) -> None:
-    """Give the joined ``source`` (a table, a derived table, or the wrapper an earlier key made) a column ``name``
-    holding ``column`` cast to ``cast_type``, through a derived table over it that keeps its alias."""
-    alias = source.alias_or_name
-    key = exp.alias_(exp.cast(exp.column(column.name, alias, quoted=True), cast_type), name, quoted=True)
-    if source.meta.get(_WRAPPER):  # a second key of the same table: one wrapper, one more column
-        source.this.select(key, copy=False)
-        return
-    inner = source.copy()
-    wrapper = exp.Subquery(this=exp.select(exp.Star(), key).from_(inner), alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True)))
-    wrapper.meta[_WRAPPER] = True
-    source.replace(wrapper)
+    return any(reads_enclosing(side) for side in pair)
 
 
 def _cast_to(value: exp.Expression, cast_type: exp.DataType) -> exp.Cast:
@@ -195,8 +169,8 @@ def _cast_to(value: exp.Expression, cast_type: exp.DataType) -> exp.Cast:
 def _cast(side: exp.Expression, to: pl.DataType, tree: exp.Expression, number: int, *, correlated: bool = False) -> None:
     """Compare ``side`` in ``to``: cast inside the subquery's derived table it reads, where it reads one (so that the
     table's grouping is of the cast values: two integers one float apart must not both match), through a derived
-    table over a table joined before or over either table of a ``correlated`` condition, or where it is; a projection
-    keeps its output name."""
+    table over a table joined before, over a table joined on more than keys, or over either table of a ``correlated``
+    condition, or where it is; a projection keeps its output name."""
     cast_type = _cast_type(to)
     if isinstance(side, exp.Column) and (derived := _derived_projection(side, tree)) is not None:
         select, projection = derived
@@ -208,12 +182,12 @@ def _cast(side: exp.Expression, to: pl.DataType, tree: exp.Expression, number: i
         return
     # Polars takes a correlated subquery's condition only of two bare columns ("no table or struct column named 'i'"
     # under a cast): either side is cast through a derived table over its table, the outer one included.
-    source = _joined_before(side) if isinstance(side, exp.Column) else None
+    source = (_joined_before(side) or _joined_with_conditions(side)) if isinstance(side, exp.Column) else None
     if source is None and correlated and isinstance(side, exp.Column):
-        source = _source_of(side)
+        source = source_of(side)
     if isinstance(side, exp.Column) and source is not None:
         name = f"_spillway_key{number}_{side.name}"
-        _key_column(source, side, cast_type, name)
+        add_column(source, exp.cast(exp.column(side.name, source.alias_or_name, quoted=True), cast_type), name)
         side.replace(exp.column(name, side.table, quoted=True))
         return
     value = side.this if isinstance(side, exp.Alias) else side

@@ -100,7 +100,11 @@ def scalar_counts(tree: exp.Expression) -> None:
         projection = select.expressions[0] if len(select.expressions) == 1 else None
         value = projection.this if isinstance(projection, exp.Alias) else projection
         if isinstance(value, exp.Count):
-            subquery.replace(exp.Coalesce(this=subquery.copy(), expressions=[exp.Literal.number(0)]))
+            name = subquery.alias  # an output name the subquery carries (an unnamed one is named by its text): the COALESCE's
+            inner = subquery.copy()
+            inner.set("alias", None)
+            coalesce = exp.Coalesce(this=inner, expressions=[exp.Literal.number(0)])
+            subquery.replace(exp.alias_(coalesce, name, quoted=True) if name else coalesce)
 
 
 def wide_counts(tree: exp.Expression, tables: Mapping[str, Mapping[str, str]]) -> None:
@@ -274,6 +278,19 @@ def unordered_window_problem(select: exp.Select) -> tuple[exp.Expression, str] |
     return None
 
 
+def _inside_an_aggregate(select: exp.Select) -> bool:
+    """Whether the subquery ``select`` stands inside an aggregate's argument of its enclosing select."""
+    aggregate = select.parent.find_ancestor(exp.AggFunc, exp.Select) if select.parent is not None else None
+    return isinstance(aggregate, exp.AggFunc)
+
+
+def _one_row(select: exp.Select) -> bool:
+    """Whether ``select`` gives one row whatever it reads: one aggregate, no GROUP BY (nor HAVING, LIMIT, OFFSET)."""
+    values = [value.unalias() for value in select.expressions]
+    return (len(values) == 1 and isinstance(values[0], exp.AggFunc) and not select.args.get("group")
+            and not any(select.args.get(arg) for arg in ("having", "limit", "offset")))
+
+
 def subquery_problem(tree: exp.Expression) -> tuple[exp.Expression, str] | None:
     """A subquery of the qualified ``tree`` that Polars' SQL (after sqlglot's decorrelation) answers wrongly, and what to
     write instead; None if there is none."""
@@ -282,6 +299,12 @@ def subquery_problem(tree: exp.Expression) -> tuple[exp.Expression, str] | None:
         if not isinstance(select, exp.Select) or not scope.is_subquery:
             continue
         within = select.parent.parent if isinstance(select.parent, exp.Subquery) else select.parent
+        if _inside_an_aggregate(select) and (scope.is_correlated_subquery or isinstance(within, (exp.Exists, exp.In)) or not _one_row(select)):
+            # Made a join below the aggregate, it repeats or drops the rows aggregated: COUNT(*) FILTER (WHERE EXISTS
+            # (SELECT 1 FROM u …)) counted each row once per row of u (a helper's hostile run, 2026-12-06).
+            return select.parent, (": a subquery inside an aggregate's argument or FILTER is not run (the join it becomes "
+                                   "repeats or drops the aggregated rows), except a scalar aggregate of no outer column; "
+                                   "compute it in a CTE, join that, then aggregate")
         if isinstance(within, exp.In) and within.find_ancestor(exp.Where, exp.Having, exp.Join) is None:
             return within, (": x IN (subquery) outside WHERE and HAVING is not run (it gives false where SQL gives null); "
                             "write it in WHERE, or as a LEFT JOIN of the subquery's distinct values")

@@ -222,6 +222,12 @@ def _polars_function_names(tree: exp.Expression) -> None:
     # PostgreSQL writes MEDIAN as PERCENTILE_CONT(0.5) WITHIN GROUP (...), which Polars lacks.
     for median in list(tree.find_all(exp.Median)):
         median.replace(exp.Anonymous(this="MEDIAN", expressions=[median.this.copy()]))
+    # sqlglot writes PostgreSQL's ROUND(double, n) as ROUND(CAST(x AS DECIMAL), n), which Polars casts to a 38-digit
+    # decimal: a NaN, an infinity or a float past 10^29 then fails the job ("conversion from f64 to decimal[38,9]
+    # failed"). A float rounds its binary value here (docs/spec.md).
+    for rounding in list(tree.find_all(exp.Round)):
+        if rounding.args.get("decimals") is not None:
+            rounding.replace(exp.Anonymous(this="ROUND", expressions=[rounding.this.copy(), rounding.args["decimals"].copy()]))
 
 
 def _number(node: exp.Expression) -> Decimal | None:

@@ -1,5 +1,6 @@
-"""Scopes of a SQL tree: which tables a SELECT names, whether it reads an enclosing query's (a correlated subquery),
-and whether a parenthesised query stands for a value or for a table."""
+"""Scopes of a SQL tree: which tables a SELECT names, which table a column reads, whether a SELECT reads an enclosing
+query's (a correlated subquery), whether a parenthesised query stands for a value or for a table; and a column added
+to a joined table through a derived table over it."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from sqlglot import exp
 
 #: Where a parenthesised query is a table, not a value: a derived table, a CTE's body, a branch of a set operation.
 TABLE_PLACES = (exp.From, exp.Join, exp.CTE, exp.Union, exp.Intersect, exp.Except)
+#: The mark of a derived table :func:`add_column` wrapped a source in.
+_WRAPPER = "spillway_column_wrapper"
 
 
 def is_a_value(subquery: exp.Subquery) -> bool:
@@ -40,4 +43,43 @@ def reads_outer(select: exp.Select) -> bool:
     return False
 
 
-__all__ = ["TABLE_PLACES", "is_a_value", "reads_outer", "source_names"]
+def reads_enclosing(node: exp.Expression) -> bool:
+    """Whether ``node`` reads a column of an enclosing select (a correlated subquery's condition, one sqlglot could not
+    make a join: with ``<`` say)."""
+    for column in node.find_all(exp.Column):
+        select = column.find_ancestor(exp.Select)
+        if select is not None and column.table and column.table not in source_names(select):
+            return True
+    return False
+
+
+def source_of(column: exp.Column) -> exp.Expression | None:
+    """The table or derived table of the FROM or a JOIN that ``column`` reads: of its own select, else of the nearest
+    enclosing one that names its table (a correlated subquery's outer column)."""
+    select = column.find_ancestor(exp.Select)
+    while select is not None:
+        from_ = select.args.get("from_")
+        for source in [from_.this if from_ is not None else None, *(join.this for join in select.args.get("joins") or [])]:
+            if isinstance(source, (exp.Table, exp.Subquery)) and source.alias_or_name == column.table:
+                return source
+        select = select.find_ancestor(exp.Select)
+    return None
+
+
+def add_column(source: exp.Expression, value: exp.Expression, name: str) -> None:
+    """Give the joined ``source`` (a table, a derived table, or the wrapper an earlier call made) a column ``name``
+    holding ``value`` (over the source's alias), through a derived table over it that keeps its alias. Polars takes
+    a join key, or a correlated subquery's condition, only of bare columns: this is how a cast or a renamed column
+    becomes one. The query's ``*`` are expanded by then (sqlglot's qualify), so the column shows nowhere else."""
+    alias = source.alias_or_name
+    column = exp.alias_(value, name, quoted=True)
+    if source.meta.get(_WRAPPER):  # a second column of the same table: one wrapper, one more column
+        source.this.select(column, copy=False)
+        return
+    wrapper = exp.Subquery(this=exp.select(exp.Star(), column).from_(source.copy()),
+                           alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True)))
+    wrapper.meta[_WRAPPER] = True
+    source.replace(wrapper)
+
+
+__all__ = ["TABLE_PLACES", "add_column", "is_a_value", "reads_enclosing", "reads_outer", "source_names", "source_of"]

@@ -23,6 +23,7 @@ from sqlglot import exp
 
 from spillway.jobs.sources import Schema
 from spillway.jobs.sql_check import SqlRefused, check_sql
+from spillway.jobs.sql_correlated_names import unshared_correlated_names
 from spillway.jobs.sql_exists import EXISTS_ALIAS, nan_safe_exists
 from spillway.jobs.sql_key_types import cast_unlike_keys
 from spillway.jobs.sql_nan_greatest import nan_greatest
@@ -73,7 +74,8 @@ def run_sql(sql: str, frames: Mapping[str, pl.LazyFrame], *, nan_terms: bool = T
     NaN are written out under NaN's total order (:mod:`jobs.sql_nan`; raises its NanTermsTooLarge where they make
     the query too large or too deep for Polars' SQL). Equalities of types Polars does not join (an integer and a
     float, say: known only from the frames) are cast to a common type (:mod:`jobs.sql_key_types`), and a ``MAX``
-    or ``GREATEST`` of floats is NaN where one is (:mod:`jobs.sql_nan_greatest`). Text with an ordered window is read back with sqlglot and split
+    or ``GREATEST`` of floats is NaN where one is (:mod:`jobs.sql_nan_greatest`), and a correlated condition's column
+    whose name a table joined beside its own shares gets a name of its own (:mod:`jobs.sql_correlated_names`). Text with an ordered window is read back with sqlglot and split
     (:func:`jobs.sql_window_run.run_windowed`); any other runs as it is. Only text regenerated from a checked
     tree comes here.
     """
@@ -81,10 +83,12 @@ def run_sql(sql: str, frames: Mapping[str, pl.LazyFrame], *, nan_terms: bool = T
 
     context = pl.SQLContext(dict(frames))
     schemas = {table: dict(frame.collect_schema()) for table, frame in frames.items()}
-    # What only the real types tell (an integer key with a float one, a MAX of floats that may hold a NaN): both passes
-    # run on one parse and are written back only if either changed the query.
+    # What only the sources tell (an integer key with a float one, a MAX of floats that may hold a NaN, column names two
+    # joined tables share): the passes run on one parse and are written back only if any changed the query.
     typed_passes = sqlglot.parse_one(sql, dialect=DIALECT)
-    if any([cast_unlike_keys(typed_passes, schemas), nan_greatest(typed_passes, schemas)]):
+    # After the casts: a cast key has a name of its own already, and the casts read the columns' own names.
+    if any([cast_unlike_keys(typed_passes, schemas), nan_greatest(typed_passes, schemas),
+            unshared_correlated_names(typed_passes, schemas)]):
         sql = polars_text(typed_passes)
     exists = EXISTS_ALIAS in sql  # an EXISTS made a join with each group's extremes, which skip a NaN
     # With no float column a NaN still comes from a cast, a division or MAX's NaN tests (tests/test_sql_nan_greatest.py):

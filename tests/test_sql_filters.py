@@ -63,6 +63,9 @@ QUERIES = {
     "distinct_count": "SELECT g, count(DISTINCT x) FILTER (WHERE s = 'late') AS n FROM t GROUP BY g",
     "distinct_count_beside_a_sum": "SELECT g, count(DISTINCT x) FILTER (WHERE v > 0) AS n, sum(x) AS total FROM t GROUP BY g",
     "two_filtered_distinct_counts": "SELECT count(DISTINCT x) FILTER (WHERE s = 'late') AS a, count(DISTINCT x) FILTER (WHERE s = 'ok') AS b FROM t",
+    "string_agg_distinct_in_order": "SELECT g, string_agg(DISTINCT s, '|' ORDER BY s) FILTER (WHERE x > 0) AS ss FROM t GROUP BY g",
+    # A float rounds its binary value: a NaN average rounds to NaN (it failed as a cast to a 38-digit decimal).
+    "round_of_an_average_with_nan": "SELECT g, round(avg(v) FILTER (WHERE x IS NOT NULL), 2) AS a, round(avg(v), 1) AS b FROM t GROUP BY g",
     "string_agg_in_order": "SELECT g, string_agg(s, ',' ORDER BY x DESC) FILTER (WHERE x IS NOT NULL) AS ss FROM t GROUP BY g",
     "having_and_order_by": "SELECT g, count(*) FILTER (WHERE s = 'late') AS late FROM t GROUP BY g "
                            "HAVING count(*) FILTER (WHERE s = 'ok') > 0 ORDER BY late DESC, g",
@@ -90,9 +93,16 @@ def test_a_filtered_distinct_count_beside_a_sum_is_planned_without_has_nulls(dat
 REFUSED = {
     "after_a_function": ("SELECT upper(s) FILTER (WHERE x > 1) AS u FROM t", "FILTER after UPPER(s) at line 1, col 8: FILTER (WHERE …) follows an aggregate only"),
     "an_aggregate_in_the_condition": ("SELECT max(x) FILTER (WHERE count(*) > 1) AS m FROM t", "COUNT(*) in FILTER at line 1, col 29"),
-    # The condition is a CASE's, outside WHERE: IN (subquery) there is refused as in any expression (docs/spec.md).
+    # A subquery made a join below the aggregate repeats or drops its rows: COUNT(*) FILTER (WHERE EXISTS …) counted
+    # each row once per row of u (a helper's hostile run). A scalar aggregate of no outer column runs (above).
+    "exists_in_the_condition": ("SELECT count(*) FILTER (WHERE EXISTS (SELECT 1 FROM u WHERE u.k = 2)) AS n FROM t",
+                                "a subquery inside an aggregate's argument or FILTER is not run"),
+    "a_correlated_exists_in_the_condition": ("SELECT g, count(*) FILTER (WHERE EXISTS (SELECT 1 FROM u WHERE u.k < t.x)) AS n FROM t GROUP BY g",
+                                             "a subquery inside an aggregate's argument or FILTER is not run"),
+    "a_condition_of_no_column": ("SELECT g, count(*) FILTER (WHERE true) AS n FROM t GROUP BY g",
+                                 "FILTER (WHERE TRUE) reads no column at line 1, col 11: it keeps every row or none"),
     "in_a_subquery_in_the_condition": ("SELECT count(*) FILTER (WHERE x IN (SELECT k FROM u)) AS n FROM t",
-                                       "x IN (subquery) outside WHERE and HAVING is not run"),
+                                       "a subquery inside an aggregate's argument or FILTER is not run"),
     "a_window_in_the_condition": ("SELECT max(x) FILTER (WHERE row_number() OVER (ORDER BY x) > 1) AS m FROM t", "in FILTER at line 1, col 29"),
 }
 

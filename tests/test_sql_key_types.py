@@ -131,6 +131,9 @@ QUERIES = {
     "a_correlated_ordering_of_a_ctes_column": "WITH c AS (SELECT k, a FROM ints WHERE a <> 'n') "
                                               "SELECT a, (SELECT max(b) FROM floats f WHERE f.k < c.k) AS m FROM c",
     "a_correlated_ordering_beside_an_equality": "SELECT a, (SELECT count(*) FROM floats f WHERE f.k < i.k AND f.b <> i.a) AS n FROM ints i",
+    # uint64 with int64 in a join on more than keys: the cast key column was lost ("unable to find column "_u_1"").
+    "an_exists_of_unsigned_with_an_ordering": "SELECT b.bi FROM bigints b WHERE EXISTS (SELECT 1 FROM bigunsigned u WHERE u.k = b.k AND u.k > b.k - 1)",
+    "a_left_join_of_unsigned_on_a_key_and_an_ordering": "SELECT b.bi, u.bu FROM bigints b LEFT JOIN bigunsigned u ON u.k = b.k AND u.k >= b.k",
     "an_ordering_beside_a_key": "SELECT i.a, f.b FROM ints i JOIN floats f ON i.k = f.k WHERE i.k <= f.k",
     "intersect_of_int_and_float": "SELECT k FROM ints INTERSECT SELECT k FROM floats",
     "except_of_float_and_int": "SELECT k FROM floats EXCEPT SELECT k FROM ints",
