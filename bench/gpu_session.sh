@@ -12,7 +12,7 @@
 #     bash bench/gpu_session.sh long [--copies 7000]  # one query over 5 minutes across two workers sharing the GPU (worker-ttl is 5); on an H100 a copy of SF 10 lineitem took 0.054 s at scale, twice less than calibrated
 #     bash bench/gpu_session.sh multi-tests  # the GPU tests of jobs across the workers, of faults and of the submit's GPU check; its cost by file count
 #     bash bench/gpu_session.sh plans      # TPC-H SF 10 over REST and in process with both orders of filters and read casts; semi joins two ways
-#     bash bench/gpu_session.sh verify [--no-long]  # the CPU-only work of the ninth to eleventh sessions: chunk progress, SQL counts, TPC-H SQL on cudf-polars, SQL keys of unlike types, hash-join forms; then a 2000-copy long query's live progress
+#     bash bench/gpu_session.sh verify [--no-long]  # the CPU-only work of the ninth to twelfth sessions: chunk progress, SQL counts, TPC-H SQL on cudf-polars, SQL keys of unlike types, hash-join forms, FILTER, correlated names; then a 2000-copy long query's live progress
 #
 # Logs and JSON go under $OUT; bench/RESULTS.md records what they said.
 set -u
@@ -72,10 +72,10 @@ multi-tests)
     refusal_cost 200
     ;;
 verify)
-    # What the ninth to eleventh sessions built without a GPU (~120 s of tests), then the long query's progress across two ranks (~200 s).
+    # What the ninth to twelfth sessions built without a GPU (~120 s of tests), then the long query's progress across two ranks (~200 s).
     long=1; if [ "${1:-}" = "--no-long" ]; then long=0; shift; fi
     timeout 200 python3 -m pytest -m gpu tests/test_gpu_trace_progress.py tests/test_rank_progress.py tests/test_sql_tpch.py tests/test_sql_source.py tests/test_sql_polars_forms.py tests/test_sql_key_types.py tests/test_sql_nan_greatest.py \
-        tests/test_sql_hash_join_forms.py tests/test_nan.py tests/test_polars_counts.py "tests/test_gpu_multi.py::test_a_job_runs_across_both_workers_and_commits_the_ranks_files" \
+        tests/test_sql_hash_join_forms.py tests/test_sql_filters.py tests/test_sql_correlated_names.py tests/test_nan.py tests/test_polars_counts.py "tests/test_gpu_multi.py::test_a_job_runs_across_both_workers_and_commits_the_ranks_files" \
         -o addopts="" -q -rs -p no:cacheprovider "$@" > "$OUT/gpu_verify_tests.log" 2>&1
     echo "verify tests rc=$?"; tail -15 "$OUT/gpu_verify_tests.log"
     [ "$long" = 1 ] || exit 0
