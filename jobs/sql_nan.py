@@ -13,7 +13,8 @@ Which sides may be NaN comes from the frames' real column types (sqlglot's type 
 them): a float column, float arithmetic or a cast to a float; an integer, text, date or a number
 literal never is, so most comparisons, and every one against a number literal in ``=``, ``<>``,
 ``<`` and ``<=``, stay as written and keep their pushdown into parquet statistics. Key equalities
-in a join's ``ON`` stay too: join keys match NaN to NaN on both engines (tests/test_nan.py). So
+in a join's ``ON`` stay too: join keys match NaN to NaN on both engines (tests/test_nan.py); a condition folded
+into a key (``CASE WHEN u.w > 1 THEN u.k END``, jobs.sql_rewrite) is not one and gets its terms. So
 does a comparison inside or against a subquery Polars' planner runs itself (a correlated ``EXISTS``,
 ``IN`` or scalar subquery that sqlglot could not make a join), which it takes only as written:
 there cudf-polars still compares a NaN as IEEE does (docs/spec.md).
@@ -205,6 +206,8 @@ def _kept_as_written(node: exp.Expression) -> bool:
         return True
     parent = node.parent
     while parent is not None and not isinstance(parent, (exp.Join, exp.Select)):
+        if isinstance(parent, exp.If):  # a condition folded into a key (CASE WHEN u.w > 1 THEN u.k END): not a key itself
+            return False
         node, parent = parent, parent.parent
     return isinstance(parent, exp.Join) and node is parent.args.get("on")
 

@@ -138,6 +138,15 @@ def test_the_plan_for_cudf_polars_has_no_nested_loop_join_and_no_has_nulls(data:
     assert not [word for word in GPU_UNFRIENDLY if word in plan], plan
 
 
+@pytest.mark.parametrize(("name", "column"), [("right_join_condition_on_the_left", "v"), ("full_join_condition_on_the_right", "w"),
+                                            ("right_join_conditions_on_both_sides", "w")])
+def test_a_float_condition_folded_into_a_key_orders_nan_on_the_gpu(data: Path, name: str, column: str) -> None:
+    """``CASE WHEN u.w > 1 THEN u.k END``: the condition is not a key, so a plan for cudf-polars (IEEE comparisons) gets
+    its NaN terms; kept as a key was, a NaN ``w`` matched on the CPU and nothing on an H100 (2026-12-06)."""
+    plan = build_lazyframe(plan_spec(JobSpec.model_validate(spec(data, QUERIES[name]))), ieee_comparisons=True).explain()
+    assert f'(col("{column}") != col("{column}"))' in plan, plan
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", sorted(QUERIES))
 def test_each_shape_on_the_gpu_matches_the_cpu(data: Path, name: str) -> None:
