@@ -20,7 +20,7 @@ from spillway.jobs.spec import JobSpec
 from spillway.jobs.sql_source import SqlRefused
 from spillway.jobs.validate import plan_spec
 from spillway.service.client import ApiError, SpillwayClient
-from tests.test_sql_source import assert_gpu_gives_the_cpus_answer, assert_same, duckdb_tables, run_polars
+from tests.test_sql_source import assert_gpu_gives_the_cpus_answer, assert_same, duckdb_tables, run_polars, spec_over_tables
 
 duckdb = pytest.importorskip("duckdb")
 
@@ -46,8 +46,7 @@ def referee(data: Path) -> Any:
 
 
 def spec(data: Path, sql: str, sink: str = "/tmp/unused-sql-filter-sink") -> dict[str, Any]:
-    sources: dict[str, Any] = {table: {"format": "parquet", "path": str(data / f"{table}.parquet")} for table in TABLES}
-    return {"sources": {**sources, "q": {"sql": sql}}, "source": "q", "sink": {"path": sink}}
+    return spec_over_tables(data, TABLES, sql, sink)
 
 
 QUERIES = {

@@ -21,7 +21,7 @@ import pytest
 from spillway.jobs.polars_frame import build_lazyframe
 from spillway.jobs.spec import JobSpec
 from spillway.jobs.validate import plan_spec
-from tests.test_sql_source import assert_gpu_gives_the_cpus_answer, assert_same, duckdb_tables, run_polars
+from tests.test_sql_source import assert_gpu_gives_the_cpus_answer, assert_same, duckdb_tables, run_polars, spec_over_tables
 
 duckdb = pytest.importorskip("duckdb")
 
@@ -46,8 +46,7 @@ def referee(data: Path) -> Any:
 
 
 def spec(data: Path, sql: str) -> dict[str, Any]:
-    sources: dict[str, Any] = {table: {"format": "parquet", "path": str(data / f"{table}.parquet")} for table in TABLES}
-    return {"sources": {**sources, "q": {"sql": sql}}, "source": "q", "sink": {"path": "/tmp/unused-sql-hash-join-sink"}}
+    return spec_over_tables(data, TABLES, sql)
 
 
 QUERIES = {

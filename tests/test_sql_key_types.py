@@ -22,7 +22,7 @@ from spillway.jobs.status import JobStatus
 from spillway.jobs.validate import plan_spec
 from spillway.service.client import SpillwayClient
 from tests.conftest import wait_terminal
-from tests.test_sql_source import assert_gpu_gives_the_cpus_answer, assert_same, duckdb_tables, run_polars
+from tests.test_sql_source import assert_gpu_gives_the_cpus_answer, assert_same, duckdb_tables, run_polars, spec_over_tables
 
 duckdb = pytest.importorskip("duckdb")
 
@@ -64,8 +64,7 @@ def referee(data: Path) -> Any:
 
 
 def spec(data: Path, sql: str, sink: str = "/tmp/unused-sql-key-sink") -> dict[str, Any]:
-    sources: dict[str, Any] = {table: {"format": "parquet", "path": str(data / f"{table}.parquet")} for table in TABLES}
-    return {"sources": {**sources, "q": {"sql": sql}}, "source": "q", "sink": {"path": sink}}
+    return spec_over_tables(data, TABLES, sql, sink)
 
 
 QUERIES = {

@@ -82,6 +82,12 @@ def duckdb_tables(data: Path, tables: Iterable[str]) -> Iterator[Any]:
     con.close()
 
 
+def spec_over_tables(data: Path, tables: Iterable[str], sql: str, sink: str = "/tmp/unused-sql-sink") -> dict[str, Any]:
+    """A spec whose SQL source ``q`` runs ``sql`` over ``tables``, each a parquet source ``data/<table>.parquet``."""
+    sources: dict[str, Any] = {table: {"format": "parquet", "path": str(data / f"{table}.parquet")} for table in tables}
+    return {"sources": {**sources, "q": {"sql": sql}}, "source": "q", "sink": {"path": sink}}
+
+
 def run_polars(spec: dict[str, Any]) -> pd.DataFrame:
     return build_lazyframe(plan_spec(JobSpec.model_validate(spec))).collect().to_pandas()
 
