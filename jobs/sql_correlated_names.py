@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 
 from sqlglot import exp
 
-from spillway.jobs.sql_scopes import add_column, reads_enclosing, source_of
+from spillway.jobs.sql_scopes import add_column, reads_enclosing, source_of, sources
 
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
 
@@ -42,10 +42,7 @@ def _shared(column: exp.Column, source: exp.Expression, tree: exp.Expression, ta
     select = source.find_ancestor(exp.Select)
     if select is None:
         return False
-    from_ = select.args.get("from_")
-    others = [s for s in [from_.this if from_ is not None else None, *(join.this for join in select.args.get("joins") or [])]
-              if s is not None and s is not source]
-    for other in others:
+    for other in (s for s in sources(select) if s is not source):
         names = _columns_of(other, tree, tables)
         if names is None or column.name in names:
             return True

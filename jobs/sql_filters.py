@@ -12,9 +12,6 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-#: The aggregates a FILTER may follow: every one the whitelist allows (jobs.sql_check.SQL_FUNCTIONS), all null-skipping.
-AGGREGATES = (exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max, exp.Median, exp.Stddev, exp.StddevSamp, exp.Variance,
-              exp.CovarSamp, exp.CovarPop, exp.GroupConcat)
 
 
 class FilterRefused(ValueError):
@@ -30,25 +27,30 @@ def _only_where(value: exp.Expression, condition: exp.Expression) -> exp.Express
     return exp.Case(ifs=[exp.If(this=condition.copy(), true=value)])
 
 
+def _filtered_distinct(distinct: exp.Distinct, condition: exp.Expression, order: exp.Order | None = None) -> None:
+    """``DISTINCT x`` as the distinct values of the rows where ``condition`` holds; an ``order`` of those values
+    (SQL's rule for an aggregate with DISTINCT) orders them as filtered too."""
+    values = list(distinct.expressions)
+    for ordered in order.expressions if order is not None else []:
+        if any(ordered.this == value for value in values):
+            ordered.set("this", _only_where(ordered.this.copy(), condition))
+    distinct.set("expressions", [_only_where(value, condition) for value in values])
+
+
 def _filtered(aggregate: exp.Expression, condition: exp.Expression) -> None:
     """Make ``aggregate``'s arguments null where ``condition`` does not hold (in place)."""
     argument = aggregate.this
     if isinstance(argument, exp.Star):  # COUNT(*): the rows where it holds
         aggregate.set("this", _only_where(exp.Literal.number(1), condition))
         return
-    if isinstance(argument, exp.Distinct):  # COUNT(DISTINCT x): the distinct values of the rows where it holds
-        argument.set("expressions", [_only_where(value, condition) for value in argument.expressions])
+    if isinstance(argument, exp.Distinct):  # COUNT(DISTINCT x)
+        _filtered_distinct(argument, condition)
         return
     if isinstance(argument, exp.Order):  # STRING_AGG([DISTINCT] s, ',' ORDER BY …): the value, not its order
-        value = argument.this
-        if isinstance(value, exp.Distinct):  # its ORDER BY is of the values (SQL's rule): ordered as filtered too
-            values = list(value.expressions)
-            for ordered in argument.expressions:
-                if any(ordered.this == v for v in values):
-                    ordered.set("this", _only_where(ordered.this.copy(), condition))
-            value.set("expressions", [_only_where(v, condition) for v in values])
+        if isinstance(argument.this, exp.Distinct):
+            _filtered_distinct(argument.this, condition, argument)
         else:
-            argument.set("this", _only_where(value, condition))
+            argument.set("this", _only_where(argument.this, condition))
         return
     aggregate.set("this", _only_where(argument, condition))
     if isinstance(aggregate, (exp.CovarSamp, exp.CovarPop)):  # a pair counts only where both are not null
@@ -67,12 +69,12 @@ def filters_as_cases(tree: exp.Expression) -> None:
     # Innermost first: a condition is copied into each CASE, so a FILTER inside it (in a subquery) goes first.
     for node in reversed(list(tree.find_all(exp.Filter))):
         aggregate, where = node.this, node.expression
-        if not isinstance(aggregate, AGGREGATES):
+        if not isinstance(aggregate, exp.AggFunc):  # the whitelist then checks which aggregate it is
             raise FilterRefused(node, f"FILTER after {aggregate.sql(dialect='postgres')[:60]}", ": FILTER (WHERE …) follows an aggregate only "
                                       "(COUNT, SUM, AVG, MIN, MAX, …)")
         condition = where.this if isinstance(where, exp.Where) else where
         own = condition.walk(prune=lambda n: isinstance(n, (exp.Subquery, exp.Select)))  # a subquery's aggregates are its own
-        if (inner := next((n for n in own if isinstance(n, (*AGGREGATES, exp.Window))), None)) is not None:
+        if (inner := next((n for n in own if isinstance(n, (exp.AggFunc, exp.Window))), None)) is not None:
             raise FilterRefused(inner, f"{inner.sql(dialect='postgres')[:60]} in FILTER", ": a FILTER condition is of each row; aggregates "
                                        "and windows are not allowed in it")
         if condition.find(exp.Column, exp.Subquery, exp.Exists) is None:  # COUNT(CASE WHEN TRUE THEN 1 END) is a constant's count

@@ -25,7 +25,7 @@ from sqlglot import exp
 
 from spillway.jobs.join_key_types import join_key_type
 from spillway.jobs.sql_exists import EXISTS_ALIAS
-from spillway.jobs.sql_scopes import add_column, reads_enclosing, source_of
+from spillway.jobs.sql_scopes import add_column, reads_enclosing, source_of, sources
 from spillway.jobs.sql_types import TIME_DIGITS, polars_type, typed_twins, types_by_name
 
 #: The prefixes of the derived tables a subquery is rewritten into (sqlglot's unnest_subqueries, jobs.sql_exists): grouped
@@ -120,8 +120,7 @@ def _derived_projection(column: exp.Column, tree: exp.Expression) -> tuple[exp.S
     select = column.find_ancestor(exp.Select)
     if select is None or _references(tree, column) != 1:
         return None
-    from_ = select.args.get("from_")
-    for source in [from_.this if from_ is not None else None, *(join.this for join in select.args.get("joins") or [])]:
+    for source in sources(select):
         if (isinstance(source, exp.Subquery) and source.alias_or_name == column.table and isinstance(source.this, exp.Select)
                 and source.alias_or_name.startswith(_SUBQUERY_TABLES)):
             projection = next((e for e in source.this.expressions if e.alias_or_name == column.name), None)

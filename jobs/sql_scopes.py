@@ -18,11 +18,16 @@ def is_a_value(subquery: exp.Subquery) -> bool:
     return subquery.parent is not None and not isinstance(subquery.parent, TABLE_PLACES)
 
 
+def sources(select: exp.Select) -> list[exp.Expression]:
+    """The tables and derived tables of ``select``'s FROM and JOINs, in order."""
+    from_ = select.args.get("from_")
+    found = [from_.this if from_ is not None else None, *(join.this for join in select.args.get("joins") or [])]
+    return [source for source in found if source is not None]
+
+
 def source_names(select: exp.Select) -> set[str]:
     """The names ``select``'s FROM and JOINs give their tables and derived tables (aliases, else table names)."""
-    from_ = select.args.get("from_")
-    sources = [from_.this if from_ is not None else None, *(join.this for join in select.args.get("joins") or [])]
-    return {source.alias_or_name for source in sources if source is not None}
+    return {source.alias_or_name for source in sources(select)}
 
 
 def reads_outer(select: exp.Select) -> bool:
@@ -58,8 +63,7 @@ def source_of(column: exp.Column) -> exp.Expression | None:
     enclosing one that names its table (a correlated subquery's outer column)."""
     select = column.find_ancestor(exp.Select)
     while select is not None:
-        from_ = select.args.get("from_")
-        for source in [from_.this if from_ is not None else None, *(join.this for join in select.args.get("joins") or [])]:
+        for source in sources(select):
             if isinstance(source, (exp.Table, exp.Subquery)) and source.alias_or_name == column.table:
                 return source
         select = select.find_ancestor(exp.Select)
@@ -82,4 +86,4 @@ def add_column(source: exp.Expression, value: exp.Expression, name: str) -> None
     source.replace(wrapper)
 
 
-__all__ = ["TABLE_PLACES", "add_column", "is_a_value", "reads_enclosing", "reads_outer", "source_names", "source_of"]
+__all__ = ["TABLE_PLACES", "add_column", "is_a_value", "reads_enclosing", "reads_outer", "source_names", "source_of", "sources"]
